@@ -1,0 +1,125 @@
+//! The event ABI shared by lbf's eBPF programs (kernel side) and lbf-user (user space).
+//!
+//! Everything here is `#[repr(C)]`, plain old data and `no_std`: the kernel side writes these
+//! records into a BPF ring buffer and user space reinterprets the bytes. The kernel side stays
+//! dumb: it records *which* hook fired, *when* (wall clock and the thread's exact CPU clock),
+//! the raw call arguments and a few bytes of user memory that user space asked for. All MPI
+//! semantics (handles, statuses, datatypes, matching) live in user space, where they can be
+//! tested.
+#![no_std]
+
+/// Number of raw argument words captured per call (6 register arguments, 2 stack arguments).
+pub const ARG_WORDS: usize = 8;
+
+/// Bytes of user memory a record can carry (statuses, request handles, arrays of them).
+pub const MEM_BYTES: usize = 256;
+
+/// Capacity of the per-function table of memory reads (indexed by [`FnId`] as `u16`).
+pub const MAX_FNS: u32 = 128;
+
+/// What a record describes: a process lifecycle change or a probed library call.
+#[repr(u16)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordKind {
+    /// A traced process forked a new process; `args[0]` is the child's tgid.
+    Fork = 1,
+    /// A traced process called exec; the record's `mem` holds the new file name (NUL-terminated).
+    Exec = 2,
+    /// A traced thread group exited (its last thread ended).
+    Exit = 3,
+    /// Entry of a probed function; `fn_id` says which.
+    CallEntry = 4,
+    /// Return of a probed function; `fn_id` says which, `args[0]` is the return value.
+    CallExit = 5,
+}
+
+impl RecordKind {
+    /// Decodes the raw `kind` field; `None` for values this build does not know.
+    pub fn from_raw(v: u16) -> Option<Self> {
+        Some(match v {
+            1 => Self::Fork,
+            2 => Self::Exec,
+            3 => Self::Exit,
+            4 => Self::CallEntry,
+            5 => Self::CallExit,
+            _ => return None,
+        })
+    }
+}
+
+/// One record in the ring buffer.
+///
+/// `cpu_ns` is the calling thread's cumulative on-CPU time in nanoseconds, kept exact by the
+/// scheduler hooks (time switched in is added at every switch out), so the CPU used between two
+/// records of one thread is a subtraction, without sampling.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Record {
+    /// A [`RecordKind`] as `u16`.
+    pub kind: u16,
+    /// For calls: which probed function (an index into user space's probe table).
+    pub fn_id: u16,
+    /// Number of valid bytes in `mem`.
+    pub mem_len: u16,
+    /// Reserved, zero.
+    pub _pad: u16,
+    /// Process id (thread group id).
+    pub tgid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC nanoseconds.
+    pub ts_ns: u64,
+    /// The thread's cumulative on-CPU nanoseconds at this instant.
+    pub cpu_ns: u64,
+    /// Entry: the 6 register arguments then the first 2 stack arguments. Exit: `args[0]` is the
+    /// return value and the rest repeat the entry's arguments.
+    pub args: [u64; ARG_WORDS],
+    /// User memory read as the [`MemRead`] for this function and phase asked.
+    pub mem: [u8; MEM_BYTES],
+}
+
+/// Where to read user memory for one function at one phase (entry or exit).
+///
+/// User space fills a table of these per function because the layouts differ between MPI
+/// libraries (Open MPI's handles are pointers, MPICH's are ints; their `MPI_Status` differ).
+/// The read happens at the phase given; at exit, `ptr_arg` refers to the *entry* arguments,
+/// which the kernel side saved.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemRead {
+    /// 0 = no read. Otherwise 1 + the index into `args` of the pointer to read from.
+    pub ptr_arg: u8,
+    /// 0 = fixed length `len`. Otherwise 1 + the index into `args` of an element count; the
+    /// length read is then `count * len`, capped at [`MEM_BYTES`].
+    pub count_arg: u8,
+    /// Bytes to read (or bytes per element when `count_arg` is set).
+    pub len: u16,
+}
+
+/// The two [`MemRead`]s of one function: one at entry and one at exit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FnReads {
+    /// Read performed when the function is entered.
+    pub entry: MemRead,
+    /// Read performed when the function returns (pointers taken from the entry arguments).
+    pub exit: MemRead,
+}
+
+/// Per-CPU counters the kernel side keeps, indexed by these constants in the `COUNTERS` map.
+pub mod counter {
+    /// Records dropped because the ring buffer was full (reserve failed).
+    pub const LOST_RINGBUF: u32 = 0;
+    /// Exits seen without a saved entry (the entry was missed, e.g. attached mid-call).
+    pub const EXIT_WITHOUT_ENTRY: u32 = 1;
+    /// Number of counters.
+    pub const COUNT: u32 = 2;
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all three are repr(C) plain old data with no padding-dependent invariants.
+    unsafe impl aya::Pod for super::Record {}
+    unsafe impl aya::Pod for super::MemRead {}
+    unsafe impl aya::Pod for super::FnReads {}
+}

@@ -1,0 +1,101 @@
+//! The events every source produces and the engine consumes: the vocabulary of a Program
+//! Activity Graph (paper section 2).
+//!
+//! A source (a live capture, a trace file, a node daemon) emits, for every process, an ordered
+//! stream of [`Event`]s. Each carries the CPU time the process used since its previous event.
+//! Only each process's own order is meaningful; streams of different processes may interleave
+//! arbitrarily.
+
+use serde::{Deserialize, Serialize};
+
+/// A process's id within one trace: dense, starting at 0, as listed in the trace header.
+pub type ProcId = u32;
+
+/// Identifies one message: ties a [`EventKind::Send`] to the one [`EventKind::RecvEnd`] that
+/// consumed it. Unique within a trace.
+pub type MsgId = u64;
+
+/// Identifies one collective operation instance: every participant's
+/// [`EventKind::CollStart`]/[`EventKind::CollEnd`] carries the same id. Unique within a trace.
+pub type CollId = u64;
+
+/// A process as described in a trace header.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcInfo {
+    /// Dense id, the index into the header's list.
+    pub id: ProcId,
+    /// A human name such as `rank3` or `server`.
+    #[serde(default)]
+    pub name: String,
+    /// The host the process ran on in the measured run.
+    #[serde(default)]
+    pub host: String,
+}
+
+/// The kind of a collective operation; selects the cost model's number of rounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollOp {
+    /// MPI_Barrier and similar pure synchronisation.
+    Barrier,
+    /// One-to-all data movement (MPI_Bcast, MPI_Scatter*).
+    Bcast,
+    /// All-to-one data movement (MPI_Reduce, MPI_Gather*).
+    Reduce,
+    /// All-to-all combinations (MPI_Allreduce, MPI_Allgather*, MPI_Alltoall*).
+    Allreduce,
+}
+
+/// What happened at one event of one process.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum EventKind {
+    /// A message leaves at this event's time. `dst` is the receiving process when known.
+    Send {
+        /// The message, matched by a later `RecvEnd`.
+        msg: MsgId,
+        /// Payload size, for the communication cost tables.
+        bytes: u64,
+    },
+    /// The process starts waiting for a message (entry of a blocking receive or wait).
+    /// The CPU before it is work.
+    RecvStart,
+    /// The process has received `msg`: happens at max(now, arrival of `msg`). The CPU recorded
+    /// on this event is waiting (MPI libraries spin), not work.
+    RecvEnd {
+        /// The message consumed.
+        msg: MsgId,
+    },
+    /// The process enters collective `coll` with `size` participants and `bytes` of payload.
+    /// The CPU before it is work.
+    CollStart {
+        /// The collective instance.
+        coll: CollId,
+        /// The operation, for the cost model.
+        op: CollOp,
+        /// Number of participating processes.
+        size: u32,
+        /// Payload per participant.
+        bytes: u64,
+    },
+    /// The process leaves collective `coll`. Its CPU is waiting, not work.
+    CollEnd {
+        /// The collective instance.
+        coll: CollId,
+    },
+    /// Carries CPU time forward and nothing else: lets the engine advance while a process
+    /// computes without communicating.
+    Keepalive,
+    /// The process is done.
+    Exit,
+}
+
+/// One event of one process.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Event {
+    /// The process the event belongs to.
+    pub proc: ProcId,
+    /// CPU nanoseconds the process used since its previous event (or since it started).
+    pub cpu_ns: u64,
+    /// What happened.
+    pub kind: EventKind,
+}

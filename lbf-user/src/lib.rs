@@ -1,0 +1,15 @@
+//! lbf: what-if performance prediction for unmodified distributed programs.
+//!
+//! Data flows one way through the modules of this crate:
+//!
+//! ```text
+//! probe (eBPF load/attach, raw records) -> capture (matching, CPU accounting) -> event
+//!     -> engine (online GAG, LBF/NF per target) -> report (table, JSON, timeline)
+//! ```
+//!
+//! [`trace`] reads and writes the same [`event`]s to files, so the engine can replay a capture
+//! offline. The engine knows nothing of eBPF, MPI or files.
+
+pub mod engine;
+pub mod event;
+pub mod target;

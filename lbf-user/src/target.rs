@@ -1,0 +1,202 @@
+//! Target configurations: where each process would run and over which network.
+//!
+//! A [`Target`] is what a "what if" question asks about: a placement of processes onto nodes
+//! (LBF) and a pair of communication cost tables (NF). This module only models targets; reading
+//! them from TOML files or command-line short forms lives in the `config` module.
+
+use crate::event::ProcId;
+
+/// One node of a target: the processes it runs and how fast it runs them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    /// The processes placed on this node.
+    pub procs: Vec<ProcId>,
+    /// Number of cores; runnable processes share them equally.
+    pub cores: u32,
+    /// Relative speed: 2.0 runs the same CPU work in half the time.
+    pub speed: f64,
+}
+
+impl Node {
+    /// A one-core node of speed 1 running `procs`.
+    pub fn new(procs: Vec<ProcId>) -> Self {
+        Node { procs, cores: 1, speed: 1.0 }
+    }
+
+    /// Rate at which each of `runnable` processes progresses, in CPU-seconds per second:
+    /// `speed * min(1, cores / runnable)` (processor sharing with an infinitely small quantum).
+    pub fn rate(&self, runnable: usize) -> f64 {
+        if runnable == 0 {
+            return self.speed;
+        }
+        self.speed * f64::min(1.0, self.cores as f64 / runnable as f64)
+    }
+}
+
+/// A message-size to one-way-time table (paper section 2.2).
+///
+/// Lookups interpolate linearly between points, extrapolate linearly past the last two points,
+/// and return the first point's value below it. An empty table costs nothing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CommTable {
+    /// `(bytes, one-way seconds)`, sorted by bytes, bytes distinct.
+    points: Vec<(f64, f64)>,
+}
+
+/// Why a table could not be built.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TableError {
+    /// A size or time is negative, infinite or NaN.
+    NotFinite {
+        /// Index of the offending point.
+        index: usize,
+    },
+    /// Two points have the same size.
+    DuplicateSize {
+        /// The repeated size in bytes.
+        bytes: f64,
+    },
+}
+
+impl std::fmt::Display for TableError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TableError::NotFinite { index } => write!(
+                f,
+                "point {index} of the table is not a pair of finite, non-negative numbers"
+            ),
+            TableError::DuplicateSize { bytes } => {
+                write!(f, "the table lists {bytes} bytes twice")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TableError {}
+
+impl CommTable {
+    /// Builds a table from `(bytes, seconds)` points in any order.
+    pub fn new(mut points: Vec<(f64, f64)>) -> Result<Self, TableError> {
+        for (index, &(b, s)) in points.iter().enumerate() {
+            if !(b.is_finite() && s.is_finite() && b >= 0.0 && s >= 0.0) {
+                return Err(TableError::NotFinite { index });
+            }
+        }
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some(w) = points.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(TableError::DuplicateSize { bytes: w[0].0 });
+        }
+        Ok(CommTable { points })
+    }
+
+    /// The table's points, sorted by size.
+    pub fn points(&self) -> &[(f64, f64)] {
+        &self.points
+    }
+
+    /// One-way time in seconds for a message of `bytes`.
+    pub fn seconds(&self, bytes: u64) -> f64 {
+        let x = bytes as f64;
+        let p = &self.points;
+        match p.len() {
+            0 => 0.0,
+            1 => p[0].1,
+            n => {
+                if x <= p[0].0 {
+                    return p[0].1;
+                }
+                // First point at or beyond x; past the end, extrapolate from the last two.
+                let i = p.partition_point(|&(b, _)| b < x).clamp(1, n - 1);
+                let (x0, y0) = p[i - 1];
+                let (x1, y1) = p[i];
+                let y = y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+                y.max(0.0)
+            }
+        }
+    }
+}
+
+/// The communication costs of a target: one table within a node, one between nodes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Network {
+    /// Cost when sender and receiver share a node.
+    pub local: CommTable,
+    /// Cost when they do not.
+    pub remote: CommTable,
+}
+
+/// A target configuration: a placement of every process onto nodes, and a network.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    /// Shown in reports.
+    pub name: String,
+    /// The nodes; every process of the trace must be on exactly one.
+    pub nodes: Vec<Node>,
+    /// The communication costs.
+    pub network: Network,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(points: &[(f64, f64)]) -> CommTable {
+        CommTable::new(points.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn empty_table_costs_nothing() {
+        assert_eq!(CommTable::default().seconds(1 << 20), 0.0);
+    }
+
+    #[test]
+    fn single_point_is_constant() {
+        let table = t(&[(100.0, 2e-6)]);
+        assert_eq!(table.seconds(0), 2e-6);
+        assert_eq!(table.seconds(1_000_000), 2e-6);
+    }
+
+    #[test]
+    fn interpolates_between_points() {
+        let table = t(&[(0.0, 1e-6), (1000.0, 11e-6), (2000.0, 31e-6)]);
+        assert!((table.seconds(500) - 6e-6).abs() < 1e-15);
+        assert!((table.seconds(1500) - 21e-6).abs() < 1e-15);
+        assert_eq!(table.seconds(1000), 11e-6);
+    }
+
+    #[test]
+    fn below_first_point_takes_its_value() {
+        let table = t(&[(100.0, 5e-6), (200.0, 7e-6)]);
+        assert_eq!(table.seconds(0), 5e-6);
+        assert_eq!(table.seconds(100), 5e-6);
+    }
+
+    #[test]
+    fn extrapolates_past_the_last_two_points() {
+        let table = t(&[(0.0, 1e-6), (1000.0, 11e-6), (2000.0, 31e-6)]);
+        // slope of the last segment is 20e-9 per byte
+        assert!((table.seconds(3000) - 51e-6).abs() < 1e-15);
+    }
+
+    #[test]
+    fn points_are_sorted_and_validated() {
+        let table = t(&[(2000.0, 3.0), (0.0, 1.0)]);
+        assert_eq!(table.points(), &[(0.0, 1.0), (2000.0, 3.0)]);
+        assert_eq!(
+            CommTable::new(vec![(1.0, 1.0), (1.0, 2.0)]),
+            Err(TableError::DuplicateSize { bytes: 1.0 })
+        );
+        assert_eq!(
+            CommTable::new(vec![(1.0, f64::NAN)]),
+            Err(TableError::NotFinite { index: 0 })
+        );
+    }
+
+    #[test]
+    fn rate_shares_cores() {
+        let node = Node { procs: vec![], cores: 2, speed: 1.5 };
+        assert_eq!(node.rate(1), 1.5);
+        assert_eq!(node.rate(2), 1.5);
+        assert_eq!(node.rate(4), 0.75);
+    }
+}

@@ -1,0 +1,2 @@
+//! `cargo xtask`: project chores (see `cargo xtask --help`).
+fn main() {}

@@ -8,6 +8,8 @@
 //! tested.
 #![no_std]
 
+pub mod mpi;
+
 /// Number of raw argument words captured per call (6 register arguments, 2 stack arguments).
 pub const ARG_WORDS: usize = 8;
 

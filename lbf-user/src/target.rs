@@ -20,7 +20,11 @@ pub struct Node {
 impl Node {
     /// A one-core node of speed 1 running `procs`.
     pub fn new(procs: Vec<ProcId>) -> Self {
-        Node { procs, cores: 1, speed: 1.0 }
+        Node {
+            procs,
+            cores: 1,
+            speed: 1.0,
+        }
     }
 
     /// Rate at which each of `runnable` processes progresses, in CPU-seconds per second:
@@ -194,7 +198,11 @@ mod tests {
 
     #[test]
     fn rate_shares_cores() {
-        let node = Node { procs: vec![], cores: 2, speed: 1.5 };
+        let node = Node {
+            procs: vec![],
+            cores: 2,
+            speed: 1.5,
+        };
         assert_eq!(node.rate(1), 1.5);
         assert_eq!(node.rate(2), 1.5);
         assert_eq!(node.rate(4), 0.75);

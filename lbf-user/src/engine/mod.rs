@@ -7,7 +7,14 @@
 //!
 //! See `docs/engine.md` for the semantics and where they deviate from the paper's pseudocode.
 
-use crate::event::{Event, ProcId};
+mod collective;
+mod min_tree;
+mod node;
+mod sim;
+mod streams;
+mod time;
+
+use crate::event::{Event, EventKind, ProcId};
 use crate::target::Target;
 
 /// Receives the predicted schedule of one target as it is computed, for timelines.
@@ -21,6 +28,11 @@ pub trait ScheduleSink {
     fn waiting(&mut self, proc: ProcId, node: usize, start: f64, end: f64);
     /// A message from `from` (sent at `sent`) reached `to` at `arrived`.
     fn message(&mut self, from: ProcId, to: ProcId, sent: f64, arrived: f64, bytes: u64);
+    /// `proc`'s event `kind` happened (was reported into the GAG) at `time`. The default
+    /// ignores it.
+    fn event(&mut self, proc: ProcId, node: usize, time: f64, kind: &EventKind) {
+        let _ = (proc, node, time, kind);
+    }
 }
 
 /// The result for one target.
@@ -96,45 +108,174 @@ pub enum EngineError {
     },
 }
 
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let at = |origin: &u64| {
+            if *origin == 0 {
+                String::new()
+            } else {
+                format!(" (at {origin})")
+            }
+        };
+        match self {
+            EngineError::BadTarget { target, reason } => {
+                write!(f, "target `{target}` is unusable: {reason}")
+            }
+            EngineError::UnknownProcess { proc, origin } => write!(
+                f,
+                "event for process {proc}, which is not in the trace's process list{}",
+                at(origin)
+            ),
+            EngineError::EventAfterExit { proc, origin } => {
+                write!(f, "event for process {proc} after its exit{}", at(origin))
+            }
+            EngineError::DuplicateMessage { msg, origin } => write!(
+                f,
+                "message {msg} is sent twice or received twice{}",
+                at(origin)
+            ),
+            EngineError::BadCollective {
+                coll,
+                reason,
+                origin,
+            } => {
+                write!(f, "collective {coll}: {reason}{}", at(origin))
+            }
+            EngineError::Deadlock { waiting } => {
+                write!(
+                    f,
+                    "deadlock: every live process waits and none can be woken"
+                )?;
+                for (p, origin, what) in waiting {
+                    write!(f, "\n  process {p}{} {what}", at(origin))?;
+                }
+                Ok(())
+            }
+            EngineError::Truncated { unfinished } => {
+                write!(f, "the event stream ended before every process exited:")?;
+                for (p, origin) in unfinished {
+                    match origin {
+                        0 => write!(f, "\n  process {p} sent no event")?,
+                        o => write!(f, "\n  process {p}: last event at {o}")?,
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for EngineError {}
+
 /// The online engine: one simulation per target, fed by one stream of events.
+///
+/// ```
+/// use lbf::engine::Engine;
+/// use lbf::event::{Event, EventKind};
+/// use lbf::target::{Network, Node, Target};
+///
+/// let both_on_one = Target {
+///     name: "1 node".into(),
+///     nodes: vec![Node::new(vec![0, 1])],
+///     network: Network::default(),
+/// };
+/// let mut engine = Engine::new(2, vec![both_on_one]).unwrap();
+/// for p in 0..2 {
+///     engine.push(Event { proc: p, cpu_ns: 1_000_000_000, kind: EventKind::Exit }, 0).unwrap();
+/// }
+/// let predictions = engine.finish().unwrap();
+/// assert_eq!(predictions[0].predicted_seconds, 2.0);
+/// ```
 pub struct Engine {
-    _private: (),
+    streams: streams::Streams,
+    sims: Vec<sim::Sim>,
+    /// The first error: the engine refuses further input after it.
+    failed: Option<EngineError>,
 }
 
 impl Engine {
     /// An engine for a trace of `num_procs` processes (ids `0..num_procs`), evaluating every
     /// target in one pass. Fails if a target does not place every process on exactly one node.
     pub fn new(num_procs: usize, targets: Vec<Target>) -> Result<Self, EngineError> {
-        let _ = (num_procs, targets);
-        todo!()
+        let sims = targets
+            .into_iter()
+            .map(|t| sim::Sim::new(num_procs, t))
+            .collect::<Result<_, _>>()?;
+        Ok(Engine {
+            streams: streams::Streams::new(num_procs),
+            sims,
+            failed: None,
+        })
     }
 
     /// Records the predicted schedule of target number `target` into `sink`.
+    ///
+    /// # Panics
+    /// If there is no target number `target`.
     pub fn set_schedule_sink(&mut self, target: usize, sink: Box<dyn ScheduleSink>) {
-        let _ = (target, sink);
-        todo!()
+        self.sims[target].set_sink(sink);
     }
 
     /// Feeds one event and advances every target as far as the events so far allow.
     /// `origin` is echoed in errors (a trace line number, a sequence number; 0 if none).
     pub fn push(&mut self, event: Event, origin: u64) -> Result<(), EngineError> {
-        let _ = (event, origin);
-        todo!()
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let result = self.push_inner(event, origin);
+        if let Err(e) = &result {
+            self.failed = Some(e.clone());
+        }
+        result
+    }
+
+    fn push_inner(&mut self, event: Event, origin: u64) -> Result<(), EngineError> {
+        let p = event.proc as usize;
+        if p >= self.num_procs() {
+            return Err(EngineError::UnknownProcess {
+                proc: event.proc,
+                origin,
+            });
+        }
+        if self.streams.is_closed(p) {
+            return Err(EngineError::EventAfterExit {
+                proc: event.proc,
+                origin,
+            });
+        }
+        self.streams.push(p, streams::Queued { event, origin });
+        if event.kind == EventKind::Exit {
+            self.streams.close(p);
+        }
+        let mut consumed = u64::MAX;
+        for sim in &mut self.sims {
+            sim.on_event(p, &self.streams)?;
+            consumed = consumed.min(sim.cursor(p));
+        }
+        self.streams.trim(p, consumed);
+        Ok(())
+    }
+
+    fn num_procs(&self) -> usize {
+        self.streams.num_procs()
     }
 
     /// How far each target has got.
     pub fn progress(&self) -> Vec<Progress> {
-        todo!()
+        self.sims.iter().map(sim::Sim::progress).collect()
     }
 
     /// Events received but not yet consumed by every target (the engine's memory footprint).
     pub fn queued_events(&self) -> usize {
-        todo!()
+        self.streams.len()
     }
 
     /// Ends the stream: every process must have exited. Returns one prediction per target,
     /// in the order the targets were given.
     pub fn finish(self) -> Result<Vec<Prediction>, EngineError> {
-        todo!()
+        if let Some(e) = self.failed {
+            return Err(e);
+        }
+        self.sims.into_iter().map(sim::Sim::finish).collect()
     }
 }

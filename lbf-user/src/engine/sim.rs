@@ -1,0 +1,540 @@
+//! One target's simulation: the online GAG builder of the paper's section 2.1.
+//!
+//! The simulation replays every process's events on the target's nodes in global time order.
+//! It may only take a step when every live process's next event is known (the paper's "each
+//! process has a current or pending event"): a process whose stream has run dry could otherwise
+//! still produce an event earlier than the step. Processes whose next event is unknown are
+//! *starved*; the simulation resumes as soon as their events arrive.
+//!
+//! Per process, an event needs its CPU work done first (on its node, shared with the node's
+//! other runnable processes), then *reaches* the event, which may complete at once (send,
+//! keepalive, recv_start, coll_start) or block (recv_end until its message arrives, coll_end
+//! until the collective ends). Wake-ups are timers, processed in time order with the nodes'
+//! work completions. Ties are broken by node index, then process id, never by arrival order,
+//! so the result is a function of the per-process streams alone.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use rustc_hash::FxHashMap;
+
+use super::collective::{self, Collective};
+use super::min_tree::MinTree;
+use super::node::NodeState;
+use super::streams::{Queued, Streams};
+use super::time::Time;
+use super::{EngineError, Prediction, Progress, ScheduleSink};
+use crate::event::{CollId, EventKind, MsgId, ProcId};
+use crate::target::{Network, Target};
+
+/// Where a process is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum State {
+    /// Its next event has not arrived.
+    Starved,
+    /// Doing the CPU work before its current event.
+    Computing,
+    /// At a recv_end, waiting for the message.
+    WaitMsg,
+    /// At a coll_end, waiting for the collective to end.
+    WaitColl,
+    /// Done.
+    Exited,
+}
+
+/// A process in the simulation.
+#[derive(Debug)]
+struct Proc {
+    state: State,
+    /// The event being worked towards or waited at (meaningless when starved or exited).
+    current: Option<Queued>,
+    /// Absolute index of the next event to load from the stream.
+    cursor: u64,
+    /// Origin of the last event loaded, for errors.
+    last_origin: u64,
+    /// When the current wait began (for timelines).
+    wait_since: f64,
+}
+
+/// A message between its send and its receive.
+#[derive(Debug)]
+enum Msg {
+    /// Sent, not yet received.
+    Sent { at: f64, bytes: u64, from: ProcId },
+    /// A receiver waits for it; not yet sent.
+    Awaited { by: ProcId },
+}
+
+/// The simulation of one target.
+pub(super) struct Sim {
+    name: String,
+    network: Network,
+    node_of: Vec<usize>,
+    nodes: Vec<NodeState>,
+    /// Next work completion time of each node.
+    finishes: MinTree,
+    /// Wake-ups of waiting processes: `(time, process)`.
+    timers: BinaryHeap<Reverse<(Time, ProcId)>>,
+    now: f64,
+    procs: Vec<Proc>,
+    /// Live processes whose next event has not arrived.
+    starved: usize,
+    /// Processes not yet exited.
+    live: usize,
+    msgs: FxHashMap<MsgId, Msg>,
+    colls: FxHashMap<CollId, Collective>,
+    sink: Option<Box<dyn ScheduleSink>>,
+    /// Per node: when the current running slices began (for timelines).
+    slice_start: Vec<f64>,
+}
+
+impl Sim {
+    /// A simulation of `target` for `num_procs` processes, all starved at time 0.
+    pub(super) fn new(num_procs: usize, target: Target) -> Result<Self, EngineError> {
+        let bad = |reason: String| EngineError::BadTarget {
+            target: target.name.clone(),
+            reason,
+        };
+        let mut node_of = vec![usize::MAX; num_procs];
+        for (n, node) in target.nodes.iter().enumerate() {
+            if node.cores == 0 {
+                return Err(bad(format!("node {n} has no cores")));
+            }
+            if !(node.speed.is_finite() && node.speed > 0.0) {
+                return Err(bad(format!(
+                    "node {n} has speed {}, not a positive number",
+                    node.speed
+                )));
+            }
+            for &p in &node.procs {
+                let slot = node_of.get_mut(p as usize).ok_or_else(|| {
+                    bad(format!(
+                        "node {n} lists process {p}, but the trace has {num_procs} processes"
+                    ))
+                })?;
+                if *slot != usize::MAX {
+                    return Err(bad(format!(
+                        "process {p} is on node {} and on node {n}",
+                        *slot
+                    )));
+                }
+                *slot = n;
+            }
+        }
+        if let Some(p) = node_of.iter().position(|&n| n == usize::MAX) {
+            return Err(bad(format!("process {p} is on no node")));
+        }
+        let procs = (0..num_procs)
+            .map(|_| Proc {
+                state: State::Starved,
+                current: None,
+                cursor: 0,
+                last_origin: 0,
+                wait_since: 0.0,
+            })
+            .collect();
+        Ok(Sim {
+            nodes: target.nodes.iter().map(NodeState::new).collect(),
+            finishes: MinTree::new(target.nodes.len()),
+            slice_start: vec![0.0; target.nodes.len()],
+            name: target.name,
+            network: target.network,
+            node_of,
+            timers: BinaryHeap::new(),
+            now: 0.0,
+            procs,
+            starved: num_procs,
+            live: num_procs,
+            msgs: FxHashMap::default(),
+            colls: FxHashMap::default(),
+            sink: None,
+        })
+    }
+
+    /// Records the predicted schedule into `sink` from now on.
+    pub(super) fn set_sink(&mut self, sink: Box<dyn ScheduleSink>) {
+        self.sink = Some(sink);
+    }
+
+    /// Absolute index of the next event this simulation will read from process `p`.
+    pub(super) fn cursor(&self, p: usize) -> u64 {
+        self.procs[p].cursor
+    }
+
+    /// Called when process `p`'s stream has grown: resumes `p` if it was starved, then runs as
+    /// far as the known events allow.
+    pub(super) fn on_event(&mut self, p: usize, streams: &Streams) -> Result<(), EngineError> {
+        if self.procs[p].state != State::Starved {
+            return Ok(());
+        }
+        self.starved -= 1;
+        self.advance_proc(p, streams)?;
+        self.run(streams)
+    }
+
+    /// Takes steps in time order until some process starves or every process has exited.
+    fn run(&mut self, streams: &Streams) -> Result<(), EngineError> {
+        while self.starved == 0 && self.live > 0 {
+            let finish = self.finishes.min();
+            let timer = self.timers.peek().map(|Reverse((t, p))| (t.0, *p));
+            match (finish, timer) {
+                (Some((tf, n)), Some((tt, _))) if tf <= tt => self.finish_work(tf, n, streams)?,
+                (Some((tf, n)), None) => self.finish_work(tf, n, streams)?,
+                (_, Some((tt, p))) => {
+                    self.timers.pop();
+                    self.wake(tt, p as usize, streams)?;
+                }
+                (None, None) => return Err(self.deadlock()),
+            }
+        }
+        Ok(())
+    }
+
+    /// The process on node `n` that finishes its work first reaches its event at time `t`.
+    fn finish_work(&mut self, t: f64, n: usize, streams: &Streams) -> Result<(), EngineError> {
+        self.now = t;
+        self.close_slices(n);
+        let p = self.nodes[n].pop_finished(t) as usize;
+        self.finishes.set(n, self.nodes[n].next_finish());
+        if self.reach(p)? {
+            self.advance_proc(p, streams)?;
+        }
+        Ok(())
+    }
+
+    /// A timer of waiting process `p` fires at time `t`: its message has arrived or its
+    /// collective has ended.
+    fn wake(&mut self, t: f64, p: usize, streams: &Streams) -> Result<(), EngineError> {
+        self.now = t;
+        let current = self.procs[p]
+            .current
+            .expect("a waiting process has a current event");
+        match current.event.kind {
+            EventKind::RecvEnd { msg } => self.receive(p, msg),
+            EventKind::CollEnd { coll } => self.leave_collective(coll),
+            _ => unreachable!("timer for a process that is not waiting"),
+        }
+        if let Some(sink) = &mut self.sink {
+            let since = self.procs[p].wait_since;
+            if t > since {
+                sink.waiting(p as ProcId, self.node_of[p], since, t);
+            }
+        }
+        self.report(p, &current.event.kind);
+        self.advance_proc(p, streams)
+    }
+
+    /// Loads process `p`'s next events, completing those that need no work and do not block,
+    /// until `p` computes, waits, starves or exits.
+    fn advance_proc(&mut self, p: usize, streams: &Streams) -> Result<(), EngineError> {
+        loop {
+            let proc = &mut self.procs[p];
+            let Some(&q) = streams.get(p, proc.cursor) else {
+                proc.state = State::Starved;
+                self.starved += 1;
+                return Ok(());
+            };
+            proc.cursor += 1;
+            proc.current = Some(q);
+            proc.last_origin = q.origin;
+            let work = match q.event.kind {
+                // The CPU recorded while blocked is spinning, not work.
+                EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } => 0.0,
+                _ => q.event.cpu_ns as f64 * 1e-9,
+            };
+            if work > 0.0 {
+                proc.state = State::Computing;
+                let n = self.node_of[p];
+                self.close_slices(n);
+                self.nodes[n].join(self.now, p as ProcId, work);
+                self.finishes.set(n, self.nodes[n].next_finish());
+                return Ok(());
+            }
+            if !self.reach(p)? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Process `p` has done the work before its current event: the event happens now unless it
+    /// blocks. Returns whether `p` may go on to its next event.
+    fn reach(&mut self, p: usize) -> Result<bool, EngineError> {
+        let q = self.procs[p]
+            .current
+            .expect("reach without a current event");
+        let done = self.reach_kind(p, q)?;
+        if done || q.event.kind == EventKind::Exit {
+            self.report(p, &q.event.kind);
+        }
+        Ok(done)
+    }
+
+    /// Tells the sink, if any, that `p`'s event `kind` happened now.
+    fn report(&mut self, p: usize, kind: &EventKind) {
+        if let Some(sink) = &mut self.sink {
+            sink.event(p as ProcId, self.node_of[p], self.now, kind);
+        }
+    }
+
+    /// [`Sim::reach`] by event kind.
+    fn reach_kind(&mut self, p: usize, q: Queued) -> Result<bool, EngineError> {
+        match q.event.kind {
+            EventKind::Send { msg, bytes } => {
+                self.send(p, msg, bytes, q.origin)?;
+                Ok(true)
+            }
+            EventKind::RecvStart | EventKind::Keepalive => Ok(true),
+            EventKind::RecvEnd { msg } => self.await_message(p, msg, q.origin),
+            EventKind::CollStart {
+                coll,
+                op,
+                size,
+                bytes,
+            } => {
+                self.enter_collective(p, coll, op, size, bytes, q.origin)?;
+                Ok(true)
+            }
+            EventKind::CollEnd { coll } => self.await_collective(p, coll, q.origin),
+            EventKind::Exit => {
+                self.procs[p].state = State::Exited;
+                self.live -= 1;
+                Ok(false)
+            }
+        }
+    }
+
+    /// One-way time of `bytes` from process `from` to process `to` on this target.
+    fn comm(&self, from: usize, to: usize, bytes: u64) -> f64 {
+        comm_of(&self.network, &self.node_of, from, to, bytes)
+    }
+
+    fn send(&mut self, p: usize, msg: MsgId, bytes: u64, origin: u64) -> Result<(), EngineError> {
+        let sent = Msg::Sent {
+            at: self.now,
+            bytes,
+            from: p as ProcId,
+        };
+        match self.msgs.insert(msg, sent) {
+            None => Ok(()),
+            Some(Msg::Awaited { by }) => {
+                let arrival = self.now + self.comm(p, by as usize, bytes);
+                self.timers.push(Reverse((Time(arrival), by)));
+                Ok(())
+            }
+            Some(Msg::Sent { .. }) => Err(EngineError::DuplicateMessage { msg, origin }),
+        }
+    }
+
+    /// Process `p` is at the recv_end of `msg`: completes now if the message is there.
+    fn await_message(&mut self, p: usize, msg: MsgId, origin: u64) -> Result<bool, EngineError> {
+        let arrival = match self.msgs.get(&msg) {
+            Some(&Msg::Sent { at, bytes, from }) => Some(at + self.comm(from as usize, p, bytes)),
+            Some(Msg::Awaited { .. }) => return Err(EngineError::DuplicateMessage { msg, origin }),
+            None => None,
+        };
+        match arrival {
+            Some(t) if t <= self.now => {
+                self.receive(p, msg);
+                Ok(true)
+            }
+            Some(t) => {
+                self.timers.push(Reverse((Time(t), p as ProcId)));
+                self.start_wait(p, State::WaitMsg);
+                Ok(false)
+            }
+            None => {
+                self.msgs.insert(msg, Msg::Awaited { by: p as ProcId });
+                self.start_wait(p, State::WaitMsg);
+                Ok(false)
+            }
+        }
+    }
+
+    /// Process `p` consumes `msg`, which has arrived.
+    fn receive(&mut self, p: usize, msg: MsgId) {
+        if let Some(Msg::Sent { at, bytes, from }) = self.msgs.remove(&msg) {
+            if let Some(sink) = &mut self.sink {
+                let arrived = at + comm_of(&self.network, &self.node_of, from as usize, p, bytes);
+                sink.message(from, p as ProcId, at, arrived, bytes);
+            }
+        }
+    }
+
+    fn start_wait(&mut self, p: usize, state: State) {
+        self.procs[p].state = state;
+        self.procs[p].wait_since = self.now;
+    }
+
+    fn enter_collective(
+        &mut self,
+        p: usize,
+        coll: CollId,
+        op: crate::event::CollOp,
+        size: u32,
+        bytes: u64,
+        origin: u64,
+    ) -> Result<(), EngineError> {
+        let node = self.node_of[p];
+        let c = self.colls.entry(coll).or_insert_with(|| Collective {
+            op,
+            size,
+            bytes,
+            arrived: 0,
+            departed: 0,
+            first_node: node,
+            multi_node: false,
+            ends_at: None,
+            waiters: Vec::new(),
+        });
+        let bad = |reason: String| EngineError::BadCollective {
+            coll,
+            reason,
+            origin,
+        };
+        if c.size != size || c.op != op {
+            return Err(bad(format!(
+                "process {p} enters it as a {op:?} of {size}, others as a {:?} of {}",
+                c.op, c.size
+            )));
+        }
+        if c.arrived == c.size {
+            return Err(bad(format!(
+                "process {p} is participant {} of {}",
+                c.size + 1,
+                c.size
+            )));
+        }
+        c.arrived += 1;
+        c.bytes = c.bytes.max(bytes);
+        c.multi_node |= node != c.first_node;
+        if c.arrived == c.size {
+            let ends =
+                self.now + collective::cost(&self.network, c.op, c.size, c.bytes, c.multi_node);
+            c.ends_at = Some(ends);
+            for w in c.waiters.drain(..) {
+                self.timers.push(Reverse((Time(ends), w)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Process `p` is at the coll_end of `coll`: leaves now if the collective has ended.
+    fn await_collective(
+        &mut self,
+        p: usize,
+        coll: CollId,
+        origin: u64,
+    ) -> Result<bool, EngineError> {
+        let Some(c) = self.colls.get_mut(&coll) else {
+            return Err(EngineError::BadCollective {
+                coll,
+                reason: format!("process {p} leaves it without having entered it"),
+                origin,
+            });
+        };
+        match c.ends_at {
+            Some(t) if t <= self.now => {
+                self.leave_collective(coll);
+                Ok(true)
+            }
+            Some(t) => {
+                self.timers.push(Reverse((Time(t), p as ProcId)));
+                self.start_wait(p, State::WaitColl);
+                Ok(false)
+            }
+            None => {
+                c.waiters.push(p as ProcId);
+                self.start_wait(p, State::WaitColl);
+                Ok(false)
+            }
+        }
+    }
+
+    fn leave_collective(&mut self, coll: CollId) {
+        if let Some(c) = self.colls.get_mut(&coll) {
+            c.departed += 1;
+            if c.departed == c.size {
+                self.colls.remove(&coll);
+            }
+        }
+    }
+
+    /// Emits the running slices of node `n` up to now, before its runnable set changes.
+    fn close_slices(&mut self, n: usize) {
+        let Some(sink) = &mut self.sink else { return };
+        let start = self.slice_start[n];
+        if self.now > start {
+            let node = &self.nodes[n];
+            let rate = node.rate();
+            for p in node.runnable() {
+                sink.running(p, n, start, self.now, rate);
+            }
+        }
+        self.slice_start[n] = self.now;
+    }
+
+    /// The error for a state where every live process waits and nothing can wake any.
+    fn deadlock(&self) -> EngineError {
+        let waiting = self
+            .procs
+            .iter()
+            .enumerate()
+            .filter(|(_, pr)| matches!(pr.state, State::WaitMsg | State::WaitColl))
+            .map(|(p, pr)| {
+                let q = pr.current.expect("waiting process has an event");
+                let what = match q.event.kind {
+                    EventKind::RecvEnd { msg } => {
+                        format!("waits for message {msg}, which no live process will send")
+                    }
+                    EventKind::CollEnd { coll } => {
+                        let c = &self.colls[&coll];
+                        format!(
+                            "waits in collective {coll}, which {} of {} participants entered",
+                            c.arrived, c.size
+                        )
+                    }
+                    _ => unreachable!(),
+                };
+                (p as ProcId, q.origin, what)
+            })
+            .collect();
+        EngineError::Deadlock { waiting }
+    }
+
+    /// Progress so far.
+    pub(super) fn progress(&self) -> Progress {
+        Progress {
+            target: self.name.clone(),
+            simulated_seconds: self.now,
+            exited: self.procs.len() - self.live,
+        }
+    }
+
+    /// The prediction once every process has exited, or why there is none.
+    pub(super) fn finish(self) -> Result<Prediction, EngineError> {
+        if self.live > 0 {
+            let unfinished = self
+                .procs
+                .iter()
+                .enumerate()
+                .filter(|(_, pr)| pr.state != State::Exited)
+                .map(|(p, pr)| (p as ProcId, pr.last_origin))
+                .collect();
+            return Err(EngineError::Truncated { unfinished });
+        }
+        Ok(Prediction {
+            target: self.name,
+            predicted_seconds: self.now,
+        })
+    }
+}
+
+/// One-way time on `network` of `bytes` from `from` to `to`, placed by `node_of`; a free
+/// function so that callers holding a mutable borrow of another field can use it.
+fn comm_of(network: &Network, node_of: &[usize], from: usize, to: usize, bytes: u64) -> f64 {
+    if node_of[from] == node_of[to] {
+        network.local.seconds(bytes)
+    } else {
+        network.remote.seconds(bytes)
+    }
+}

@@ -1,0 +1,457 @@
+//! Property tests: for random deadlock-free programs and random targets, the online engine
+//! gives the same prediction under any interleaving of the processes' streams, and that
+//! prediction equals a plain discrete-event processor-sharing simulation written here,
+//! separately, without virtual clocks, gating or any of the engine's data structures.
+
+use proptest::prelude::*;
+
+use lbf::engine::Engine;
+use lbf::event::{CollOp, Event, EventKind};
+use lbf::target::{CommTable, Network, Node, Target};
+
+/// One step of a random program, in a global order that is a valid execution.
+#[derive(Clone, Debug)]
+enum Action {
+    Compute {
+        p: usize,
+        cpu: u64,
+    },
+    Message {
+        from: usize,
+        to: usize,
+        bytes: u64,
+        cpu: [u64; 3],
+    },
+    Collective {
+        op: CollOp,
+        bytes: u64,
+        cpu: u64,
+    },
+}
+
+/// Per-process streams of the program described by `actions`. Deadlock-free by construction:
+/// every receive follows its send, and every collective's entries precede its exits, in one
+/// global order consistent with each process's own order.
+fn streams(n: usize, actions: &[Action], exit_cpu: &[u64]) -> Vec<Vec<Event>> {
+    let mut s: Vec<Vec<Event>> = vec![Vec::new(); n];
+    let push = |s: &mut Vec<Vec<Event>>, p: usize, cpu_ns: u64, kind| {
+        s[p].push(Event {
+            proc: p as u32,
+            cpu_ns,
+            kind,
+        })
+    };
+    for (i, a) in actions.iter().enumerate() {
+        match *a {
+            Action::Compute { p, cpu } => push(&mut s, p, cpu, EventKind::Keepalive),
+            Action::Message {
+                from,
+                to,
+                bytes,
+                cpu,
+            } => {
+                let msg = i as u64;
+                push(&mut s, from, cpu[0], EventKind::Send { msg, bytes });
+                push(&mut s, to, cpu[1], EventKind::RecvStart);
+                push(&mut s, to, cpu[2], EventKind::RecvEnd { msg });
+            }
+            Action::Collective { op, bytes, cpu } => {
+                let coll = i as u64;
+                for p in 0..n {
+                    let kind = EventKind::CollStart {
+                        coll,
+                        op,
+                        size: n as u32,
+                        bytes,
+                    };
+                    push(&mut s, p, cpu * (p as u64 + 1), kind);
+                }
+                for p in 0..n {
+                    push(&mut s, p, cpu, EventKind::CollEnd { coll });
+                }
+            }
+        }
+    }
+    for (p, &cpu) in exit_cpu.iter().enumerate() {
+        push(&mut s, p, cpu, EventKind::Exit);
+    }
+    s
+}
+
+/// Merges the streams in the order `choices` dictates (each picks among the non-empty ones).
+fn interleave(streams: &[Vec<Event>], choices: &[usize]) -> Vec<Event> {
+    let mut next = vec![0; streams.len()];
+    let mut out = Vec::new();
+    let mut c = choices.iter().cycle();
+    loop {
+        let open: Vec<usize> = (0..streams.len())
+            .filter(|&p| next[p] < streams[p].len())
+            .collect();
+        if open.is_empty() {
+            return out;
+        }
+        let p = open[c.next().unwrap() % open.len()];
+        out.push(streams[p][next[p]]);
+        next[p] += 1;
+    }
+}
+
+fn predict(n: usize, targets: &[Target], events: &[Event]) -> Vec<f64> {
+    let mut engine = Engine::new(n, targets.to_vec()).unwrap();
+    for (i, e) in events.iter().enumerate() {
+        engine.push(*e, i as u64 + 1).unwrap();
+    }
+    engine
+        .finish()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.predicted_seconds)
+        .collect()
+}
+
+/// The reference: an offline discrete-event simulation that keeps every process's remaining
+/// work explicitly and decrements it at every step.
+mod reference {
+    use super::*;
+
+    #[derive(Clone, Copy, PartialEq)]
+    enum St {
+        Run,
+        Blocked,
+        Done,
+    }
+
+    pub fn simulate(target: &Target, streams: &[Vec<Event>]) -> f64 {
+        let n = streams.len();
+        let mut node_of = vec![0; n];
+        for (k, node) in target.nodes.iter().enumerate() {
+            for &p in &node.procs {
+                node_of[p as usize] = k;
+            }
+        }
+        let comm = |from: usize, to: usize, bytes: u64| {
+            if node_of[from] == node_of[to] {
+                target.network.local.seconds(bytes)
+            } else {
+                target.network.remote.seconds(bytes)
+            }
+        };
+        let mut idx = vec![0usize; n];
+        let mut remaining = vec![0f64; n];
+        let mut state = vec![St::Run; n];
+        let mut sent: std::collections::HashMap<u64, (f64, u64, usize)> = Default::default();
+        // collective id -> (arrival times, nodes)
+        let mut arrivals: std::collections::HashMap<u64, Vec<(f64, usize)>> = Default::default();
+        let work = |e: &Event| match e.kind {
+            EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } => 0.0,
+            _ => e.cpu_ns as f64 * 1e-9,
+        };
+        for p in 0..n {
+            remaining[p] = work(&streams[p][0]);
+        }
+        let mut now = 0.0f64;
+        loop {
+            // Let everything that can happen now happen, until nothing changes.
+            let mut changed = true;
+            while changed {
+                changed = false;
+                for p in 0..n {
+                    if state[p] == St::Done || remaining[p] > 1e-12 {
+                        continue;
+                    }
+                    let e = streams[p][idx[p]];
+                    let happens = match e.kind {
+                        EventKind::Send { msg, bytes } => {
+                            sent.insert(msg, (now, bytes, p));
+                            true
+                        }
+                        EventKind::RecvEnd { msg } => match sent.get(&msg) {
+                            Some(&(at, bytes, from)) => at + comm(from, p, bytes) <= now + 1e-12,
+                            None => false,
+                        },
+                        EventKind::CollStart { coll, .. } => {
+                            arrivals.entry(coll).or_default().push((now, node_of[p]));
+                            true
+                        }
+                        EventKind::CollEnd { coll } => coll_end(target, streams, &arrivals, coll)
+                            .is_some_and(|t| t <= now + 1e-12),
+                        _ => true,
+                    };
+                    if !happens {
+                        state[p] = St::Blocked;
+                        continue;
+                    }
+                    changed = true;
+                    if e.kind == EventKind::Exit {
+                        state[p] = St::Done;
+                        continue;
+                    }
+                    idx[p] += 1;
+                    remaining[p] = work(&streams[p][idx[p]]);
+                    state[p] = St::Run;
+                }
+            }
+            if state.iter().all(|&s| s == St::Done) {
+                return now;
+            }
+            // The next moment something happens.
+            let runnable_on = |k: usize| {
+                (0..n)
+                    .filter(|&p| state[p] == St::Run && node_of[p] == k && remaining[p] > 1e-12)
+                    .count()
+            };
+            let rate = |k: usize| {
+                let node = &target.nodes[k];
+                node.speed * f64::min(1.0, node.cores as f64 / runnable_on(k).max(1) as f64)
+            };
+            let mut next = f64::INFINITY;
+            for p in 0..n {
+                match state[p] {
+                    St::Run if remaining[p] > 1e-12 => {
+                        next = next.min(now + remaining[p] / rate(node_of[p]))
+                    }
+                    St::Blocked => {
+                        let e = streams[p][idx[p]];
+                        let wake = match e.kind {
+                            EventKind::RecvEnd { msg } => sent
+                                .get(&msg)
+                                .map(|&(at, bytes, from)| at + comm(from, p, bytes)),
+                            EventKind::CollEnd { coll } => {
+                                coll_end(target, streams, &arrivals, coll)
+                            }
+                            _ => None,
+                        };
+                        if let Some(t) = wake {
+                            next = next.min(t.max(now));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            assert!(next.is_finite(), "reference simulation deadlocked");
+            let dt = next - now;
+            let rates: Vec<f64> = (0..target.nodes.len()).map(rate).collect();
+            for p in 0..n {
+                if state[p] == St::Run && remaining[p] > 1e-12 {
+                    remaining[p] -= rates[node_of[p]] * dt;
+                    if remaining[p] <= 1e-9 * next.max(1.0) {
+                        remaining[p] = 0.0;
+                    }
+                }
+            }
+            now = next;
+            for s in state.iter_mut() {
+                if *s == St::Blocked {
+                    *s = St::Run;
+                }
+            }
+        }
+    }
+
+    /// When collective `coll` ends, once all its participants have arrived.
+    fn coll_end(
+        target: &Target,
+        streams: &[Vec<Event>],
+        arrivals: &std::collections::HashMap<u64, Vec<(f64, usize)>>,
+        coll: u64,
+    ) -> Option<f64> {
+        let a = arrivals.get(&coll)?;
+        let (op, size, bytes) = streams
+            .iter()
+            .flatten()
+            .find_map(|e| match e.kind {
+                EventKind::CollStart {
+                    coll: c,
+                    op,
+                    size,
+                    bytes,
+                } if c == coll => Some((op, size, bytes)),
+                _ => None,
+            })
+            .unwrap();
+        if a.len() < size as usize {
+            return None;
+        }
+        let last = a.iter().map(|x| x.0).fold(0.0, f64::max);
+        let multi = a.iter().any(|x| x.1 != a[0].1);
+        let table = if multi {
+            &target.network.remote
+        } else {
+            &target.network.local
+        };
+        let rounds = (size as f64).log2().ceil() * if op == CollOp::Allreduce { 2.0 } else { 1.0 };
+        Some(last + rounds * table.seconds(bytes))
+    }
+}
+
+/// Longest path through the PAG: the finish time of every event with one process per node,
+/// unit speed and a free network, by a plain forward pass in the global order.
+fn longest_path(n: usize, actions: &[Action], exit_cpu: &[u64]) -> f64 {
+    let s = streams(n, actions, exit_cpu);
+    // Process events in an order where sends precede receives: repeatedly sweep.
+    let mut t = vec![0f64; n];
+    let mut idx = vec![0usize; n];
+    let mut sent = std::collections::HashMap::new();
+    let mut coll_in: std::collections::HashMap<u64, Vec<f64>> = Default::default();
+    let mut progress = true;
+    while progress {
+        progress = false;
+        for p in 0..n {
+            while idx[p] < s[p].len() {
+                let e = s[p][idx[p]];
+                match e.kind {
+                    EventKind::RecvEnd { msg } => match sent.get(&msg) {
+                        Some(&at) => t[p] = f64::max(t[p], at),
+                        None => break,
+                    },
+                    EventKind::CollEnd { coll } => {
+                        let a = &coll_in[&coll];
+                        if a.len() < n {
+                            break;
+                        }
+                        t[p] = a.iter().copied().fold(t[p], f64::max);
+                    }
+                    _ => t[p] += e.cpu_ns as f64 * 1e-9,
+                }
+                match e.kind {
+                    EventKind::Send { msg, .. } => {
+                        sent.insert(msg, t[p]);
+                    }
+                    EventKind::CollStart { coll, .. } => {
+                        coll_in.entry(coll).or_default().push(t[p])
+                    }
+                    _ => {}
+                }
+                idx[p] += 1;
+                progress = true;
+            }
+        }
+    }
+    t.iter().copied().fold(0.0, f64::max)
+}
+
+fn action(n: usize) -> impl Strategy<Value = Action> {
+    let cpu = prop_oneof![Just(0u64), 1u64..5_000_000];
+    prop_oneof![
+        3 => (0..n, cpu.clone()).prop_map(|(p, cpu)| Action::Compute { p, cpu }),
+        6 => (0..n, 1..n.max(2), 0u64..100_000, [cpu.clone(), cpu.clone(), cpu.clone()])
+            .prop_map(move |(from, d, bytes, cpu)| match n {
+                1 => Action::Compute { p: 0, cpu: cpu[0] },
+                _ => Action::Message { from, to: (from + d) % n, bytes, cpu },
+            }),
+        1 => (prop_oneof![Just(CollOp::Barrier), Just(CollOp::Bcast), Just(CollOp::Allreduce)],
+              0u64..10_000, cpu)
+            .prop_map(|(op, bytes, cpu)| Action::Collective { op, bytes, cpu }),
+    ]
+}
+
+fn table() -> impl Strategy<Value = CommTable> {
+    prop_oneof![
+        Just(CommTable::default()),
+        (0.0f64..1e-3, 0.0f64..1e-3, 1.0f64..1e6)
+            .prop_map(|(a, b, x)| { CommTable::new(vec![(0.0, a), (x, a + b)]).unwrap() }),
+    ]
+}
+
+fn target(n: usize) -> impl Strategy<Value = Target> {
+    (
+        proptest::collection::vec(0..n, n),
+        proptest::collection::vec((1u32..3, prop_oneof![Just(0.5), Just(1.0), Just(2.0)]), n),
+        table(),
+        table(),
+    )
+        .prop_map(move |(place, shapes, local, remote)| {
+            let nodes = (0..n)
+                .map(|k| Node {
+                    procs: (0..n)
+                        .filter(|&p| place[p] == k)
+                        .map(|p| p as u32)
+                        .collect(),
+                    cores: shapes[k].0,
+                    speed: shapes[k].1,
+                })
+                .collect();
+            Target {
+                name: "random".into(),
+                nodes,
+                network: Network { local, remote },
+            }
+        })
+}
+
+type Case = (
+    usize,
+    Vec<Action>,
+    Vec<u64>,
+    Vec<Target>,
+    Vec<usize>,
+    Vec<usize>,
+);
+
+fn case() -> impl Strategy<Value = Case> {
+    (1usize..6).prop_flat_map(|n| {
+        (
+            Just(n),
+            proptest::collection::vec(action(n), 0..40),
+            proptest::collection::vec(0u64..5_000_000, n),
+            proptest::collection::vec(target(n), 1..4),
+            proptest::collection::vec(0usize..1000, 1..50),
+            proptest::collection::vec(0usize..1000, 1..50),
+        )
+    })
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1e-3)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn any_interleaving_gives_the_reference_prediction(
+        (n, actions, exit_cpu, targets, order_a, order_b) in case()
+    ) {
+        let s = streams(n, &actions, &exit_cpu);
+        let a = predict(n, &targets, &interleave(&s, &order_a));
+        let b = predict(n, &targets, &interleave(&s, &order_b));
+        prop_assert_eq!(&a, &b, "interleavings disagree");
+        for (t, got) in targets.iter().zip(&a) {
+            let want = reference::simulate(t, &s);
+            prop_assert!(close(*got, want), "engine {} vs reference {} for {:?}", got, want, t);
+        }
+    }
+
+    #[test]
+    fn one_process_per_node_on_a_free_network_is_the_longest_path(
+        (n, actions, exit_cpu, _, order, _) in case()
+    ) {
+        let s = streams(n, &actions, &exit_cpu);
+        let t = Target {
+            name: "spread".into(),
+            nodes: (0..n as u32).map(|p| Node::new(vec![p])).collect(),
+            network: Network::default(),
+        };
+        let got = predict(n, &[t], &interleave(&s, &order))[0];
+        let want = longest_path(n, &actions, &exit_cpu);
+        prop_assert!(close(got, want), "engine {} vs longest path {}", got, want);
+    }
+
+    #[test]
+    fn one_node_on_a_free_network_is_the_sum_of_work(
+        (n, actions, exit_cpu, _, order, _) in case()
+    ) {
+        let s = streams(n, &actions, &exit_cpu);
+        let t = Target {
+            name: "packed".into(),
+            nodes: vec![Node::new((0..n as u32).collect())],
+            network: Network::default(),
+        };
+        let got = predict(n, &[t], &interleave(&s, &order))[0];
+        let want: f64 = s.iter().flatten().map(|e| match e.kind {
+            EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } => 0.0,
+            _ => e.cpu_ns as f64 * 1e-9,
+        }).sum();
+        prop_assert!(close(got, want), "engine {} vs sum of work {}", got, want);
+    }
+}

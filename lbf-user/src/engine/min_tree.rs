@@ -13,7 +13,7 @@ pub(super) struct MinTree {
     leaves: usize,
 }
 
-const EMPTY: (Time, u32) = (Time(f64::INFINITY), u32::MAX);
+const EMPTY: (Time, u32) = (Time::INFINITY, u32::MAX);
 
 impl MinTree {
     /// `len` empty slots.
@@ -28,7 +28,7 @@ impl MinTree {
     /// Sets slot `i` to `time` (or empties it).
     pub(super) fn set(&mut self, i: usize, time: Option<f64>) {
         let mut k = self.leaves + i;
-        self.tree[k] = time.map_or(EMPTY, |t| (Time(t), i as u32));
+        self.tree[k] = time.map_or(EMPTY, |t| (Time::new(t), i as u32));
         while k > 1 {
             k /= 2;
             let m = self.tree[2 * k].min(self.tree[2 * k + 1]);
@@ -42,7 +42,7 @@ impl MinTree {
     /// The earliest `(time, slot)`, ties going to the lower slot.
     pub(super) fn min(&self) -> Option<(f64, usize)> {
         let (t, i) = self.tree[1];
-        (i != u32::MAX).then_some((t.0, i as usize))
+        (i != u32::MAX).then_some((t.get(), i as usize))
     }
 }
 

@@ -67,13 +67,13 @@ impl NodeState {
     pub(super) fn join(&mut self, now: f64, proc: ProcId, work: f64) {
         self.sync(now);
         self.runnable
-            .push(Reverse((Time(self.virtual_now + work), proc)));
+            .push(Reverse((Time::new(self.virtual_now + work), proc)));
     }
 
     /// Real time at which the next runnable process finishes its work, if any is runnable.
     pub(super) fn next_finish(&self) -> Option<f64> {
         let Reverse((finish, _)) = self.runnable.peek()?;
-        let remaining = (finish.0 - self.virtual_now).max(0.0);
+        let remaining = (finish.get() - self.virtual_now).max(0.0);
         Some(self.synced_at + remaining / self.rate())
     }
 
@@ -82,7 +82,7 @@ impl NodeState {
         self.sync(now);
         let Reverse((finish, proc)) = self.runnable.pop().expect("pop_finished on an idle node");
         // Snap the clock to the finish time so rounding never leaves a sliver of work behind.
-        self.virtual_now = self.virtual_now.max(finish.0);
+        self.virtual_now = self.virtual_now.max(finish.get());
         proc
     }
 }

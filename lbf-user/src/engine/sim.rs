@@ -71,8 +71,13 @@ pub(super) struct Sim {
     network: Network,
     node_of: Vec<usize>,
     nodes: Vec<NodeState>,
-    /// Next work completion time of each node.
+    /// Next work completion time of each node, up to date except for the nodes in `dirty`.
     finishes: MinTree,
+    /// Nodes whose runnable set changed since `finishes` was last brought up to date: updating
+    /// once per step instead of once per change halves the tree updates.
+    dirty: Vec<usize>,
+    /// Whether each node is in `dirty`.
+    is_dirty: Vec<bool>,
     /// Wake-ups of waiting processes: `(time, process)`.
     timers: BinaryHeap<Reverse<(Time, ProcId)>>,
     now: f64,
@@ -136,6 +141,8 @@ impl Sim {
         Ok(Sim {
             nodes: target.nodes.iter().map(NodeState::new).collect(),
             finishes: MinTree::new(target.nodes.len()),
+            dirty: Vec::new(),
+            is_dirty: vec![false; target.nodes.len()],
             slice_start: vec![0.0; target.nodes.len()],
             name: target.name,
             network: target.network,
@@ -175,8 +182,12 @@ impl Sim {
     /// Takes steps in time order until some process starves or every process has exited.
     fn run(&mut self, streams: &Streams) -> Result<(), EngineError> {
         while self.starved == 0 && self.live > 0 {
+            for n in self.dirty.drain(..) {
+                self.is_dirty[n] = false;
+                self.finishes.set(n, self.nodes[n].next_finish());
+            }
             let finish = self.finishes.min();
-            let timer = self.timers.peek().map(|Reverse((t, p))| (t.0, *p));
+            let timer = self.timers.peek().map(|Reverse((t, p))| (t.get(), *p));
             match (finish, timer) {
                 (Some((tf, n)), Some((tt, _))) if tf <= tt => self.finish_work(tf, n, streams)?,
                 (Some((tf, n)), None) => self.finish_work(tf, n, streams)?,
@@ -195,7 +206,7 @@ impl Sim {
         self.now = t;
         self.close_slices(n);
         let p = self.nodes[n].pop_finished(t) as usize;
-        self.finishes.set(n, self.nodes[n].next_finish());
+        self.mark_dirty(n);
         if self.reach(p)? {
             self.advance_proc(p, streams)?;
         }
@@ -247,12 +258,20 @@ impl Sim {
                 let n = self.node_of[p];
                 self.close_slices(n);
                 self.nodes[n].join(self.now, p as ProcId, work);
-                self.finishes.set(n, self.nodes[n].next_finish());
+                self.mark_dirty(n);
                 return Ok(());
             }
             if !self.reach(p)? {
                 return Ok(());
             }
+        }
+    }
+
+    /// Notes that node `n`'s next finish time must be recomputed before the next step.
+    fn mark_dirty(&mut self, n: usize) {
+        if !self.is_dirty[n] {
+            self.is_dirty[n] = true;
+            self.dirty.push(n);
         }
     }
 
@@ -318,7 +337,7 @@ impl Sim {
             None => Ok(()),
             Some(Msg::Awaited { by }) => {
                 let arrival = self.now + self.comm(p, by as usize, bytes);
-                self.timers.push(Reverse((Time(arrival), by)));
+                self.timers.push(Reverse((Time::new(arrival), by)));
                 Ok(())
             }
             Some(Msg::Sent { .. }) => Err(EngineError::DuplicateMessage { msg, origin }),
@@ -338,7 +357,7 @@ impl Sim {
                 Ok(true)
             }
             Some(t) => {
-                self.timers.push(Reverse((Time(t), p as ProcId)));
+                self.timers.push(Reverse((Time::new(t), p as ProcId)));
                 self.start_wait(p, State::WaitMsg);
                 Ok(false)
             }
@@ -412,7 +431,7 @@ impl Sim {
                 self.now + collective::cost(&self.network, c.op, c.size, c.bytes, c.multi_node);
             c.ends_at = Some(ends);
             for w in c.waiters.drain(..) {
-                self.timers.push(Reverse((Time(ends), w)));
+                self.timers.push(Reverse((Time::new(ends), w)));
             }
         }
         Ok(())
@@ -438,7 +457,7 @@ impl Sim {
                 Ok(true)
             }
             Some(t) => {
-                self.timers.push(Reverse((Time(t), p as ProcId)));
+                self.timers.push(Reverse((Time::new(t), p as ProcId)));
                 self.start_wait(p, State::WaitColl);
                 Ok(false)
             }

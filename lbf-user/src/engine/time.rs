@@ -1,21 +1,42 @@
-//! Totally ordered simulation times, so times can key heaps and trees.
+//! Totally ordered simulation times, so times can key heaps and trees cheaply.
 
-use std::cmp::Ordering;
+/// A non-negative time or virtual time in seconds (or +infinity), kept as its IEEE-754 bits:
+/// for non-negative numbers the bits order exactly like the values, so comparisons are integer
+/// comparisons.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) struct Time(u64);
 
-/// A time or virtual time in seconds, ordered by `f64::total_cmp`.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(super) struct Time(pub(super) f64);
+impl Time {
+    /// +infinity: later than every finite time.
+    pub(super) const INFINITY: Time = Time(0x7ff0_0000_0000_0000);
 
-impl Eq for Time {}
+    /// Wraps a non-negative, non-NaN `seconds`.
+    #[inline]
+    pub(super) fn new(seconds: f64) -> Self {
+        debug_assert!(seconds >= 0.0, "negative or NaN time {seconds}");
+        // `+ 0.0` turns a -0.0 into +0.0, whose bits sort first.
+        Time((seconds + 0.0).to_bits())
+    }
 
-impl PartialOrd for Time {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
+    /// The time in seconds.
+    #[inline]
+    pub(super) fn get(self) -> f64 {
+        f64::from_bits(self.0)
     }
 }
 
-impl Ord for Time {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.0.total_cmp(&other.0)
+#[cfg(test)]
+mod tests {
+    use super::Time;
+
+    #[test]
+    fn orders_like_the_values() {
+        let values = [0.0, -0.0, 1e-300, 0.5, 1.0, 2.5e9, f64::INFINITY];
+        for a in values {
+            for b in values {
+                assert_eq!(Time::new(a) < Time::new(b), a < b, "{a} < {b}");
+                assert_eq!(Time::new(a) == Time::new(b), a == b, "{a} == {b}");
+            }
+        }
     }
 }

@@ -10,6 +10,8 @@
 //! [`trace`] reads and writes the same [`event`]s to files, so the engine can replay a capture
 //! offline. The engine knows nothing of eBPF, MPI or files.
 
+pub mod config;
 pub mod engine;
 pub mod event;
 pub mod target;
+pub mod trace;

@@ -1,0 +1,120 @@
+//! Throughput and memory of the offline pipeline, run by `cargo xtask bench` in separate
+//! processes so that each run's peak memory is its own.
+//!
+//! `cargo bench -p lbf-user --bench throughput -- engine EVENTS` pushes a synthetic trace of
+//! 64 processes through one engine with four targets; `... -- jsonl LINES` writes a synthetic
+//! trace file and times reading it back. Each prints readable lines and one `RESULT` line of
+//! `key=value` pairs for xtask to collect.
+
+use lbf::engine::Engine;
+use lbf::trace::{synthetic, TraceReader, TraceWriter};
+use std::time::Instant;
+
+mod common;
+
+fn main() {
+    // cargo passes `--bench`; everything else is ours.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let count = |i: usize| -> u64 {
+        args.get(i)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1_000_000)
+    };
+    match args.first().map(String::as_str) {
+        Some("engine") => engine(count(1)),
+        Some("jsonl") => jsonl(count(1)),
+        _ => eprintln!("usage: throughput engine EVENTS | throughput jsonl LINES"),
+    }
+}
+
+/// Four targets at once: 64 processes on 64, 16, 8 and 1 nodes.
+fn engine(events: u64) {
+    let targets = common::targets();
+    let n_targets = targets.len() as u64;
+    let mut engine = Engine::new(common::PROCS as usize, targets).expect("valid targets");
+    let start = Instant::now();
+    let mut pushed = 0u64;
+    let mut max_queued = 0;
+    for event in synthetic::events(common::config(events)) {
+        pushed += 1;
+        engine
+            .push(event, pushed)
+            .expect("a synthetic trace is consistent");
+        if pushed.is_multiple_of(65_536) {
+            max_queued = max_queued.max(engine.queued_events());
+        }
+    }
+    let predictions = engine.finish().expect("a synthetic trace completes");
+    let seconds = start.elapsed().as_secs_f64();
+    for p in &predictions {
+        println!("  {:<24} predicted {:.3} s", p.target, p.predicted_seconds);
+    }
+    let rate = pushed as f64 / seconds;
+    let peak = peak_rss_kib();
+    println!(
+        "engine: {pushed} events x {n_targets} targets in {seconds:.2} s: {:.2} M events/s, \
+         {:.2} M target-events/s; at most {max_queued} queued; peak RSS {} MiB",
+        rate / 1e6,
+        rate * n_targets as f64 / 1e6,
+        peak / 1024
+    );
+    println!(
+        "RESULT kind=engine events={pushed} targets={n_targets} seconds={seconds:.3} \
+         events_per_s={rate:.0} max_queued={max_queued} peak_rss_kib={peak}"
+    );
+}
+
+/// Writes a synthetic trace to a temporary file and reads it back.
+fn jsonl(lines: u64) {
+    let path = std::env::temp_dir().join(format!("lbf-bench-{}.trace.jsonl", std::process::id()));
+    let cfg = common::config(lines);
+    let start = Instant::now();
+    let mut writer = TraceWriter::create(&path, &synthetic::header(&cfg)).expect("create file");
+    let mut written = 0u64;
+    for event in synthetic::events(cfg) {
+        writer.write_event(&event).expect("write");
+        written += 1;
+    }
+    drop(writer.finish(&lbf::trace::Summary {
+        measured_seconds: 1.0,
+        lost_events: 0,
+    }));
+    let write_s = start.elapsed().as_secs_f64();
+    let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+
+    let start = Instant::now();
+    let mut reader = TraceReader::open(&path).expect("open trace");
+    let mut read = 0u64;
+    while let Some(e) = reader.next_event().expect("a valid trace") {
+        std::hint::black_box(e);
+        read += 1;
+    }
+    let read_s = start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(&path);
+    let (wrate, rrate) = (written as f64 / write_s, read as f64 / read_s);
+    println!(
+        "jsonl: {read} lines, {:.0} MB: write {:.2} M lines/s, read {:.2} M lines/s ({:.0} MB/s)",
+        bytes as f64 / 1e6,
+        wrate / 1e6,
+        rrate / 1e6,
+        bytes as f64 / read_s / 1e6
+    );
+    println!(
+        "RESULT kind=jsonl lines={read} bytes={bytes} write_lines_per_s={wrate:.0} \
+         read_lines_per_s={rrate:.0} peak_rss_kib={}",
+        peak_rss_kib()
+    );
+}
+
+/// The process's peak resident set size (VmHWM) in KiB, 0 where /proc is unavailable.
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}

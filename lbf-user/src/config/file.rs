@@ -1,0 +1,224 @@
+//! Target files: TOML describing nodes, their processes, and the network.
+
+use super::{preset, validate, ConfigError};
+use crate::event::ProcId;
+use crate::target::{CommTable, Network, Node, Target};
+use serde::Deserialize;
+use std::path::Path;
+
+/// A target file as written; unknown keys are errors so that typos do not pass silently.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TargetFile {
+    name: Option<String>,
+    node: Vec<NodeFile>,
+    network: Option<NetworkFile>,
+}
+
+/// One `[[node]]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeFile {
+    procs: Vec<ProcId>,
+    #[serde(default = "one_core")]
+    cores: u32,
+    #[serde(default = "unit_speed")]
+    speed: f64,
+}
+
+fn one_core() -> u32 {
+    1
+}
+
+fn unit_speed() -> f64 {
+    1.0
+}
+
+/// The `[network]` table: a preset, tables, or a preset with a table overriding one of its own.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NetworkFile {
+    preset: Option<String>,
+    local: Option<Vec<(f64, f64)>>,
+    remote: Option<Vec<(f64, f64)>>,
+}
+
+/// Reads the target file at `path` for a trace of `num_procs` processes. The target is named
+/// by the file's `name`, or else by the file's stem (`two-nodes.toml` gives `two-nodes`).
+pub fn load_target(path: &Path, num_procs: usize) -> Result<Target, ConfigError> {
+    let source = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(&source, format!("cannot read the target file: {e}")))?;
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    parse_target(&text, &stem, num_procs).map_err(|e| ConfigError { source, ..e })
+}
+
+/// Parses target-file text for a trace of `num_procs` processes; `default_name` names the
+/// target when the text does not. Errors carry `source` "target" (see [`load_target`]).
+pub fn parse_target(
+    text: &str,
+    default_name: &str,
+    num_procs: usize,
+) -> Result<Target, ConfigError> {
+    let fail = |message: String| ConfigError::new("target", message);
+    let file: TargetFile = toml::from_str(text).map_err(|e| fail(e.to_string()))?;
+    let network = match file.network {
+        None => Network::default(),
+        Some(net) => network(net).map_err(fail)?,
+    };
+    let nodes = file
+        .node
+        .into_iter()
+        .map(|n| Node {
+            procs: n.procs,
+            cores: n.cores,
+            speed: n.speed,
+        })
+        .collect();
+    let name = file.name.unwrap_or_else(|| default_name.to_string());
+    let target = Target {
+        name,
+        nodes,
+        network,
+    };
+    validate(&target, num_procs).map_err(fail)?;
+    Ok(target)
+}
+
+/// The network a `[network]` table describes: the preset's, with any given table replacing
+/// the preset's own.
+fn network(net: NetworkFile) -> Result<Network, String> {
+    let base = match &net.preset {
+        Some(name) => preset(name)
+            .map_err(|e| format!("[network] preset: {}", e.message))?
+            .network(),
+        None => Network::default(),
+    };
+    let table = |points: Option<Vec<(f64, f64)>>, which: &str, default: CommTable| match points {
+        None => Ok(default),
+        Some(points) => CommTable::new(points).map_err(|e| format!("[network] {which}: {e}")),
+    };
+    Ok(Network {
+        local: table(net.local, "local", base.local)?,
+        remote: table(net.remote, "remote", base.remote)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TWO_NODES: &str = r#"
+        name = "two-nodes"
+        [[node]]
+        procs = [0, 1]
+        cores = 2
+        speed = 1.5
+        [[node]]
+        procs = [2]
+        [network]
+        local  = [[0, 1e-6], [1048576, 2e-4]]
+        remote = [[0, 5e-5], [65536, 6e-4], [1048576, 9e-3]]
+    "#;
+
+    fn err(text: &str, procs: usize) -> String {
+        parse_target(text, "stem", procs).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn reads_the_documented_example() {
+        let t = parse_target(TWO_NODES, "stem", 3).unwrap();
+        assert_eq!(t.name, "two-nodes");
+        assert_eq!(
+            t.nodes[0],
+            Node {
+                procs: vec![0, 1],
+                cores: 2,
+                speed: 1.5
+            }
+        );
+        assert_eq!(t.nodes[1], Node::new(vec![2]));
+        assert_eq!(t.network.local.points(), &[(0.0, 1e-6), (1048576.0, 2e-4)]);
+        assert_eq!(t.network.remote.seconds(65536), 6e-4);
+    }
+
+    #[test]
+    fn name_defaults_and_network_is_free_by_default() {
+        let t = parse_target("[[node]]\nprocs = [0]\n", "stem", 1).unwrap();
+        assert_eq!(t.name, "stem");
+        assert_eq!(t.network, Network::default());
+    }
+
+    #[test]
+    fn preset_with_a_table_overriding_one_side() {
+        let text = "[[node]]\nprocs=[0]\n[network]\npreset = \"gige\"\nlocal = [[0, 0.0]]\n";
+        let t = parse_target(text, "stem", 1).unwrap();
+        assert_eq!(t.network.local.seconds(1000), 0.0);
+        assert_eq!(t.network.remote, preset("gige").unwrap().network().remote);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = err("[[node]]\nprocs = [0]\nspead = 2.0\n", 1);
+        assert!(e.contains("spead"), "{e}");
+        let e = err("nmae = \"x\"\n[[node]]\nprocs = [0]\n", 1);
+        assert!(e.contains("nmae"), "{e}");
+        let e = err("[[node]]\nprocs = [0]\n[network]\nremot = []\n", 1);
+        assert!(e.contains("remot"), "{e}");
+    }
+
+    #[test]
+    fn placement_errors_name_the_process() {
+        let e = err("[[node]]\nprocs = [0]\n", 3);
+        assert!(e.contains("process(es) 1, 2 are on no node"), "{e}");
+        let e = err("[[node]]\nprocs = [0, 1]\n[[node]]\nprocs = [1]\n", 2);
+        assert!(e.contains("process 1 is on node 0 and on node 1"), "{e}");
+        let e = err("[[node]]\nprocs = [0, 5]\n", 1);
+        assert!(
+            e.contains("lists process 5") && e.contains("only 1 processes"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nodes_and_tables_are_checked() {
+        assert!(err("[[node]]\nprocs = [0]\ncores = 0\n", 1).contains("node 0 has 0 cores"));
+        assert!(err("[[node]]\nprocs = [0]\nspeed = -1.0\n", 1).contains("speed -1"));
+        let e = err(
+            "[[node]]\nprocs = [0]\n[network]\nremote = [[1, 1e-6], [1, 2e-6]]\n",
+            1,
+        );
+        assert!(
+            e.contains("[network] remote") && e.contains("1 bytes twice"),
+            "{e}"
+        );
+        let e = err(
+            "[[node]]\nprocs = [0]\n[network]\npreset = \"carrier-pigeon\"\n",
+            1,
+        );
+        assert!(e.contains("no such preset"), "{e}");
+        assert!(err("name = \"no nodes\"\n", 1).contains("node"));
+    }
+
+    #[test]
+    fn load_target_names_the_file() {
+        let dir = std::env::temp_dir().join(format!("lbf-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pair.toml");
+        std::fs::write(&path, "[[node]]\nprocs = [0, 1]\n").unwrap();
+        assert_eq!(load_target(&path, 2).unwrap().name, "pair");
+        let e = load_target(&path, 3).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&path.display().to_string()) && e.contains("process(es) 2"),
+            "{e}"
+        );
+        let missing = load_target(&dir.join("absent.toml"), 1)
+            .unwrap_err()
+            .to_string();
+        assert!(missing.contains("absent.toml: cannot read"), "{missing}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

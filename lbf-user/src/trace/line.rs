@@ -1,0 +1,93 @@
+//! Parsing one line of a v1 trace into an event or the summary.
+
+use super::{parse_op, Summary, TraceErrorKind};
+use crate::event::{Event, EventKind, ProcId};
+use serde::Deserialize;
+use std::borrow::Cow;
+
+/// What one body line holds.
+#[derive(Debug, PartialEq)]
+pub(super) enum Record {
+    /// An event of one of the header's processes.
+    Event(Event),
+    /// The closing summary.
+    Summary(Summary),
+}
+
+/// Every field any line may carry; borrowed so that parsing allocates nothing. Fields not
+/// listed (such as a capture's `t_ns`) are skipped.
+#[derive(Deserialize)]
+struct RawLine<'a> {
+    p: Option<u64>,
+    #[serde(borrow)]
+    k: Option<Cow<'a, str>>,
+    cpu_ns: Option<u64>,
+    msg: Option<u64>,
+    bytes: Option<u64>,
+    coll: Option<u64>,
+    #[serde(borrow)]
+    op: Option<Cow<'a, str>>,
+    size: Option<u32>,
+    summary: Option<Summary>,
+}
+
+/// Parses a non-blank body line of a trace whose header lists `procs` processes.
+pub(super) fn parse(text: &[u8], procs: usize) -> Result<Record, TraceErrorKind> {
+    let raw: RawLine =
+        serde_json::from_slice(text).map_err(|e| TraceErrorKind::BadJson(e.to_string()))?;
+    if let Some(summary) = raw.summary {
+        return Ok(Record::Summary(summary));
+    }
+    let name = raw.k.as_deref().ok_or(TraceErrorKind::MissingField {
+        kind: "event",
+        field: "k",
+    })?;
+    let (kind_static, kind) = event_kind(name, &raw)?;
+    let need = |value: Option<u64>, field| {
+        value.ok_or(TraceErrorKind::MissingField {
+            kind: kind_static,
+            field,
+        })
+    };
+    let proc = need(raw.p, "p")?;
+    if proc >= procs as u64 {
+        return Err(TraceErrorKind::UnknownProcess { proc, procs });
+    }
+    let cpu_ns = need(raw.cpu_ns, "cpu_ns")?;
+    Ok(Record::Event(Event {
+        proc: proc as ProcId,
+        cpu_ns,
+        kind,
+    }))
+}
+
+/// The kind named by `k`, with the fields it needs taken from `raw`.
+fn event_kind(name: &str, raw: &RawLine) -> Result<(&'static str, EventKind), TraceErrorKind> {
+    let missing = |kind, field| TraceErrorKind::MissingField { kind, field };
+    let kind = match name {
+        "send" => EventKind::Send {
+            msg: raw.msg.ok_or(missing("send", "msg"))?,
+            bytes: raw.bytes.ok_or(missing("send", "bytes"))?,
+        },
+        "recv_start" => EventKind::RecvStart,
+        "recv_end" => EventKind::RecvEnd {
+            msg: raw.msg.ok_or(missing("recv_end", "msg"))?,
+        },
+        "coll_start" => {
+            let op = raw.op.as_deref().ok_or(missing("coll_start", "op"))?;
+            EventKind::CollStart {
+                coll: raw.coll.ok_or(missing("coll_start", "coll"))?,
+                op: parse_op(op).ok_or_else(|| TraceErrorKind::UnknownOp(op.to_string()))?,
+                size: raw.size.ok_or(missing("coll_start", "size"))?,
+                bytes: raw.bytes.ok_or(missing("coll_start", "bytes"))?,
+            }
+        }
+        "coll_end" => EventKind::CollEnd {
+            coll: raw.coll.ok_or(missing("coll_end", "coll"))?,
+        },
+        "keepalive" => EventKind::Keepalive,
+        "exit" => EventKind::Exit,
+        other => return Err(TraceErrorKind::UnknownKind(other.to_string())),
+    };
+    Ok((super::kind_name(&kind), kind))
+}

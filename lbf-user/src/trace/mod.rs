@@ -1,0 +1,94 @@
+//! Trace files: the engine's [`Event`]s on disk, so a capture can be replayed offline.
+//!
+//! Format v1 is JSON Lines (see `docs/trace-format.md`): a header line naming the processes,
+//! one event per line, and, when the capture completed, a summary line. [`TraceReader`] streams
+//! a file (memory does not grow with its length) and names the line of every problem;
+//! [`TraceWriter`] writes the same format. [`synthetic`] generates large deadlock-free traces
+//! on the fly for benchmarks and tests.
+//!
+//! This module knows nothing of the engine or of targets.
+
+mod error;
+mod line;
+mod reader;
+pub mod synthetic;
+mod writer;
+
+pub use error::{TraceError, TraceErrorKind};
+pub use reader::TraceReader;
+pub use writer::TraceWriter;
+
+use crate::event::{CollOp, Event, EventKind, ProcInfo};
+use serde::{Deserialize, Serialize};
+
+/// The value of the header's `format` field.
+pub const FORMAT_NAME: &str = "lbf-trace";
+
+/// The format version this crate reads and writes.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// What a trace's first line says: the processes, in id order (ids are `0..procs.len()`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Header {
+    /// The processes of the traced run.
+    pub procs: Vec<ProcInfo>,
+}
+
+/// The closing line of a completed capture: how long the measured run took, and whether the
+/// capture dropped events (its predictions are then unreliable).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Summary {
+    /// Wall-clock seconds of the measured run.
+    pub measured_seconds: f64,
+    /// Events the capture lost (ring buffer overflow and the like).
+    pub lost_events: u64,
+}
+
+/// One event read from a trace, with the line it came from (1-based; the header is line 1),
+/// to pass on as the engine's `origin` so that its errors point back into the file.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LineEvent {
+    /// The line number in the trace file.
+    pub line: u64,
+    /// The event.
+    pub event: Event,
+}
+
+/// The value of an event's `k` field.
+pub fn kind_name(kind: &EventKind) -> &'static str {
+    match kind {
+        EventKind::Send { .. } => "send",
+        EventKind::RecvStart => "recv_start",
+        EventKind::RecvEnd { .. } => "recv_end",
+        EventKind::CollStart { .. } => "coll_start",
+        EventKind::CollEnd { .. } => "coll_end",
+        EventKind::Keepalive => "keepalive",
+        EventKind::Exit => "exit",
+    }
+}
+
+/// The value of a `coll_start` event's `op` field.
+pub fn op_name(op: CollOp) -> &'static str {
+    match op {
+        CollOp::Barrier => "barrier",
+        CollOp::Bcast => "bcast",
+        CollOp::Reduce => "reduce",
+        CollOp::Allreduce => "allreduce",
+    }
+}
+
+/// The operation named `name` in a `coll_start` event's `op` field.
+pub fn parse_op(name: &str) -> Option<CollOp> {
+    [
+        CollOp::Barrier,
+        CollOp::Bcast,
+        CollOp::Reduce,
+        CollOp::Allreduce,
+    ]
+    .into_iter()
+    .find(|&op| op_name(op) == name)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,215 @@
+//! Reader and writer tests: round trips, and every error with its line number.
+
+use super::*;
+use crate::event::ProcId;
+
+const HEADER: &str = r#"{"format":"lbf-trace","version":1,"procs":[{"id":0,"name":"rank0","host":"a"},{"id":1,"name":"rank1","host":"b"}]}"#;
+
+fn read_all(text: &str) -> Result<(Vec<LineEvent>, Option<Summary>), TraceError> {
+    let mut reader = TraceReader::new(text.as_bytes())?;
+    let events = reader.by_ref().collect::<Result<Vec<_>, _>>()?;
+    Ok((events, reader.summary().copied()))
+}
+
+/// The error reading `body` after a valid header, as (line, message).
+fn error(body: &str) -> (u64, String) {
+    let err = read_all(&format!("{HEADER}\n{body}")).unwrap_err();
+    (err.line, err.to_string())
+}
+
+fn ev(proc: ProcId, cpu_ns: u64, kind: EventKind) -> Event {
+    Event { proc, cpu_ns, kind }
+}
+
+fn every_kind() -> Vec<Event> {
+    vec![
+        ev(
+            0,
+            1200,
+            EventKind::Send {
+                msg: 17,
+                bytes: 4096,
+            },
+        ),
+        ev(1, 5, EventKind::RecvStart),
+        ev(1, 0, EventKind::RecvEnd { msg: 17 }),
+        ev(
+            0,
+            7,
+            EventKind::CollStart {
+                coll: 3,
+                op: CollOp::Allreduce,
+                size: 2,
+                bytes: 8,
+            },
+        ),
+        ev(
+            1,
+            9,
+            EventKind::CollStart {
+                coll: 3,
+                op: CollOp::Allreduce,
+                size: 2,
+                bytes: 8,
+            },
+        ),
+        ev(0, 1, EventKind::CollEnd { coll: 3 }),
+        ev(1, 1, EventKind::CollEnd { coll: 3 }),
+        ev(0, u64::MAX, EventKind::Keepalive),
+        ev(0, 2, EventKind::Exit),
+        ev(1, 3, EventKind::Exit),
+    ]
+}
+
+fn header() -> Header {
+    let proc = |id, host: &str| ProcInfo {
+        id,
+        name: format!("rank{id}"),
+        host: host.into(),
+    };
+    Header {
+        procs: vec![proc(0, "a"), proc(1, "b")],
+    }
+}
+
+#[test]
+fn round_trip_with_summary() {
+    let mut writer = TraceWriter::new(Vec::new(), &header()).unwrap();
+    for e in every_kind() {
+        writer.write_event(&e).unwrap();
+    }
+    let summary = Summary {
+        measured_seconds: 12.3,
+        lost_events: 4,
+    };
+    let bytes = writer.finish(&summary).unwrap();
+    let text = String::from_utf8(bytes).unwrap();
+    assert!(text.starts_with(&format!("{HEADER}\n")), "{text}");
+    assert!(text.contains(r#"{"p":0,"k":"send","cpu_ns":1200,"msg":17,"bytes":4096}"#));
+    assert!(text.ends_with("{\"summary\":{\"measured_seconds\":12.3,\"lost_events\":4}}\n"));
+
+    let mut reader = TraceReader::new(text.as_bytes()).unwrap();
+    assert_eq!(reader.header(), &header());
+    let events: Vec<_> = reader.by_ref().map(Result::unwrap).collect();
+    assert_eq!(
+        events.iter().map(|e| e.event).collect::<Vec<_>>(),
+        every_kind()
+    );
+    assert_eq!(
+        events.iter().map(|e| e.line).collect::<Vec<_>>(),
+        (2..12).collect::<Vec<_>>()
+    );
+    assert_eq!(reader.summary(), Some(&summary));
+}
+
+#[test]
+fn unfinished_writer_leaves_a_truncated_trace() {
+    let mut bytes = Vec::new();
+    let mut writer = TraceWriter::new(&mut bytes, &header()).unwrap();
+    writer.write_event(&every_kind()[0]).unwrap();
+    writer.flush().unwrap();
+    drop(writer);
+    let (events, summary) = read_all(std::str::from_utf8(&bytes).unwrap()).unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(summary, None);
+}
+
+#[test]
+fn extra_fields_and_blank_lines_are_ignored() {
+    let body = "\n{\"t_ns\":99,\"p\":1,\"note\":{\"a\":[1,2]},\"k\":\"recv_end\",\"cpu_ns\":3,\"msg\":4}\n  \n";
+    let (events, _) = read_all(&format!("{HEADER}\n{body}")).unwrap();
+    assert_eq!(
+        events,
+        vec![LineEvent {
+            line: 3,
+            event: ev(1, 3, EventKind::RecvEnd { msg: 4 })
+        }]
+    );
+}
+
+#[test]
+fn header_errors_are_on_line_1() {
+    let err = |text: &str| {
+        let e = read_all(text).unwrap_err();
+        assert_eq!(e.line, 1, "{e}");
+        e.to_string()
+    };
+    assert!(err("").contains("not an lbf trace"));
+    assert!(err(r#"{"p":0,"k":"exit","cpu_ns":0}"#).contains("not an lbf trace"));
+    assert!(err("garbage").contains("first line must be a header"));
+    let v2 = err(r#"{"format":"lbf-trace","version":2,"procs":[]}"#);
+    assert!(v2.contains("version 2 is not supported"), "{v2}");
+    assert!(err(r#"{"format":"lbf-trace","procs":[]}"#).contains("\"version\" is missing"));
+    assert!(err(r#"{"format":"lbf-trace","version":1}"#).contains("\"procs\" is missing"));
+    let gap = err(r#"{"format":"lbf-trace","version":1,"procs":[{"id":0},{"id":2}]}"#);
+    assert!(
+        gap.contains("process number 1 in \"procs\" has id 2"),
+        "{gap}"
+    );
+}
+
+#[test]
+fn body_errors_name_their_line() {
+    let exit0 = r#"{"p":0,"k":"exit","cpu_ns":0}"#;
+    let cases = [
+        (format!("{exit0}\n{{\"p\":1,"), "line 3: bad JSON"),
+        ("{\"p\":0,\"k\":\"sned\",\"cpu_ns\":1}".to_string(), "line 2: unknown event kind \"sned\""),
+        ("{\"p\":0,\"cpu_ns\":1}".to_string(), "line 2: event event is missing the field \"k\""),
+        ("{\"p\":0,\"k\":\"send\",\"cpu_ns\":1,\"msg\":1}".to_string(), "send event is missing the field \"bytes\""),
+        ("{\"p\":0,\"k\":\"recv_end\",\"cpu_ns\":1}".to_string(), "recv_end event is missing the field \"msg\""),
+        ("{\"k\":\"exit\",\"cpu_ns\":1}".to_string(), "exit event is missing the field \"p\""),
+        ("{\"p\":0,\"k\":\"exit\"}".to_string(), "exit event is missing the field \"cpu_ns\""),
+        ("{\"p\":0,\"k\":\"coll_start\",\"cpu_ns\":1,\"coll\":1,\"size\":2,\"bytes\":0}".to_string(), "coll_start event is missing the field \"op\""),
+        ("{\"p\":0,\"k\":\"coll_start\",\"cpu_ns\":1,\"coll\":1,\"op\":\"scan\",\"size\":2,\"bytes\":0}".to_string(), "unknown collective op \"scan\""),
+        ("{\"p\":0,\"k\":\"coll_end\",\"cpu_ns\":1}".to_string(), "coll_end event is missing the field \"coll\""),
+        ("{\"p\":2,\"k\":\"exit\",\"cpu_ns\":1}".to_string(), "line 2: process 2 is not in the header, which lists 2 processes (ids 0 to 1)"),
+        ("{\"p\":0,\"k\":\"exit\",\"cpu_ns\":-1}".to_string(), "line 2: bad JSON"),
+        (format!("{{\"summary\":{{\"measured_seconds\":1,\"lost_events\":0}}}}\n\n{exit0}"), "line 4: a line follows the summary on line 2"),
+    ];
+    for (body, expected) in cases {
+        let (line, message) = error(&body);
+        assert!(
+            message.contains(expected),
+            "{body:?}: got {message:?}, want {expected:?}"
+        );
+        assert!(message.starts_with(&format!("line {line}: ")), "{message}");
+    }
+}
+
+#[test]
+fn open_reports_a_missing_file() {
+    let err = TraceReader::open(std::path::Path::new("/nonexistent/t.jsonl"))
+        .err()
+        .unwrap();
+    assert_eq!(err.line, 0);
+    assert!(matches!(err.kind, TraceErrorKind::Io(_)));
+}
+
+#[test]
+fn synthetic_trace_is_consistent_and_deterministic() {
+    let config = synthetic::Config {
+        procs: 8,
+        events: 5_000,
+        seed: 7,
+    };
+    let events: Vec<Event> = synthetic::events(config).collect();
+    assert!(events.len() >= 5_000);
+    assert_eq!(events, synthetic::events(config).collect::<Vec<_>>());
+    // every process exits last, every message is sent once and received once
+    let mut exited = [false; 8];
+    let mut sends = std::collections::HashMap::new();
+    let mut recvs = std::collections::HashSet::new();
+    for e in &events {
+        assert!(!exited[e.proc as usize], "event after exit: {e:?}");
+        match e.kind {
+            EventKind::Exit => exited[e.proc as usize] = true,
+            EventKind::Send { msg, .. } => assert!(sends.insert(msg, e.proc).is_none()),
+            EventKind::RecvEnd { msg } => assert!(recvs.insert(msg)),
+            _ => {}
+        }
+    }
+    assert!(exited.iter().all(|&x| x));
+    assert_eq!(sends.len(), recvs.len());
+    assert!(recvs.iter().all(|m| sends.contains_key(m)));
+    assert_eq!(synthetic::header(&config).procs[7].name, "rank7");
+}

@@ -1,0 +1,96 @@
+//! Buffered writer of v1 traces.
+
+use super::{kind_name, op_name, Header, Summary, FORMAT_NAME, FORMAT_VERSION};
+use crate::event::{Event, EventKind, ProcInfo};
+use serde::Serialize;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+/// Writes a trace: the header at creation, then events, then the summary at [`finish`].
+/// A writer dropped without `finish` leaves a truncated trace, which readers accept and report
+/// as such.
+///
+/// [`finish`]: TraceWriter::finish
+pub struct TraceWriter<W: Write> {
+    out: BufWriter<W>,
+}
+
+/// The header line, fields in the documented order.
+#[derive(Serialize)]
+struct HeaderLine<'a> {
+    format: &'static str,
+    version: u64,
+    procs: &'a [ProcInfo],
+}
+
+/// The summary line.
+#[derive(Serialize)]
+struct SummaryLine<'a> {
+    summary: &'a Summary,
+}
+
+impl TraceWriter<File> {
+    /// Creates (or truncates) the file at `path` and writes the header.
+    pub fn create(path: &Path, header: &Header) -> io::Result<Self> {
+        Self::new(File::create(path)?, header)
+    }
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the header to `out`, buffering all output.
+    pub fn new(out: W, header: &Header) -> io::Result<Self> {
+        let mut out = BufWriter::with_capacity(1 << 16, out);
+        let line = HeaderLine {
+            format: FORMAT_NAME,
+            version: FORMAT_VERSION,
+            procs: &header.procs,
+        };
+        serde_json::to_writer(&mut out, &line)?;
+        out.write_all(b"\n")?;
+        Ok(TraceWriter { out })
+    }
+
+    /// Appends one event line.
+    pub fn write_event(&mut self, event: &Event) -> io::Result<()> {
+        let out = &mut self.out;
+        let kind = kind_name(&event.kind);
+        write!(
+            out,
+            r#"{{"p":{},"k":"{kind}","cpu_ns":{}"#,
+            event.proc, event.cpu_ns
+        )?;
+        match event.kind {
+            EventKind::Send { msg, bytes } => write!(out, r#","msg":{msg},"bytes":{bytes}"#)?,
+            EventKind::RecvEnd { msg } => write!(out, r#","msg":{msg}"#)?,
+            EventKind::CollStart {
+                coll,
+                op,
+                size,
+                bytes,
+            } => write!(
+                out,
+                r#","coll":{coll},"op":"{}","size":{size},"bytes":{bytes}"#,
+                op_name(op)
+            )?,
+            EventKind::CollEnd { coll } => write!(out, r#","coll":{coll}"#)?,
+            EventKind::RecvStart | EventKind::Keepalive | EventKind::Exit => {}
+        }
+        out.write_all(b"}\n")
+    }
+
+    /// Pushes buffered lines to the underlying writer, so that a live capture's file is
+    /// readable up to here.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    /// Writes the summary line, flushes, and returns the underlying writer.
+    pub fn finish(mut self, summary: &Summary) -> io::Result<W> {
+        serde_json::to_writer(&mut self.out, &SummaryLine { summary })?;
+        self.out.write_all(b"\n")?;
+        self.out
+            .into_inner()
+            .map_err(io::IntoInnerError::into_error)
+    }
+}

@@ -10,6 +10,7 @@
 //! [`trace`] reads and writes the same [`event`]s to files, so the engine can replay a capture
 //! offline. The engine knows nothing of eBPF, MPI or files.
 
+pub mod capture;
 pub mod config;
 pub mod engine;
 pub mod event;

@@ -1,0 +1,227 @@
+//! Communicators and collective instances across processes.
+//!
+//! A communicator gets a capture-wide [`CommId`]: `MPI_COMM_WORLD` is [`WORLD`]; a
+//! communicator created by the n-th `MPI_Comm_dup`/`MPI_Comm_split` a process makes on a
+//! parent is the same object in every member, so it is identified by (parent, n, color).
+//! Ranks in a dup are the parent's; ranks in a split are ordered by (key, parent rank) among
+//! the members of one color, computed once every member of the parent has entered the split
+//! (which MPI guarantees before any of them returns). `MPI_Comm_rank`/`MPI_Comm_size` answers
+//! fill in whatever is still unknown. Intercommunicators and group-based creation
+//! (`MPI_Comm_create`) are not probed.
+//!
+//! Collectives are grouped by call order: the n-th collective call on a communicator by each
+//! member is the same instance.
+
+use std::collections::HashMap;
+
+use super::matching::CommId;
+use crate::event::CollId;
+
+/// `MPI_COMM_WORLD`'s id.
+pub const WORLD: CommId = 0;
+
+/// `MPI_UNDEFINED` (the same in Open MPI and MPICH): a split color that yields no communicator.
+pub const UNDEFINED: i32 = -32766;
+
+/// One member's part in a communicator creation.
+#[derive(Clone, Copy, Debug)]
+struct Member {
+    tgid: u32,
+    color: i32,
+    key: i32,
+    parent_rank: u32,
+}
+
+/// A creation in progress: members so far, and which of them have collected their result.
+#[derive(Default)]
+struct Creation {
+    split: bool,
+    members: Vec<Member>,
+    collected: usize,
+    /// Ids given out, by color.
+    ids: HashMap<i32, CommId>,
+}
+
+/// What a member learns about a communicator it created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Created {
+    /// The communicator.
+    pub comm: CommId,
+    /// The member's rank in it, when known.
+    pub rank: Option<u32>,
+}
+
+/// Communicator sizes, creations in progress and open collective instances.
+pub struct Comms {
+    sizes: HashMap<CommId, u32>,
+    creations: HashMap<(CommId, u32), Creation>,
+    collectives: HashMap<(CommId, u64), (CollId, u32)>,
+    next_comm: CommId,
+    next_coll: CollId,
+}
+
+impl Default for Comms {
+    fn default() -> Self {
+        Comms {
+            sizes: HashMap::new(),
+            creations: HashMap::new(),
+            collectives: HashMap::new(),
+            next_comm: WORLD + 1,
+            next_coll: 0,
+        }
+    }
+}
+
+impl Comms {
+    /// Only `MPI_COMM_WORLD`, of unknown size.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of members of `comm`, when known.
+    pub fn size(&self, comm: CommId) -> Option<u32> {
+        self.sizes.get(&comm).copied()
+    }
+
+    /// Records that `comm` has `size` members.
+    pub fn set_size(&mut self, comm: CommId, size: u32) {
+        self.sizes.insert(comm, size);
+    }
+
+    /// Process `tgid` (rank `parent_rank` of `parent`) enters its `seq`-th creation on
+    /// `parent`: a dup (`split == None`) or a split with `(color, key)`.
+    pub fn enter_creation(
+        &mut self,
+        parent: CommId,
+        seq: u32,
+        tgid: u32,
+        parent_rank: u32,
+        split: Option<(i32, i32)>,
+    ) {
+        let creation = self.creations.entry((parent, seq)).or_default();
+        creation.split = split.is_some();
+        let (color, key) = split.unwrap_or((0, 0));
+        creation.members.push(Member {
+            tgid,
+            color,
+            key,
+            parent_rank,
+        });
+    }
+
+    /// Process `tgid` leaves its `seq`-th creation on `parent`: the communicator it got, or
+    /// `None` for a split with color `MPI_UNDEFINED` (or a creation never entered).
+    pub fn leave_creation(&mut self, parent: CommId, seq: u32, tgid: u32) -> Option<Created> {
+        let parent_size = self.size(parent);
+        let creation = self.creations.get_mut(&(parent, seq))?;
+        let me = *creation.members.iter().find(|m| m.tgid == tgid)?;
+        creation.collected += 1;
+        let complete = parent_size.is_some_and(|n| creation.members.len() as u32 >= n);
+        let result = (me.color != UNDEFINED).then(|| {
+            let comm = *creation.ids.entry(me.color).or_insert_with(|| {
+                let id = self.next_comm;
+                self.next_comm += 1;
+                id
+            });
+            let rank = if !creation.split {
+                Some(me.parent_rank)
+            } else if complete {
+                let mut same: Vec<&Member> = creation
+                    .members
+                    .iter()
+                    .filter(|m| m.color == me.color)
+                    .collect();
+                same.sort_by_key(|m| (m.key, m.parent_rank));
+                self.sizes.insert(comm, same.len() as u32);
+                same.iter().position(|m| m.tgid == tgid).map(|r| r as u32)
+            } else {
+                None
+            };
+            if !creation.split {
+                if let Some(n) = parent_size {
+                    self.sizes.insert(comm, n);
+                }
+            }
+            Created { comm, rank }
+        });
+        if complete && creation.collected >= creation.members.len() {
+            self.creations.remove(&(parent, seq));
+        }
+        result
+    }
+
+    /// A member enters the `seq`-th collective on `comm`, which has `size` members: returns
+    /// the instance's id, the same for every member.
+    pub fn join_collective(&mut self, comm: CommId, seq: u64, size: u32) -> CollId {
+        let next = &mut self.next_coll;
+        let entry = self.collectives.entry((comm, seq)).or_insert_with(|| {
+            let id = *next;
+            *next += 1;
+            (id, 0)
+        });
+        entry.1 += 1;
+        let id = entry.0;
+        if entry.1 >= size {
+            self.collectives.remove(&(comm, seq));
+        }
+        id
+    }
+
+    /// Collective instances some but not all members have entered.
+    pub fn open_collectives(&self) -> usize {
+        self.collectives.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_ranks_follow_key_then_parent_rank() {
+        let mut c = Comms::new();
+        c.set_size(WORLD, 4);
+        // (tgid, parent rank, color, key)
+        let members = [
+            (10, 0, 0, 5),
+            (11, 1, 1, 0),
+            (12, 2, 0, 1),
+            (13, 3, UNDEFINED, 0),
+        ];
+        for &(tgid, rank, color, key) in &members {
+            c.enter_creation(WORLD, 0, tgid, rank, Some((color, key)));
+        }
+        let a = c.leave_creation(WORLD, 0, 10).unwrap();
+        let b = c.leave_creation(WORLD, 0, 11).unwrap();
+        let d = c.leave_creation(WORLD, 0, 12).unwrap();
+        assert_eq!(c.leave_creation(WORLD, 0, 13), None);
+        assert_eq!((a.comm, a.rank), (d.comm, Some(1)));
+        assert_eq!(d.rank, Some(0));
+        assert_ne!(a.comm, b.comm);
+        assert_eq!((c.size(a.comm), c.size(b.comm)), (Some(2), Some(1)));
+        assert!(c.creations.is_empty());
+    }
+
+    #[test]
+    fn dup_keeps_ranks_and_size() {
+        let mut c = Comms::new();
+        c.set_size(WORLD, 2);
+        c.enter_creation(WORLD, 0, 1, 0, None);
+        c.enter_creation(WORLD, 0, 2, 1, None);
+        let x = c.leave_creation(WORLD, 0, 2).unwrap();
+        assert_eq!(x.rank, Some(1));
+        assert_eq!(c.size(x.comm), Some(2));
+    }
+
+    #[test]
+    fn collectives_group_by_call_order() {
+        let mut c = Comms::new();
+        let a0 = c.join_collective(WORLD, 0, 2);
+        let a1 = c.join_collective(WORLD, 1, 2);
+        let b0 = c.join_collective(WORLD, 0, 2);
+        let b1 = c.join_collective(WORLD, 1, 2);
+        assert_eq!((a0, a1), (b0, b1));
+        assert_ne!(a0, a1);
+        assert_eq!(c.open_collectives(), 0);
+    }
+}

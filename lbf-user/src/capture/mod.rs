@@ -1,0 +1,628 @@
+//! MPI capture: turns the probe's raw [`Record`]s into the engine's per-process [`Event`]s.
+//!
+//! This module owns MPI semantics in user space: decoding each library's ABI ([`openmpi`],
+//! [`mpich`]; the argument positions shared by both in [`call`]), telling which processes are
+//! ranks ([`procfs`]), matching sends to receives ([`matching`]), grouping collectives and
+//! communicators ([`comms`]) and CPU accounting ([`process`]). It knows nothing of eBPF
+//! loading, trace files or the engine's algorithm.
+//!
+//! # Events from calls
+//!
+//! The CPU of an event is the calling thread's CPU since the process's previous event.
+//! CPU before the entry of a blocking call is work; CPU inside it is waiting.
+//!
+//! | call | events |
+//! | --- | --- |
+//! | `MPI_Send` family, `MPI_Isend` family | `Send` at entry (CPU inside a blocking send, e.g. a rendezvous, counts as work) |
+//! | `MPI_Recv` | `RecvStart` at entry, `RecvEnd` at exit |
+//! | `MPI_Irecv` | nothing; the receive is posted (for matching order) at the call |
+//! | `MPI_Wait*` / `MPI_Test*` completing receives | `RecvStart` at entry, one `RecvEnd` per receive at exit; nothing if no receive completed |
+//! | `MPI_Sendrecv*` | `Send` at entry, `RecvStart`, `RecvEnd` at exit |
+//! | `MPI_Probe` | the next `RecvStart` is moved back to the probe's entry |
+//! | collectives, `MPI_Comm_dup`/`split` | `CollStart` at entry, `CollEnd` at exit |
+//! | `MPI_Finalize` | `Exit` at exit (or at process exit without it) |
+//!
+//! Processes that never call MPI (`mpirun`, Hydra proxies) are not ranks and emit nothing.
+//! A rank's process id is its `MPI_COMM_WORLD` rank, from the launcher's environment or its
+//! `MPI_Comm_rank(MPI_COMM_WORLD)` answer; one MPI job per capture.
+//!
+//! # Limits
+//!
+//! - `MPI_Sendrecv` has 12 arguments and the records carry 8: its communicator is taken to be
+//!   `MPI_COMM_WORLD` and its receive matched to the oldest send addressed to the caller.
+//!   Likewise the `v` collectives' communicator is taken to be `MPI_COMM_WORLD`.
+//! - Wait/test calls see at most as many requests as fit in a record (32 for Open MPI, 64 for
+//!   MPICH); completions beyond are lost (counted).
+//! - Persistent requests, one-sided and neighbourhood calls, intercommunicators are not handled.
+//! - There are no periodic `Keepalive`s: the records only come at MPI calls.
+
+pub mod call;
+pub mod comms;
+pub mod library;
+pub mod matching;
+pub mod mpich;
+pub mod openmpi;
+pub mod process;
+pub mod procfs;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use lbf_common::{Record, RecordKind, MEM_BYTES};
+
+use self::call::{Completion, Entry, Peer, RecvArgs, SendArgs};
+use self::comms::Comms;
+use self::library::Abi;
+use self::matching::{Envelope, Matcher, Pattern, RecvId};
+use self::process::{LocalComm, OpenCall, Process, Request};
+use self::procfs::ProcessInspector;
+use crate::event::{CollOp, Event, EventKind, ProcInfo};
+
+pub use self::library::Library;
+
+/// Receives what a capture produces, in order per process.
+pub trait EventSink {
+    /// A new process; called once, before its first event.
+    fn process(&mut self, info: &ProcInfo);
+    /// The next event of `event.proc`.
+    fn event(&mut self, event: &Event);
+}
+
+/// An [`EventSink`] that keeps everything in memory (tests, small captures).
+#[derive(Clone, Debug, Default)]
+pub struct EventLog {
+    /// Processes in order of appearance.
+    pub procs: Vec<ProcInfo>,
+    /// Events in order of emission.
+    pub events: Vec<Event>,
+}
+
+impl EventSink for EventLog {
+    fn process(&mut self, info: &ProcInfo) {
+        self.procs.push(info.clone());
+    }
+    fn event(&mut self, event: &Event) {
+        self.events.push(*event);
+    }
+}
+
+/// Totals over the events of one process.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcStats {
+    /// `Send` events.
+    pub sends: u64,
+    /// Bytes of those sends.
+    pub send_bytes: u64,
+    /// Matched `RecvEnd` events.
+    pub recvs: u64,
+    /// Bytes of the messages received.
+    pub recv_bytes: u64,
+    /// `CollStart` events.
+    pub collectives: u64,
+    /// CPU over all events.
+    pub cpu_ns: u64,
+    /// CPU on `RecvEnd` and `CollEnd` events: waiting inside MPI.
+    pub wait_ns: u64,
+}
+
+impl ProcStats {
+    fn count(&mut self, cpu_ns: u64, kind: &EventKind, bytes: u64) {
+        self.cpu_ns += cpu_ns;
+        match *kind {
+            EventKind::Send { bytes, .. } => {
+                self.sends += 1;
+                self.send_bytes += bytes;
+            }
+            EventKind::RecvEnd { .. } => {
+                self.recvs += 1;
+                self.recv_bytes += bytes;
+                self.wait_ns += cpu_ns;
+            }
+            EventKind::CollStart { .. } => self.collectives += 1,
+            EventKind::CollEnd { .. } => self.wait_ns += cpu_ns,
+            _ => {}
+        }
+    }
+}
+
+/// What a finished capture saw.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// The ranks, by id.
+    pub procs: Vec<ProcInfo>,
+    /// Totals per rank, indexed like `procs`.
+    pub stats: Vec<ProcStats>,
+    /// Wall time from the first record to the last process exit, in seconds.
+    pub measured_seconds: f64,
+    /// Sends no receive consumed.
+    pub unmatched_sends: u64,
+    /// Receives completed without a matching send (emitted as `Keepalive`s).
+    pub unmatched_recvs: u64,
+    /// Things the capture could not model, with how often they happened.
+    pub anomalies: BTreeMap<String, u64>,
+}
+
+/// Turns records into events; see the module documentation.
+pub struct Capture {
+    inspector: Box<dyn ProcessInspector>,
+    host: String,
+    procs: HashMap<u32, Process>,
+    /// Processes that call MPI but could not be inspected, and duplicate ranks.
+    rejected: HashSet<u32>,
+    rank_owner: HashMap<u32, u32>,
+    matcher: Matcher,
+    comms: Comms,
+    /// Where each pending `RecvEnd` waits: (tgid, slot).
+    recv_slots: HashMap<RecvId, (u32, u64)>,
+    first_ts: Option<u64>,
+    last_ts: u64,
+    last_exit_ts: Option<u64>,
+    anomalies: BTreeMap<String, u64>,
+}
+
+impl Capture {
+    /// A capture that asks `inspector` about new MPI processes and names `host` as their host.
+    pub fn new(inspector: Box<dyn ProcessInspector>, host: impl Into<String>) -> Self {
+        Capture {
+            inspector,
+            host: host.into(),
+            procs: HashMap::new(),
+            rejected: HashSet::new(),
+            rank_owner: HashMap::new(),
+            matcher: Matcher::new(),
+            comms: Comms::new(),
+            recv_slots: HashMap::new(),
+            first_ts: None,
+            last_ts: 0,
+            last_exit_ts: None,
+            anomalies: BTreeMap::new(),
+        }
+    }
+
+    /// Consumes one record, handing any events it completes to `sink`.
+    pub fn record(&mut self, rec: &Record, sink: &mut dyn EventSink) {
+        self.first_ts.get_or_insert(rec.ts_ns);
+        self.last_ts = self.last_ts.max(rec.ts_ns);
+        match RecordKind::from_raw(rec.kind) {
+            Some(RecordKind::CallEntry) => self.entry(rec),
+            Some(RecordKind::CallExit) => self.exit(rec),
+            Some(RecordKind::Exit) => {
+                self.last_exit_ts = Some(rec.ts_ns);
+                if let Some(p) = self.procs.get_mut(&rec.tgid) {
+                    if !p.exited {
+                        p.exited = true;
+                        p.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
+                        note(&mut self.anomalies, "rank exited without MPI_Finalize");
+                    }
+                }
+            }
+            Some(RecordKind::Fork | RecordKind::Exec) => {}
+            None => note(&mut self.anomalies, "record of unknown kind"),
+        }
+        let mut touched = vec![rec.tgid];
+        for m in self.matcher.take_matched() {
+            if let Some((tgid, slot)) = self.recv_slots.remove(&m.recv) {
+                if let Some(p) = self.procs.get_mut(&tgid) {
+                    p.fill(slot, m.msg, m.bytes);
+                    touched.push(tgid);
+                }
+            }
+        }
+        for tgid in touched {
+            if let Some(p) = self.procs.get_mut(&tgid) {
+                p.flush(&self.host, sink);
+            }
+        }
+    }
+
+    /// Ends the capture: gives up on receives never matched, closes processes without an
+    /// exit, hands out what is left and summarises.
+    pub fn finish(mut self, sink: &mut dyn EventSink) -> Summary {
+        let mut tgids: Vec<u32> = self.procs.keys().copied().collect();
+        tgids.sort_by_key(|t| self.procs[t].rank);
+        let mut summary = Summary::default();
+        for tgid in tgids {
+            let p = self.procs.get_mut(&tgid).expect("listed process");
+            summary.unmatched_recvs += p.abandon_pending();
+            if !p.exited {
+                p.exited = true;
+                p.emit(0, 0, EventKind::Exit);
+                note(
+                    &mut self.anomalies,
+                    "rank still running at the end of the capture",
+                );
+            }
+            let Some(rank) = p.rank else {
+                note(
+                    &mut self.anomalies,
+                    "MPI process whose rank never became known",
+                );
+                continue;
+            };
+            p.flush(&self.host, sink);
+            summary.procs.push(ProcInfo {
+                id: rank,
+                name: format!("rank {rank}"),
+                host: self.host.clone(),
+            });
+            summary.stats.push(p.stats);
+        }
+        summary.unmatched_sends = self.matcher.unmatched_sends();
+        let open = self.comms.open_collectives();
+        if open > 0 {
+            *self
+                .anomalies
+                .entry("collective some ranks never entered".into())
+                .or_default() += open as u64;
+        }
+        let end = self.last_exit_ts.unwrap_or(self.last_ts);
+        summary.measured_seconds = end.saturating_sub(self.first_ts.unwrap_or(end)) as f64 * 1e-9;
+        summary.anomalies = self.anomalies;
+        summary
+    }
+
+    /// The process `tgid`, inspected on its first MPI call; `None` if it cannot be modelled.
+    fn process(&mut self, tgid: u32) -> Option<&mut Process> {
+        if self.rejected.contains(&tgid) {
+            return None;
+        }
+        if !self.procs.contains_key(&tgid) {
+            let abi = match self.inspector.abi(tgid) {
+                Ok(abi) => abi,
+                Err(e) => {
+                    note(&mut self.anomalies, &e.to_string());
+                    self.rejected.insert(tgid);
+                    return None;
+                }
+            };
+            let launch = self.inspector.launch_rank(tgid);
+            if let Some(size) = launch.and_then(|l| l.size) {
+                self.comms.set_size(comms::WORLD, size);
+            }
+            self.procs.insert(tgid, Process::new(abi, None));
+            if let Some(l) = launch {
+                self.claim_rank(tgid, l.rank);
+            }
+        }
+        self.procs.get_mut(&tgid)
+    }
+
+    /// Makes `rank` the world rank of `tgid`, unless another process has it.
+    fn claim_rank(&mut self, tgid: u32, rank: u32) {
+        match self.rank_owner.get(&rank) {
+            Some(&owner) if owner != tgid => {
+                note(&mut self.anomalies, &format!("two processes ({owner}, {tgid}) claim rank {rank}: one MPI job per capture"));
+                self.procs.remove(&tgid);
+                self.rejected.insert(tgid);
+            }
+            _ => {
+                self.rank_owner.insert(rank, tgid);
+                if let Some(p) = self.procs.get_mut(&tgid) {
+                    p.rank = Some(rank);
+                }
+            }
+        }
+    }
+
+    fn entry(&mut self, rec: &Record) {
+        let mem = &rec.mem[..usize::from(rec.mem_len).min(MEM_BYTES)];
+        let Some(p) = self.process(rec.tgid) else {
+            return;
+        };
+        let stack = p.calls.entry(rec.tid).or_default();
+        let nested = !stack.is_empty() || p.exited;
+        let entry = (!nested).then(|| call::decode_entry(&p.abi, rec.fn_id, &rec.args, mem));
+        let mut open = OpenCall {
+            fn_id: rec.fn_id,
+            entry: entry.clone(),
+            cpu_ns: rec.cpu_ns,
+            posted: None,
+            coll: None,
+            creation: None,
+        };
+        match entry {
+            Some(Entry::Send { send, .. }) => self.send(rec, &send),
+            Some(Entry::Recv { recv, .. }) => open.posted = self.post(rec.tgid, &recv),
+            Some(Entry::SendRecv { send, recv }) => {
+                self.send(rec, &send);
+                open.posted = self.post(rec.tgid, &recv);
+            }
+            Some(Entry::Probe) => p.probe_wait(rec.cpu_ns),
+            Some(Entry::Collective { comm, op, bytes }) => {
+                let comm = comm.unwrap_or(p.abi.world());
+                if bytes.is_none() {
+                    note(
+                        &mut self.anomalies,
+                        "collective of unknown size (derived datatype or count array)",
+                    );
+                }
+                open.coll = self.collective(rec, comm, op, bytes.unwrap_or(0));
+            }
+            Some(Entry::CommCreate { parent, split }) => {
+                open.coll = self.collective(rec, parent, CollOp::Allreduce, 0);
+                let p = self.procs.get_mut(&rec.tgid).expect("inspected above");
+                match p.comm(parent) {
+                    Some(LocalComm {
+                        id,
+                        rank: Some(rank),
+                    }) => {
+                        let seq = p.creations.entry(id).or_default();
+                        open.creation = Some((id, *seq));
+                        self.comms.enter_creation(id, *seq, rec.tgid, rank, split);
+                        *seq += 1;
+                    }
+                    _ => note(
+                        &mut self.anomalies,
+                        "communicator created from an unknown parent",
+                    ),
+                }
+            }
+            Some(Entry::CommFree { comm: Some(handle) }) => {
+                p.comms.remove(&handle);
+            }
+            _ => {}
+        }
+        let p = self.procs.get_mut(&rec.tgid).expect("inspected above");
+        p.calls.entry(rec.tid).or_default().push(open);
+    }
+
+    fn exit(&mut self, rec: &Record) {
+        let mem = &rec.mem[..usize::from(rec.mem_len).min(MEM_BYTES)];
+        let Some(p) = self.procs.get_mut(&rec.tgid) else {
+            return;
+        };
+        let Some(open) = p.calls.get_mut(&rec.tid).and_then(Vec::pop) else {
+            note(&mut self.anomalies, "call exit without its entry");
+            return;
+        };
+        if open.fn_id != rec.fn_id {
+            note(
+                &mut self.anomalies,
+                "call exit of another function than the open entry",
+            );
+            return;
+        }
+        let (tid, cpu) = (rec.tid, rec.cpu_ns);
+        match open.entry {
+            None | Some(Entry::Init | Entry::Probe | Entry::CommFree { .. } | Entry::Other) => {}
+            Some(Entry::Finalize) => {
+                p.exited = true;
+                p.emit(tid, cpu, EventKind::Exit);
+            }
+            Some(Entry::CommQuery { comm, size }) => {
+                let Some(value) = Abi::int(mem).and_then(|v| u32::try_from(v).ok()) else {
+                    return;
+                };
+                let local = p.comm(comm);
+                match (local, size) {
+                    (Some(c), true) => self.comms.set_size(c.id, value),
+                    (Some(c), false) if c.id == comms::WORLD => {
+                        if p.rank.is_none() {
+                            self.claim_rank(rec.tgid, value);
+                        }
+                    }
+                    (Some(_), false) => {
+                        if let Some(c) = p.comms.get_mut(&comm) {
+                            c.rank = Some(value);
+                        }
+                    }
+                    (None, _) => {}
+                }
+            }
+            Some(Entry::Send { nonblocking, .. }) => {
+                if let (true, Some(&h)) = (nonblocking, p.abi.handles(mem).first()) {
+                    p.requests.insert(h, Request::Send);
+                }
+            }
+            Some(Entry::Recv {
+                nonblocking: true, ..
+            }) => {
+                if let Some(&h) = p.abi.handles(mem).first() {
+                    p.requests
+                        .insert(h, open.posted.map_or(Request::Null, Request::Recv));
+                }
+            }
+            Some(Entry::Recv {
+                nonblocking: false, ..
+            })
+            | Some(Entry::SendRecv { .. }) => {
+                let status = p.abi.statuses(mem).first().map(|s| (s.source, s.tag));
+                if let Some(id) = open.posted {
+                    self.receive(rec.tgid, tid, open.cpu_ns, cpu, &[(id, status)]);
+                }
+            }
+            Some(Entry::Complete {
+                requests,
+                how,
+                truncated,
+            }) => {
+                if truncated {
+                    note(
+                        &mut self.anomalies,
+                        "request array longer than a record holds",
+                    );
+                }
+                let after = p.abi.handles(mem);
+                let statuses = if how == Completion::All {
+                    p.abi.statuses(mem)
+                } else {
+                    Vec::new()
+                };
+                let mut recvs = Vec::new();
+                for (i, h) in requests.iter().enumerate() {
+                    let done = match how {
+                        Completion::All => true,
+                        Completion::Changed => after.get(i).is_some_and(|a| a != h),
+                    };
+                    if !done {
+                        continue;
+                    }
+                    if let Some(Request::Recv(id)) = p.requests.remove(h) {
+                        recvs.push((id, statuses.get(i).map(|s| (s.source, s.tag))));
+                    }
+                }
+                if !recvs.is_empty() {
+                    self.receive(rec.tgid, tid, open.cpu_ns, cpu, &recvs);
+                }
+            }
+            Some(Entry::Collective { .. }) => {
+                if let Some(coll) = open.coll {
+                    p.emit(tid, cpu, EventKind::CollEnd { coll });
+                }
+            }
+            Some(Entry::CommCreate { .. }) => {
+                if let Some(coll) = open.coll {
+                    p.emit(tid, cpu, EventKind::CollEnd { coll });
+                }
+                let handle = p.abi.handles(mem).first().copied();
+                if let (Some((parent, seq)), Some(handle)) = (open.creation, handle) {
+                    if let Some(created) = self.comms.leave_creation(parent, seq, rec.tgid) {
+                        let p = self.procs.get_mut(&rec.tgid).expect("looked up above");
+                        p.comms.insert(
+                            handle,
+                            LocalComm {
+                                id: created.comm,
+                                rank: created.rank,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Emits a `Send` for `send` at the entry `rec` and registers it for matching.
+    fn send(&mut self, rec: &Record, send: &SendArgs) {
+        let p = self
+            .procs
+            .get_mut(&rec.tgid)
+            .expect("caller inspected the process");
+        let dst = match send.dest {
+            Peer::Null => return,
+            Peer::Rank(r) => r,
+            Peer::Any => {
+                note(&mut self.anomalies, "send to an invalid rank");
+                return;
+            }
+        };
+        let Some(LocalComm {
+            id: comm,
+            rank: Some(src),
+        }) = p.comm(send.comm)
+        else {
+            note(
+                &mut self.anomalies,
+                "send on a communicator whose rank is unknown",
+            );
+            return;
+        };
+        let bytes = send.bytes.unwrap_or_else(|| {
+            note(
+                &mut self.anomalies,
+                "send of unknown size (derived datatype)",
+            );
+            0
+        });
+        let msg = self.matcher.send(
+            Envelope {
+                comm,
+                src,
+                dst,
+                tag: send.tag,
+            },
+            bytes,
+        );
+        p.emit(rec.tid, rec.cpu_ns, EventKind::Send { msg, bytes });
+    }
+
+    /// Posts a receive for matching; `None` if it moves nothing or cannot be placed.
+    fn post(&mut self, tgid: u32, recv: &RecvArgs) -> Option<RecvId> {
+        let p = self.procs.get(&tgid)?;
+        let src = match recv.source {
+            Peer::Null => return None,
+            Peer::Any => None,
+            Peer::Rank(r) => Some(r),
+        };
+        let Some(LocalComm {
+            id: comm,
+            rank: Some(dst),
+        }) = p.comm(recv.comm.unwrap_or(p.abi.world()))
+        else {
+            note(
+                &mut self.anomalies,
+                "receive on a communicator whose rank is unknown",
+            );
+            return None;
+        };
+        Some(self.matcher.post(Pattern {
+            comm,
+            dst,
+            src,
+            tag: recv.tag,
+        }))
+    }
+
+    /// Emits the `RecvStart` (at `entry_cpu`) and one pending `RecvEnd` per completed receive
+    /// (at `exit_cpu`), then completes them in the matcher with their statuses.
+    fn receive(
+        &mut self,
+        tgid: u32,
+        tid: u32,
+        entry_cpu: u64,
+        exit_cpu: u64,
+        recvs: &[(RecvId, Option<(i32, i32)>)],
+    ) {
+        let p = self
+            .procs
+            .get_mut(&tgid)
+            .expect("caller looked up the process");
+        p.emit_recv_start(tid, entry_cpu);
+        for &(id, _) in recvs {
+            let slot = p.emit_pending_recv(tid, exit_cpu);
+            self.recv_slots.insert(id, (tgid, slot));
+        }
+        for &(id, status) in recvs {
+            self.matcher.complete(id, status);
+        }
+    }
+
+    /// Emits a `CollStart` for the entry `rec` of a collective on `comm`; returns its id.
+    fn collective(&mut self, rec: &Record, comm: u64, op: CollOp, bytes: u64) -> Option<u64> {
+        let p = self
+            .procs
+            .get_mut(&rec.tgid)
+            .expect("caller inspected the process");
+        let Some(local) = p.comm(comm) else {
+            note(&mut self.anomalies, "collective on an unknown communicator");
+            return None;
+        };
+        let Some(size) = self.comms.size(local.id) else {
+            note(
+                &mut self.anomalies,
+                "collective on a communicator of unknown size",
+            );
+            return None;
+        };
+        let seq = p.collectives.entry(local.id).or_default();
+        let coll = self.comms.join_collective(local.id, *seq, size);
+        *seq += 1;
+        p.emit(
+            rec.tid,
+            rec.cpu_ns,
+            EventKind::CollStart {
+                coll,
+                op,
+                size,
+                bytes,
+            },
+        );
+        Some(coll)
+    }
+}
+
+/// Counts one occurrence of anomaly `what`.
+fn note(anomalies: &mut BTreeMap<String, u64>, what: &str) {
+    *anomalies.entry(what.to_string()).or_default() += 1;
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,207 @@
+//! One traced MPI process: its ABI and rank, its open calls, requests and communicators, its
+//! CPU clocks, and the queue of its events not yet handed to the sink.
+//!
+//! Events must leave in process order with their message ids known, so an event whose
+//! message is not matched yet (a `RecvEnd`) holds back the ones after it. The queue therefore
+//! only grows while a receive of this process is unmatched.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::call::Entry;
+use super::library::Abi;
+use super::matching::{CommId, RecvId};
+use super::{EventSink, ProcStats};
+use crate::event::{CollId, Event, EventKind, ProcInfo};
+
+/// A call entered and not yet returned.
+#[derive(Clone, Debug)]
+pub struct OpenCall {
+    /// Which function.
+    pub fn_id: u16,
+    /// The decoded entry; `None` for a probed call made inside another one (ignored).
+    pub entry: Option<Entry>,
+    /// The thread's CPU clock at entry.
+    pub cpu_ns: u64,
+    /// The receive posted at entry, if any.
+    pub posted: Option<RecvId>,
+    /// The collective instance entered, if any.
+    pub coll: Option<CollId>,
+    /// The communicator creation entered: (parent, sequence number).
+    pub creation: Option<(CommId, u32)>,
+}
+
+/// What a live request handle stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// A nonblocking send (its message was emitted at the call).
+    Send,
+    /// A nonblocking receive.
+    Recv(RecvId),
+    /// An operation that moves nothing (`MPI_PROC_NULL` peer).
+    Null,
+}
+
+/// A communicator as this process holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalComm {
+    /// Its capture-wide id.
+    pub id: CommId,
+    /// This process's rank in it, when known.
+    pub rank: Option<u32>,
+}
+
+/// An event waiting in a process's queue; `kind == None` until its message is matched.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    cpu_ns: u64,
+    kind: Option<EventKind>,
+    /// Bytes of the matched message, for statistics.
+    bytes: u64,
+}
+
+/// One traced MPI process.
+pub struct Process {
+    /// Its MPI ABI.
+    pub abi: Abi,
+    /// Its world rank (its process id in the trace), once known.
+    pub rank: Option<u32>,
+    /// Open calls per thread, innermost last.
+    pub calls: HashMap<u32, Vec<OpenCall>>,
+    /// Live request handles.
+    pub requests: HashMap<u64, Request>,
+    /// Communicators other than `MPI_COMM_WORLD`, by local handle.
+    pub comms: HashMap<u64, LocalComm>,
+    /// Communicator creations made so far, per parent.
+    pub creations: HashMap<CommId, u32>,
+    /// Collectives entered so far, per communicator.
+    pub collectives: HashMap<CommId, u64>,
+    /// Whether its `Exit` event is queued; later calls are ignored.
+    pub exited: bool,
+    /// Totals over the events handed to the sink.
+    pub stats: ProcStats,
+    /// CPU clock of each thread at this process's previous event.
+    cpu_base: HashMap<u32, u64>,
+    /// CPU clock at the entry of an `MPI_Probe` whose wait the next receive continues.
+    wait_start: Option<u64>,
+    queue: VecDeque<Slot>,
+    /// Absolute index of `queue[0]`.
+    queue_base: u64,
+    announced: bool,
+}
+
+impl Process {
+    /// A process using `abi` whose rank may already be known.
+    pub fn new(abi: Abi, rank: Option<u32>) -> Self {
+        Process {
+            abi,
+            rank,
+            calls: HashMap::new(),
+            requests: HashMap::new(),
+            comms: HashMap::new(),
+            creations: HashMap::new(),
+            collectives: HashMap::new(),
+            exited: false,
+            stats: ProcStats::default(),
+            cpu_base: HashMap::new(),
+            wait_start: None,
+            queue: VecDeque::new(),
+            queue_base: 0,
+            announced: false,
+        }
+    }
+
+    /// The communicator `handle` names in this process.
+    pub fn comm(&self, handle: u64) -> Option<LocalComm> {
+        if handle == self.abi.world() {
+            return Some(LocalComm {
+                id: super::comms::WORLD,
+                rank: self.rank,
+            });
+        }
+        self.comms.get(&handle).copied()
+    }
+
+    /// Remembers that a wait for a message began at `cpu_ns` (an `MPI_Probe` entry).
+    pub fn probe_wait(&mut self, cpu_ns: u64) {
+        self.wait_start.get_or_insert(cpu_ns);
+    }
+
+    /// Queues event `kind` happening when thread `tid`'s clock reads `cpu_at`.
+    pub fn emit(&mut self, tid: u32, cpu_at: u64, kind: EventKind) {
+        self.wait_start = None;
+        self.push(tid, cpu_at, Some(kind));
+    }
+
+    /// Queues a `RecvStart` at `cpu_at`, or where an `MPI_Probe` began waiting.
+    pub fn emit_recv_start(&mut self, tid: u32, cpu_at: u64) {
+        let at = self.wait_start.take().map_or(cpu_at, |w| w.min(cpu_at));
+        self.push(tid, at, Some(EventKind::RecvStart));
+    }
+
+    /// Queues a `RecvEnd` whose message is not known yet; returns its slot for [`Self::fill`].
+    pub fn emit_pending_recv(&mut self, tid: u32, cpu_at: u64) -> u64 {
+        self.wait_start = None;
+        self.push(tid, cpu_at, None)
+    }
+
+    /// Completes the pending `RecvEnd` in `slot` with message `msg` of `bytes`.
+    pub fn fill(&mut self, slot: u64, msg: u64, bytes: u64) {
+        if let Some(s) = slot
+            .checked_sub(self.queue_base)
+            .and_then(|i| self.queue.get_mut(i as usize))
+        {
+            s.kind = Some(EventKind::RecvEnd { msg });
+            s.bytes = bytes;
+        }
+    }
+
+    /// Turns every pending `RecvEnd` into a `Keepalive` carrying its CPU; returns how many.
+    pub fn abandon_pending(&mut self) -> u64 {
+        let mut n = 0;
+        for s in self.queue.iter_mut().filter(|s| s.kind.is_none()) {
+            s.kind = Some(EventKind::Keepalive);
+            n += 1;
+        }
+        n
+    }
+
+    /// Hands the queued events that are complete, in order, to `sink` (once the rank is known).
+    pub fn flush(&mut self, host: &str, sink: &mut dyn EventSink) {
+        let Some(rank) = self.rank else { return };
+        while let Some(&Slot {
+            cpu_ns,
+            kind: Some(kind),
+            bytes,
+        }) = self.queue.front()
+        {
+            if !self.announced {
+                sink.process(&ProcInfo {
+                    id: rank,
+                    name: format!("rank {rank}"),
+                    host: host.to_string(),
+                });
+                self.announced = true;
+            }
+            self.stats.count(cpu_ns, &kind, bytes);
+            sink.event(&Event {
+                proc: rank,
+                cpu_ns,
+                kind,
+            });
+            self.queue.pop_front();
+            self.queue_base += 1;
+        }
+    }
+
+    fn push(&mut self, tid: u32, cpu_at: u64, kind: Option<EventKind>) -> u64 {
+        let base = self.cpu_base.entry(tid).or_insert(0);
+        let cpu_ns = cpu_at.saturating_sub(*base);
+        *base = (*base).max(cpu_at);
+        self.queue.push_back(Slot {
+            cpu_ns,
+            kind,
+            bytes: 0,
+        });
+        self.queue_base + self.queue.len() as u64 - 1
+    }
+}

@@ -1,0 +1,228 @@
+//! What the capture needs to know about a live process that its records do not say: which
+//! MPI library it mapped (and, for Open MPI, where `MPI_COMM_WORLD` is), and the rank its
+//! launcher gave it. [`ProcFs`] answers from `/proc`; tests answer with fixed values.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use object::{Object, ObjectSymbol};
+
+use super::library::{Abi, Library};
+use super::mpich::Mpich;
+use super::openmpi::{self, OpenMpi};
+
+/// A process's place in `MPI_COMM_WORLD`, as its launcher announced it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchRank {
+    /// World rank.
+    pub rank: u32,
+    /// World size, when announced.
+    pub size: Option<u32>,
+}
+
+/// Why a process could not be inspected.
+#[derive(Debug)]
+pub struct InspectError {
+    /// The process.
+    pub tgid: u32,
+    /// What went wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for InspectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "inspecting process {}: {}", self.tgid, self.reason)
+    }
+}
+
+impl std::error::Error for InspectError {}
+
+/// Answers questions about a traced process that only the live system can answer.
+pub trait ProcessInspector {
+    /// The ABI of the MPI library process `tgid` has mapped.
+    fn abi(&mut self, tgid: u32) -> Result<Abi, InspectError>;
+    /// The world rank the launcher put in the environment of `tgid`, if any.
+    fn launch_rank(&mut self, tgid: u32) -> Option<LaunchRank>;
+}
+
+/// Environment variables that carry the world rank and size, per launcher: Open MPI's ORTE
+/// and PMIx, MPICH's Hydra (PMI).
+const RANK_VARS: [(&str, &str); 3] = [
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMIX_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", "PMI_SIZE"),
+];
+
+/// The rank and size announced in a NUL-separated environment block.
+pub fn launch_rank_from_environ(environ: &[u8]) -> Option<LaunchRank> {
+    let vars: HashMap<&[u8], &[u8]> = environ
+        .split(|&b| b == 0)
+        .filter_map(|kv| {
+            let eq = kv.iter().position(|&b| b == b'=')?;
+            Some((&kv[..eq], &kv[eq + 1..]))
+        })
+        .collect();
+    let number = |name: &str| -> Option<u32> {
+        std::str::from_utf8(vars.get(name.as_bytes())?)
+            .ok()?
+            .parse()
+            .ok()
+    };
+    RANK_VARS.iter().find_map(|&(rank, size)| {
+        Some(LaunchRank {
+            rank: number(rank)?,
+            size: number(size),
+        })
+    })
+}
+
+/// One mapping of a file in `/proc/PID/maps`.
+#[derive(Debug, PartialEq, Eq)]
+struct Mapping {
+    start: u64,
+    offset: u64,
+    path: String,
+}
+
+/// Parses the file-backed lines of `/proc/PID/maps`.
+fn parse_maps(maps: &str) -> Vec<Mapping> {
+    maps.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let range = fields.next()?;
+            let _perms = fields.next()?;
+            let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+            let _dev = fields.next()?;
+            let _inode = fields.next()?;
+            let path = fields.next()?;
+            let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+            path.starts_with('/').then(|| Mapping {
+                start,
+                offset,
+                path: path.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// Inspects processes through `/proc`. Symbol offsets are cached per library file.
+#[derive(Default)]
+pub struct ProcFs {
+    symbol_offsets: HashMap<PathBuf, u64>,
+}
+
+impl ProcFs {
+    /// An inspector with an empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The offset of `ompi_mpi_comm_world` from the load base of the Open MPI library at
+    /// `path` (seen through process `tgid`'s root, for mount namespaces).
+    fn comm_world_offset(&mut self, tgid: u32, path: &str) -> Result<u64, InspectError> {
+        let file = PathBuf::from(format!("/proc/{tgid}/root{path}"));
+        if let Some(&offset) = self.symbol_offsets.get(&file) {
+            return Ok(offset);
+        }
+        let err = |reason: String| InspectError { tgid, reason };
+        let data =
+            std::fs::read(&file).map_err(|e| err(format!("reading {}: {e}", file.display())))?;
+        let elf = object::File::parse(&*data)
+            .map_err(|e| err(format!("parsing {} as ELF: {e}", file.display())))?;
+        // Shared objects are linked at virtual address 0, so a symbol's value is its offset
+        // from the address the first (offset 0) segment is mapped at.
+        let offset = elf
+            .dynamic_symbols()
+            .find(|s| s.name() == Ok(openmpi::COMM_WORLD_SYMBOL))
+            .map(|s| s.address())
+            .ok_or_else(|| {
+                err(format!(
+                    "{} has no symbol {}",
+                    file.display(),
+                    openmpi::COMM_WORLD_SYMBOL
+                ))
+            })?;
+        self.symbol_offsets.insert(file, offset);
+        Ok(offset)
+    }
+}
+
+impl ProcessInspector for ProcFs {
+    fn abi(&mut self, tgid: u32) -> Result<Abi, InspectError> {
+        let maps =
+            std::fs::read_to_string(format!("/proc/{tgid}/maps")).map_err(|e| InspectError {
+                tgid,
+                reason: format!("reading /proc/{tgid}/maps: {e}"),
+            })?;
+        let mappings = parse_maps(&maps);
+        let (library, mapping) = mappings
+            .iter()
+            .filter(|m| m.offset == 0)
+            .find_map(|m| Some((Library::from_path(&m.path)?, m)))
+            .ok_or_else(|| InspectError {
+                tgid,
+                reason: format!(
+                    "no {} or {} mapped",
+                    Library::OpenMpi.soname(),
+                    Library::Mpich.soname()
+                ),
+            })?;
+        Ok(match library {
+            Library::Mpich => Abi::Mpich(Mpich),
+            Library::OpenMpi => {
+                let offset = self.comm_world_offset(tgid, &mapping.path)?;
+                Abi::OpenMpi(OpenMpi {
+                    comm_world: mapping.start + offset,
+                })
+            }
+        })
+    }
+
+    fn launch_rank(&mut self, tgid: u32) -> Option<LaunchRank> {
+        launch_rank_from_environ(&std::fs::read(format!("/proc/{tgid}/environ")).ok()?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_come_from_either_launcher() {
+        let ompi = b"A=1\0OMPI_COMM_WORLD_RANK=3\0OMPI_COMM_WORLD_SIZE=4\0";
+        assert_eq!(
+            launch_rank_from_environ(ompi),
+            Some(LaunchRank {
+                rank: 3,
+                size: Some(4)
+            })
+        );
+        let hydra = b"PMI_FD=8\0PMI_RANK=1\0PMI_SIZE=2\0";
+        assert_eq!(
+            launch_rank_from_environ(hydra),
+            Some(LaunchRank {
+                rank: 1,
+                size: Some(2)
+            })
+        );
+        assert_eq!(launch_rank_from_environ(b"HOME=/root\0"), None);
+    }
+
+    #[test]
+    fn maps_lines_yield_file_mappings() {
+        let maps = "7f00-7f10 r--p 00000000 08:01 123 /usr/lib/x86_64-linux-gnu/libmpich.so.12.2.0\n\
+                    7f10-7f20 r-xp 00010000 08:01 123 /usr/lib/x86_64-linux-gnu/libmpich.so.12.2.0\n\
+                    7ffd-7ffe rw-p 00000000 00:00 0 [stack]\n";
+        let m = parse_maps(maps);
+        assert_eq!(m.len(), 2);
+        assert_eq!(
+            m[0],
+            Mapping {
+                start: 0x7f00,
+                offset: 0,
+                path: "/usr/lib/x86_64-linux-gnu/libmpich.so.12.2.0".into()
+            }
+        );
+    }
+}

@@ -1,0 +1,583 @@
+//! Capture tests on synthetic records: matching, CPU accounting and process selection,
+//! without eBPF.
+
+use std::collections::HashMap;
+
+use lbf_common::{mpi, Record, RecordKind, ARG_WORDS, MEM_BYTES};
+
+use super::library::Abi;
+use super::mpich::{self, Mpich};
+use super::openmpi::OpenMpi;
+use super::procfs::{InspectError, LaunchRank, ProcessInspector};
+use super::{Capture, EventLog, Summary};
+use crate::event::{CollOp, EventKind};
+
+/// Answers from a fixed table: tgid -> (ABI, world rank, world size).
+struct FakeInspector(HashMap<u32, (Abi, Option<u32>, u32)>);
+
+impl ProcessInspector for FakeInspector {
+    fn abi(&mut self, tgid: u32) -> Result<Abi, InspectError> {
+        self.0.get(&tgid).map(|p| p.0).ok_or(InspectError {
+            tgid,
+            reason: "no MPI library mapped".into(),
+        })
+    }
+    fn launch_rank(&mut self, tgid: u32) -> Option<LaunchRank> {
+        let &(_, rank, size) = self.0.get(&tgid)?;
+        Some(LaunchRank {
+            rank: rank?,
+            size: Some(size),
+        })
+    }
+}
+
+const WORLD: u64 = mpich::COMM_WORLD;
+const INT: u64 = 0x4c00_0405;
+const ANY_SOURCE: u64 = (-2i32) as u32 as u64;
+const ANY_TAG: u64 = (-1i32) as u32 as u64;
+const STATUS_IGNORE: u64 = 1;
+
+/// Drives a capture with records of MPICH processes 100 + rank.
+struct Run {
+    capture: Capture,
+    log: EventLog,
+    ts: u64,
+}
+
+impl Run {
+    fn mpich(ranks: u32) -> Self {
+        let table = (0..ranks)
+            .map(|r| (100 + r, (Abi::Mpich(Mpich), Some(r), ranks)))
+            .collect();
+        Run {
+            capture: Capture::new(Box::new(FakeInspector(table)), "host"),
+            log: EventLog::default(),
+            ts: 1_000,
+        }
+    }
+
+    fn record(
+        &mut self,
+        kind: RecordKind,
+        rank: u32,
+        fn_id: u16,
+        cpu: u64,
+        args: &[u64],
+        mem: &[u8],
+    ) {
+        let mut r = Record {
+            kind: kind as u16,
+            fn_id,
+            mem_len: mem.len() as u16,
+            _pad: 0,
+            tgid: 100 + rank,
+            tid: 100 + rank,
+            ts_ns: self.ts,
+            cpu_ns: cpu,
+            args: [0; ARG_WORDS],
+            mem: [0; MEM_BYTES],
+        };
+        self.ts += 1_000;
+        r.args[..args.len()].copy_from_slice(args);
+        r.mem[..mem.len()].copy_from_slice(mem);
+        self.capture.record(&r, &mut self.log);
+    }
+
+    fn enter(&mut self, rank: u32, fn_id: u16, cpu: u64, args: &[u64], mem: &[u8]) {
+        self.record(RecordKind::CallEntry, rank, fn_id, cpu, args, mem);
+    }
+
+    fn leave(&mut self, rank: u32, fn_id: u16, cpu: u64, mem: &[u8]) {
+        self.record(RecordKind::CallExit, rank, fn_id, cpu, &[0], mem);
+    }
+
+    fn init(&mut self, rank: u32, cpu: u64) {
+        self.enter(rank, mpi::INIT, cpu, &[], &[]);
+        self.leave(rank, mpi::INIT, cpu, &[]);
+    }
+
+    fn send(&mut self, rank: u32, cpu: u64, count: u64, dest: u64, tag: u64) {
+        self.enter(
+            rank,
+            mpi::SEND,
+            cpu,
+            &[0, count, INT, dest, tag, WORLD],
+            &[],
+        );
+        self.leave(rank, mpi::SEND, cpu + 10, &[]);
+    }
+
+    fn recv(&mut self, rank: u32, cpu: (u64, u64), source: u64, tag: u64, status: &[u8]) {
+        let status_ptr = if status.is_empty() {
+            STATUS_IGNORE
+        } else {
+            0x1000
+        };
+        self.enter(
+            rank,
+            mpi::RECV,
+            cpu.0,
+            &[0, 1, INT, source, tag, WORLD, status_ptr],
+            &[],
+        );
+        self.leave(rank, mpi::RECV, cpu.1, status);
+    }
+
+    fn finalize(&mut self, rank: u32, cpu: u64) {
+        self.enter(rank, mpi::FINALIZE, cpu, &[], &[]);
+        self.leave(rank, mpi::FINALIZE, cpu, &[]);
+    }
+
+    fn finish(self) -> (EventLog, Summary) {
+        let mut log = self.log;
+        let summary = self.capture.finish(&mut log);
+        (log, summary)
+    }
+}
+
+fn status(source: i32, tag: i32, bytes: u32) -> Vec<u8> {
+    [bytes as i32, 0, source, tag, 0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect()
+}
+
+fn handles(hs: &[u32]) -> Vec<u8> {
+    hs.iter().flat_map(|h| h.to_le_bytes()).collect()
+}
+
+/// The events of one process, as (cpu, kind).
+fn of(log: &EventLog, proc: u32) -> Vec<(u64, EventKind)> {
+    log.events
+        .iter()
+        .filter(|e| e.proc == proc)
+        .map(|e| (e.cpu_ns, e.kind))
+        .collect()
+}
+
+/// Checks every Send's message is consumed by exactly one RecvEnd.
+fn assert_matched(log: &EventLog) {
+    let mut sends: Vec<u64> = log
+        .events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Send { msg, .. } => Some(msg),
+            _ => None,
+        })
+        .collect();
+    let mut recvs: Vec<u64> = log
+        .events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::RecvEnd { msg } => Some(msg),
+            _ => None,
+        })
+        .collect();
+    sends.sort();
+    recvs.sort();
+    assert_eq!(sends, recvs);
+}
+
+#[test]
+fn blocking_ping_pong_cpu_split_into_work_and_waiting() {
+    let mut run = Run::mpich(2);
+    run.init(0, 50);
+    run.init(1, 60);
+    run.send(0, 100, 4, 1, 0);
+    run.recv(1, (150, 400), 0, 0, &status(0, 0, 16));
+    run.send(1, 500, 2, 0, 0);
+    run.recv(0, (120, 600), 1, 0, &[]);
+    run.finalize(0, 700);
+    run.finalize(1, 800);
+    let (log, summary) = run.finish();
+    assert_matched(&log);
+    let p0 = of(&log, 0);
+    assert_eq!(p0[0], (100, EventKind::Send { msg: 0, bytes: 16 }));
+    // The 10 ns inside the send are work, carried to the receive's start.
+    assert_eq!(p0[1], (20, EventKind::RecvStart));
+    assert_eq!(p0[2], (480, EventKind::RecvEnd { msg: 1 }));
+    assert_eq!(p0[3], (100, EventKind::Exit));
+    let p1 = of(&log, 1);
+    assert_eq!(p1[0], (150, EventKind::RecvStart));
+    assert_eq!(p1[1], (250, EventKind::RecvEnd { msg: 0 }));
+    assert_eq!(summary.stats[0].cpu_ns, 700);
+    assert_eq!(summary.stats[1].cpu_ns, 800);
+    assert_eq!(summary.stats[1].wait_ns, 250);
+    assert_eq!(
+        (summary.stats[0].recv_bytes, summary.stats[1].recv_bytes),
+        (8, 16)
+    );
+    assert_eq!((summary.unmatched_sends, summary.unmatched_recvs), (0, 0));
+    assert!(summary.anomalies.is_empty(), "{:?}", summary.anomalies);
+    assert_eq!(
+        log.procs
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect::<Vec<_>>(),
+        ["rank 0", "rank 1"]
+    );
+}
+
+#[test]
+fn any_source_receives_resolve_from_status() {
+    let mut run = Run::mpich(3);
+    for r in 0..3 {
+        run.init(r, 0);
+    }
+    run.send(2, 10, 1, 0, 7);
+    run.send(1, 10, 2, 0, 8);
+    // The master receives rank 1's message first although rank 2 sent first.
+    run.recv(0, (10, 20), ANY_SOURCE, ANY_TAG, &status(1, 8, 8));
+    run.recv(0, (30, 40), ANY_SOURCE, ANY_TAG, &status(2, 7, 4));
+    for r in 0..3 {
+        run.finalize(r, 100);
+    }
+    let (log, summary) = run.finish();
+    assert_matched(&log);
+    let p0 = of(&log, 0);
+    let sent_by = |proc| {
+        of(&log, proc).iter().find_map(|(_, k)| match k {
+            EventKind::Send { msg, .. } => Some(*msg),
+            _ => None,
+        })
+    };
+    assert_eq!(
+        p0[1].1,
+        EventKind::RecvEnd {
+            msg: sent_by(1).unwrap()
+        }
+    );
+    assert_eq!(
+        p0[3].1,
+        EventKind::RecvEnd {
+            msg: sent_by(2).unwrap()
+        }
+    );
+    assert_eq!(summary.stats[0].recv_bytes, 12);
+}
+
+#[test]
+fn waitany_completes_out_of_order_and_test_without_completion_is_work() {
+    let mut run = Run::mpich(3);
+    for r in 0..3 {
+        run.init(r, 0);
+    }
+    // Rank 0 posts receives from 1 and 2 (requests 0xa, 0xb).
+    run.enter(0, mpi::IRECV, 10, &[0, 1, INT, 1, 5, WORLD, 0x2000], &[]);
+    run.leave(0, mpi::IRECV, 11, &handles(&[0xa]));
+    run.enter(0, mpi::IRECV, 12, &[0, 1, INT, 2, 5, WORLD, 0x2004], &[]);
+    run.leave(0, mpi::IRECV, 13, &handles(&[0xb]));
+    // A test that completes nothing: no events, its CPU stays work.
+    run.enter(
+        0,
+        mpi::TEST,
+        20,
+        &[0x2000, 0x3000, STATUS_IGNORE],
+        &handles(&[0xa]),
+    );
+    run.leave(0, mpi::TEST, 25, &handles(&[0xa]));
+    run.send(2, 30, 1, 0, 5);
+    // Waitany returns index 1: request 0xb became MPI_REQUEST_NULL.
+    let null = 0x2c00_0000;
+    run.enter(
+        0,
+        mpi::WAITANY,
+        40,
+        &[2, 0x2000, 0x3000, STATUS_IGNORE],
+        &handles(&[0xa, 0xb]),
+    );
+    run.leave(0, mpi::WAITANY, 70, &handles(&[0xa, null]));
+    run.send(1, 80, 1, 0, 5);
+    run.enter(
+        0,
+        mpi::WAITANY,
+        90,
+        &[2, 0x2000, 0x3000, STATUS_IGNORE],
+        &handles(&[0xa, null]),
+    );
+    run.leave(0, mpi::WAITANY, 95, &handles(&[null, null]));
+    for r in 0..3 {
+        run.finalize(r, 200);
+    }
+    let (log, summary) = run.finish();
+    assert_matched(&log);
+    let p0 = of(&log, 0);
+    assert_eq!(p0[0], (40, EventKind::RecvStart));
+    assert_eq!(
+        p0[1],
+        (30, EventKind::RecvEnd { msg: 0 }),
+        "rank 2's message first"
+    );
+    assert_eq!(p0[2], (20, EventKind::RecvStart));
+    assert_eq!(p0[3], (5, EventKind::RecvEnd { msg: 1 }));
+    assert_eq!(summary.stats[0].recvs, 2);
+}
+
+#[test]
+fn waitall_uses_statuses_for_any_source() {
+    let mut run = Run::mpich(3);
+    for r in 0..3 {
+        run.init(r, 0);
+    }
+    run.enter(
+        0,
+        mpi::IRECV,
+        10,
+        &[0, 1, INT, ANY_SOURCE, 3, WORLD, 0x2000],
+        &[],
+    );
+    run.leave(0, mpi::IRECV, 10, &handles(&[0xa]));
+    run.enter(
+        0,
+        mpi::IRECV,
+        10,
+        &[0, 1, INT, ANY_SOURCE, 3, WORLD, 0x2004],
+        &[],
+    );
+    run.leave(0, mpi::IRECV, 10, &handles(&[0xb]));
+    run.enter(0, mpi::ISEND, 11, &[0, 3, INT, 1, 3, WORLD, 0x2008], &[]);
+    run.leave(0, mpi::ISEND, 12, &handles(&[0xc]));
+    run.send(1, 20, 1, 0, 3);
+    run.send(2, 20, 2, 0, 3);
+    run.recv(1, (30, 40), 0, 3, &[]);
+    let statuses = [status(2, 3, 8), status(1, 3, 4), status(0, 0, 0)].concat();
+    run.enter(
+        0,
+        mpi::WAITALL,
+        50,
+        &[3, 0x2000, 0x4000],
+        &handles(&[0xa, 0xb, 0xc]),
+    );
+    run.leave(0, mpi::WAITALL, 90, &statuses);
+    for r in 0..3 {
+        run.finalize(r, 100);
+    }
+    let (log, summary) = run.finish();
+    assert_matched(&log);
+    let p0 = of(&log, 0);
+    // Request 0xa got rank 2's message (status), 0xb rank 1's.
+    assert_eq!(p0[1], (39, EventKind::RecvStart));
+    assert_eq!(p0[2], (40, EventKind::RecvEnd { msg: 2 }));
+    assert_eq!(p0[3], (0, EventKind::RecvEnd { msg: 1 }));
+    assert_eq!(summary.stats[0].sends, 1);
+}
+
+#[test]
+fn sendrecv_ring_and_probe() {
+    let mut run = Run::mpich(2);
+    run.init(0, 0);
+    run.init(1, 0);
+    for r in 0..2u32 {
+        let other = u64::from(1 - r);
+        run.enter(r, mpi::SENDRECV, 10, &[0, 4, INT, other, 9, 0, 4, INT], &[]);
+    }
+    run.leave(0, mpi::SENDRECV, 30, &[]);
+    run.leave(1, mpi::SENDRECV, 35, &[]);
+    // Rank 1 probes, then receives what it probed: the wait starts at the probe.
+    run.send(0, 40, 1, 1, 4);
+    run.enter(1, mpi::PROBE, 50, &[0, ANY_TAG, WORLD, 0x1000], &[]);
+    run.leave(1, mpi::PROBE, 80, &status(0, 4, 4));
+    run.recv(1, (85, 90), 0, 4, &[]);
+    run.finalize(0, 100);
+    run.finalize(1, 100);
+    let (log, _) = run.finish();
+    assert_matched(&log);
+    let p1 = of(&log, 1);
+    assert_eq!(p1[0], (10, EventKind::Send { msg: 1, bytes: 16 }));
+    assert_eq!(p1[1], (0, EventKind::RecvStart));
+    assert_eq!(p1[2], (25, EventKind::RecvEnd { msg: 0 }));
+    assert_eq!(p1[3], (15, EventKind::RecvStart), "from the probe's entry");
+    assert_eq!(p1[4], (40, EventKind::RecvEnd { msg: 2 }));
+}
+
+#[test]
+fn collectives_and_split_communicators() {
+    let mut run = Run::mpich(4);
+    for r in 0..4 {
+        run.init(r, 0);
+    }
+    for r in 0..4 {
+        run.enter(r, mpi::ALLREDUCE, 10, &[0, 0, 8, INT, 0, WORLD], &[]);
+    }
+    for r in 0..4 {
+        run.leave(r, mpi::ALLREDUCE, 20 + u64::from(r), &[]);
+    }
+    // Split by parity, key = -rank: ranks in the new communicators are reversed.
+    for r in 0..4u32 {
+        run.enter(
+            r,
+            mpi::COMM_SPLIT,
+            30,
+            &[WORLD, u64::from(r % 2), (-(r as i32)) as u32 as u64, 0x5000],
+            &[],
+        );
+    }
+    for r in 0..4 {
+        run.leave(r, mpi::COMM_SPLIT, 40, &handles(&[0x8400_0001]));
+    }
+    // Point-to-point inside the odd communicator: new rank 0 (world 3) sends to new rank 1
+    // (world 1).
+    run.enter(3, mpi::SEND, 50, &[0, 1, INT, 1, 0, 0x8400_0001], &[]);
+    run.leave(3, mpi::SEND, 51, &[]);
+    run.enter(
+        1,
+        mpi::RECV,
+        50,
+        &[0, 1, INT, 0, 0, 0x8400_0001, STATUS_IGNORE],
+        &[],
+    );
+    run.leave(1, mpi::RECV, 60, &[]);
+    for r in [0, 2] {
+        run.enter(r, mpi::BARRIER, 50, &[0x8400_0001], &[]);
+        run.leave(r, mpi::BARRIER, 55, &[]);
+    }
+    for r in 0..4 {
+        run.finalize(r, 100);
+    }
+    let (log, summary) = run.finish();
+    assert_matched(&log);
+    let starts: Vec<(u32, u64, u32, u64)> = log
+        .events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::CollStart {
+                coll,
+                op: CollOp::Allreduce | CollOp::Barrier,
+                size,
+                bytes,
+            } => Some((e.proc, coll, size, bytes)),
+            _ => None,
+        })
+        .collect();
+    // Allreduce: one instance of 4 with 32 bytes; the split: one of 4; the barrier: one of 2.
+    let instance = |proc: u32, n: usize| {
+        starts
+            .iter()
+            .filter(|s| s.0 == proc)
+            .nth(n)
+            .copied()
+            .unwrap()
+    };
+    assert!((0..4).all(|p| instance(p, 0).1 == instance(0, 0).1
+        && instance(p, 0).2 == 4
+        && instance(p, 0).3 == 32));
+    assert!((0..4).all(|p| instance(p, 1).1 == instance(0, 1).1));
+    assert_eq!((instance(0, 2).1, instance(0, 2).2), (instance(2, 2).1, 2));
+    assert_ne!(instance(0, 2).1, instance(0, 1).1);
+    assert_eq!(summary.stats[1].recvs, 1);
+    assert!(summary.anomalies.is_empty(), "{:?}", summary.anomalies);
+}
+
+#[test]
+fn processes_without_mpi_calls_are_not_ranks_and_ids_follow_ranks() {
+    // Rank comes from MPI_Comm_rank only (no launcher environment); tgid 300 is mpirun.
+    let table = HashMap::from([
+        (101, (Abi::Mpich(Mpich), None, 2)),
+        (100, (Abi::Mpich(Mpich), None, 2)),
+    ]);
+    let mut run = Run {
+        capture: Capture::new(Box::new(FakeInspector(table)), "h"),
+        log: EventLog::default(),
+        ts: 0,
+    };
+    let lifecycle = |run: &mut Run, kind, tgid: u32| {
+        let mut r = Record {
+            kind: kind as u16,
+            fn_id: 0,
+            mem_len: 0,
+            _pad: 0,
+            tgid,
+            tid: tgid,
+            ts_ns: run.ts,
+            cpu_ns: 5,
+            args: [0; ARG_WORDS],
+            mem: [0; MEM_BYTES],
+        };
+        run.ts += 1_000_000_000;
+        r.args[0] = 101;
+        run.capture.record(&r, &mut run.log);
+    };
+    lifecycle(&mut run, RecordKind::Exec, 300);
+    lifecycle(&mut run, RecordKind::Fork, 300);
+    // tgid 101 is rank 0, tgid 100 rank 1.
+    run.init(1, 0);
+    run.init(0, 0);
+    run.enter(1, mpi::COMM_RANK, 5, &[WORLD, 0x10], &[]);
+    run.leave(1, mpi::COMM_RANK, 6, &0i32.to_le_bytes());
+    run.enter(0, mpi::COMM_RANK, 5, &[WORLD, 0x10], &[]);
+    run.send(0, 7, 1, 0, 0);
+    run.leave(0, mpi::COMM_RANK, 6, &1i32.to_le_bytes());
+    run.recv(1, (8, 9), 1, 0, &[]);
+    run.finalize(0, 10);
+    run.finalize(1, 10);
+    lifecycle(&mut run, RecordKind::Exit, 300);
+    let (log, summary) = run.finish();
+    assert_matched(&log);
+    assert_eq!(
+        summary.procs.iter().map(|p| p.id).collect::<Vec<_>>(),
+        [0, 1]
+    );
+    assert!(log.events.iter().all(|e| e.proc < 2));
+    assert!(summary.measured_seconds > 2.0);
+}
+
+#[test]
+fn open_mpi_handles_statuses_and_datatypes() {
+    let world = 0x7f00_1234_5000;
+    let abi = Abi::OpenMpi(OpenMpi { comm_world: world });
+    let table = HashMap::from([(100, (abi, Some(0), 2)), (101, (abi, Some(1), 2))]);
+    let mut run = Run {
+        capture: Capture::new(Box::new(FakeInspector(table)), "h"),
+        log: EventLog::default(),
+        ts: 0,
+    };
+    let mut datatype = vec![0u8; 32];
+    datatype[24..32].copy_from_slice(&8u64.to_le_bytes());
+    run.init(0, 0);
+    run.init(1, 0);
+    run.enter(
+        0,
+        mpi::SEND,
+        10,
+        &[0, 100, 0x7f00_0000_1000, 1, 3, world],
+        &datatype,
+    );
+    run.leave(0, mpi::SEND, 11, &[]);
+    let ompi_any_source = (-1i32) as u32 as u64;
+    run.enter(
+        1,
+        mpi::RECV,
+        10,
+        &[0, 100, 0x7f00_0000_1000, ompi_any_source, 3, world, 0x1000],
+        &[],
+    );
+    let mut status = Vec::new();
+    for v in [0i32, 3, 0, 0] {
+        status.extend(v.to_le_bytes());
+    }
+    status.extend(800u64.to_le_bytes());
+    run.leave(1, mpi::RECV, 20, &status);
+    run.finalize(0, 30);
+    run.finalize(1, 30);
+    let (log, summary) = run.finish();
+    assert_matched(&log);
+    assert_eq!(summary.stats[0].send_bytes, 800);
+    assert_eq!(summary.stats[1].recv_bytes, 800);
+}
+
+#[test]
+fn unmatched_receive_becomes_keepalive_and_missing_exit_is_added() {
+    let mut run = Run::mpich(2);
+    run.init(0, 0);
+    run.recv(0, (10, 20), 1, 0, &[]);
+    run.enter(0, mpi::BARRIER, 30, &[WORLD], &[]);
+    let (log, summary) = run.finish();
+    let p0 = of(&log, 0);
+    assert_eq!(
+        p0.iter().map(|e| e.1).collect::<Vec<_>>()[..2],
+        [EventKind::RecvStart, EventKind::Keepalive]
+    );
+    assert_eq!(p0.last().unwrap().1, EventKind::Exit);
+    assert_eq!(summary.unmatched_recvs, 1);
+    assert!(!summary.anomalies.is_empty());
+}

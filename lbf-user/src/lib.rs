@@ -14,5 +14,6 @@ pub mod capture;
 pub mod config;
 pub mod engine;
 pub mod event;
+pub mod report;
 pub mod target;
 pub mod trace;

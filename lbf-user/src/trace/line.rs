@@ -33,8 +33,7 @@ struct RawLine<'a> {
 
 /// Parses a non-blank body line of a trace whose header lists `procs` processes.
 pub(super) fn parse(text: &[u8], procs: usize) -> Result<Record, TraceErrorKind> {
-    let raw: RawLine =
-        serde_json::from_slice(text).map_err(|e| TraceErrorKind::BadJson(e.to_string()))?;
+    let raw: RawLine = serde_json::from_slice(text).map_err(bad_json)?;
     if let Some(summary) = raw.summary {
         return Ok(Record::Summary(summary));
     }
@@ -59,6 +58,13 @@ pub(super) fn parse(text: &[u8], procs: usize) -> Result<Record, TraceErrorKind>
         cpu_ns,
         kind,
     }))
+}
+
+/// serde_json's message, its position within the one-line text given as a column.
+fn bad_json(e: serde_json::Error) -> TraceErrorKind {
+    let message = e.to_string();
+    let what = message.split(" at line ").next().unwrap_or(&message);
+    TraceErrorKind::BadJson(format!("{what} at column {}", e.column()))
 }
 
 /// The kind named by `k`, with the fields it needs taken from `raw`.

@@ -76,7 +76,8 @@ impl<R: BufRead> TraceReader<R> {
             if let Some((summary_line, _)) = self.summary {
                 return Err(self.error(TraceErrorKind::AfterSummary { summary_line }));
             }
-            match parse(&self.buf, self.header.procs.len()) {
+            let text = self.buf.trim_ascii_end();
+            match parse(text, self.header.procs.len()) {
                 Ok(Record::Event(event)) => {
                     return Ok(Some(LineEvent {
                         line: self.line,

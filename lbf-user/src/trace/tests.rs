@@ -152,7 +152,7 @@ fn header_errors_are_on_line_1() {
 fn body_errors_name_their_line() {
     let exit0 = r#"{"p":0,"k":"exit","cpu_ns":0}"#;
     let cases = [
-        (format!("{exit0}\n{{\"p\":1,"), "line 3: bad JSON"),
+        (format!("{exit0}\n{{\"p\":1,"), "line 3: bad JSON: EOF while parsing a value at column 7"),
         ("{\"p\":0,\"k\":\"sned\",\"cpu_ns\":1}".to_string(), "line 2: unknown event kind \"sned\""),
         ("{\"p\":0,\"cpu_ns\":1}".to_string(), "line 2: event event is missing the field \"k\""),
         ("{\"p\":0,\"k\":\"send\",\"cpu_ns\":1,\"msg\":1}".to_string(), "send event is missing the field \"bytes\""),
@@ -163,7 +163,7 @@ fn body_errors_name_their_line() {
         ("{\"p\":0,\"k\":\"coll_start\",\"cpu_ns\":1,\"coll\":1,\"op\":\"scan\",\"size\":2,\"bytes\":0}".to_string(), "unknown collective op \"scan\""),
         ("{\"p\":0,\"k\":\"coll_end\",\"cpu_ns\":1}".to_string(), "coll_end event is missing the field \"coll\""),
         ("{\"p\":2,\"k\":\"exit\",\"cpu_ns\":1}".to_string(), "line 2: process 2 is not in the header, which lists 2 processes (ids 0 to 1)"),
-        ("{\"p\":0,\"k\":\"exit\",\"cpu_ns\":-1}".to_string(), "line 2: bad JSON"),
+        ("{\"p\":0,\"k\":\"exit\",\"cpu_ns\":-1}".to_string(), "line 2: bad JSON: invalid value: integer `-1`, expected u64 at column"),
         (format!("{{\"summary\":{{\"measured_seconds\":1,\"lost_events\":0}}}}\n\n{exit0}"), "line 4: a line follows the summary on line 2"),
     ];
     for (body, expected) in cases {

@@ -1,0 +1,197 @@
+//! Predictions side by side with the measured run: table, JSON lines, warnings.
+
+use crate::engine::Prediction;
+use crate::trace::Summary;
+use serde::Serialize;
+use std::fmt::Write;
+
+/// One target's result as `--json` prints it.
+#[derive(Serialize)]
+struct Row<'a> {
+    target: &'a str,
+    predicted_seconds: f64,
+    /// Whether the trace ended with its summary line (a completed capture).
+    complete: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    measured_seconds: Option<f64>,
+    /// Measured over predicted: above 1 means the target would run faster.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    speedup: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lost_events: Option<u64>,
+}
+
+fn row<'a>(p: &'a Prediction, summary: Option<&Summary>) -> Row<'a> {
+    Row {
+        target: &p.target,
+        predicted_seconds: p.predicted_seconds,
+        complete: summary.is_some(),
+        measured_seconds: summary.map(|s| s.measured_seconds),
+        speedup: summary.and_then(|s| speedup(s.measured_seconds, p.predicted_seconds)),
+        lost_events: summary.map(|s| s.lost_events),
+    }
+}
+
+/// Measured over predicted, when both are positive.
+fn speedup(measured: f64, predicted: f64) -> Option<f64> {
+    (measured > 0.0 && predicted > 0.0).then(|| measured / predicted)
+}
+
+/// One JSON object per prediction, each on its own line (newline-terminated), with
+/// `target`, `predicted_seconds`, `complete`, and, when the trace has a summary,
+/// `measured_seconds`, `speedup` and `lost_events`.
+pub fn json_lines(predictions: &[Prediction], summary: Option<&Summary>) -> String {
+    let mut out = String::new();
+    for p in predictions {
+        let line = serde_json::to_string(&row(p, summary)).expect("rows serialize");
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// A table of the predictions, and the measured run and speed-ups when the trace has a summary.
+pub fn table(predictions: &[Prediction], summary: Option<&Summary>) -> String {
+    let measured = summary.map(|s| s.measured_seconds);
+    let width = predictions
+        .iter()
+        .map(|p| p.target.len())
+        .chain([12])
+        .max()
+        .unwrap_or(12);
+    let mut out = String::new();
+    let _ = write!(out, "{:<width$}  {:>12}", "target", "predicted");
+    if measured.is_some() {
+        out.push_str("  speed-up");
+    }
+    out.push('\n');
+    for p in predictions {
+        let _ = write!(
+            out,
+            "{:<width$}  {:>12}",
+            p.target,
+            seconds(p.predicted_seconds)
+        );
+        if let Some(m) = measured {
+            let ratio = speedup(m, p.predicted_seconds).map_or("-".into(), |s| format!("{s:.2}x"));
+            let _ = write!(out, "  {ratio:>8}");
+        }
+        out.push('\n');
+    }
+    if let Some(m) = measured {
+        let _ = writeln!(out, "{:<width$}  {:>12}", "(measured)", seconds(m));
+    }
+    out
+}
+
+/// A duration with a unit that keeps about four significant digits.
+fn seconds(s: f64) -> String {
+    match s {
+        0.0 => "0 s".to_string(),
+        s if s < 1e-3 => format!("{:.3} us", s * 1e6),
+        s if s < 1.0 => format!("{:.3} ms", s * 1e3),
+        s => format!("{s:.3} s"),
+    }
+}
+
+/// What the user should know before trusting the numbers: a capture cut short (no summary),
+/// or one that lost events.
+pub fn warnings(summary: Option<&Summary>) -> Vec<String> {
+    match summary {
+        None => vec![
+            "the trace has no summary line, so the capture was cut short: there is no measured \
+             time to compare with, and the predictions cover only the captured part of the run"
+                .to_string(),
+        ],
+        Some(s) if s.lost_events > 0 => vec![format!(
+            "the capture lost {} events; the predictions may be wrong (capture again with a \
+             larger buffer or fewer probes)",
+            s.lost_events
+        )],
+        Some(_) => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn predictions() -> Vec<Prediction> {
+        vec![
+            Prediction {
+                target: "two-nodes".into(),
+                predicted_seconds: 7.0,
+            },
+            Prediction {
+                target: "4x2 block gige".into(),
+                predicted_seconds: 0.0125,
+            },
+        ]
+    }
+
+    const SUMMARY: Summary = Summary {
+        measured_seconds: 14.0,
+        lost_events: 0,
+    };
+
+    #[test]
+    fn table_with_measured_run() {
+        let text = table(&predictions(), Some(&SUMMARY));
+        let expected = "\
+target             predicted  speed-up
+two-nodes            7.000 s     2.00x
+4x2 block gige     12.500 ms  1120.00x
+(measured)          14.000 s
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn table_without_summary_has_no_speedup() {
+        let text = table(&predictions()[..1], None);
+        assert_eq!(
+            text,
+            "target           predicted\ntwo-nodes          7.000 s\n"
+        );
+    }
+
+    #[test]
+    fn small_and_zero_durations() {
+        assert_eq!(seconds(0.0), "0 s");
+        assert_eq!(seconds(2.5e-6), "2.500 us");
+    }
+
+    #[test]
+    fn json_lines_carry_the_summary_when_known() {
+        let text = json_lines(&predictions(), Some(&SUMMARY));
+        let rows: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0]["target"], "two-nodes");
+        assert_eq!(rows[0]["predicted_seconds"], 7.0);
+        assert_eq!(rows[0]["measured_seconds"], 14.0);
+        assert_eq!(rows[0]["speedup"], 2.0);
+        assert_eq!(rows[0]["lost_events"], 0);
+        assert_eq!(rows[0]["complete"], true);
+
+        let bare: serde_json::Value =
+            serde_json::from_str(json_lines(&predictions()[..1], None).trim()).unwrap();
+        assert_eq!(
+            bare,
+            serde_json::json!({"target":"two-nodes","predicted_seconds":7.0,"complete":false})
+        );
+    }
+
+    #[test]
+    fn warnings_for_truncated_and_lossy_captures() {
+        assert!(warnings(Some(&SUMMARY)).is_empty());
+        assert!(warnings(None)[0].contains("no summary line"));
+        let lossy = Summary {
+            lost_events: 12,
+            ..SUMMARY
+        };
+        assert!(warnings(Some(&lossy))[0].contains("lost 12 events"));
+    }
+}

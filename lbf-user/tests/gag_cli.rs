@@ -1,0 +1,358 @@
+//! Runs the built `lbf-gag` on small traces: the paper's Fig. 3 example, output formats, the
+//! timeline, and every kind of error with its exit code.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const HEADER3: &str = r#"{"format":"lbf-trace","version":1,"procs":[{"id":0,"name":"P1","host":"a"},{"id":1,"name":"P2","host":"a"},{"id":2,"name":"P3","host":"b"}]}"#;
+
+/// The paper's Fig. 3 events in their arrival order; one time unit is one second.
+const FIG3: &str = r#"{"p":0,"k":"recv_start","cpu_ns":1000000000}
+{"p":1,"k":"keepalive","cpu_ns":2000000000}
+{"p":0,"k":"recv_end","cpu_ns":0,"msg":1}
+{"p":2,"k":"send","cpu_ns":5000000000,"msg":1,"bytes":64}
+{"p":1,"k":"exit","cpu_ns":1000000000}
+{"p":2,"k":"exit","cpu_ns":1000000000}
+{"p":0,"k":"exit","cpu_ns":2000000000}
+"#;
+
+const SUMMARY: &str = r#"{"summary":{"measured_seconds":14.0,"lost_events":0}}"#;
+
+/// P1 and P2 on node 0, P3 on node 1, no network: the paper's target.
+const FIG3_TARGET: &str = "name = \"fig3\"\n[[node]]\nprocs = [0, 1]\n[[node]]\nprocs = [2]\n";
+
+/// A fresh directory for one test.
+fn dir(test: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("gag_cli")
+        .join(test);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Writes `files` (name, content) into the test's directory and runs `lbf-gag` there.
+fn run(test: &str, files: &[(&str, &str)], args: &[&str]) -> Output {
+    let d = dir(test);
+    for (name, text) in files {
+        std::fs::write(d.join(name), text).unwrap();
+    }
+    Command::new(env!("CARGO_BIN_EXE_lbf-gag"))
+        .current_dir(&d)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn fig3(with_summary: bool) -> String {
+    format!(
+        "{HEADER3}\n{FIG3}{}",
+        if with_summary { SUMMARY } else { "" }
+    )
+}
+
+/// Runs a Fig. 3-shaped trace whose body is `body` and expects failure; returns stderr.
+fn failing(test: &str, body: &str) -> String {
+    let trace = format!("{HEADER3}\n{body}");
+    let out = run(
+        test,
+        &[("t.jsonl", &trace), ("fig3.toml", FIG3_TARGET)],
+        &["predict", "t.jsonl", "--target", "fig3.toml"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty());
+    let err = stderr(&out);
+    assert!(err.starts_with("error: t.jsonl"), "{err}");
+    err
+}
+
+#[test]
+fn fig3_predicts_seven_units() {
+    let trace = fig3(true);
+    let out = run(
+        "fig3",
+        &[("t.jsonl", &trace), ("fig3.toml", FIG3_TARGET)],
+        &["predict", "t.jsonl", "--target", "fig3.toml"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("fig3"))
+        .expect("a row for fig3");
+    assert!(row.contains("7.000 s") && row.contains("2.00x"), "{text}");
+    assert!(
+        text.contains("(measured)") && text.contains("14.000 s"),
+        "{text}"
+    );
+    assert!(stderr(&out).is_empty(), "{}", stderr(&out));
+}
+
+#[test]
+fn json_lines_for_files_and_short_forms() {
+    let trace = fig3(true);
+    let out = run(
+        "json",
+        &[("t.jsonl", &trace), ("fig3.toml", FIG3_TARGET)],
+        &[
+            "predict",
+            "t.jsonl",
+            "--target",
+            "fig3.toml",
+            "--nodes",
+            "1",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: Vec<Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["target"], "fig3");
+    assert_eq!(rows[0]["predicted_seconds"], 7.0);
+    assert_eq!(rows[0]["measured_seconds"], 14.0);
+    assert_eq!(rows[0]["speedup"], 2.0);
+    assert_eq!(rows[0]["lost_events"], 0);
+    // one core runs all 12 CPU-seconds
+    assert_eq!(rows[1]["target"], "1x1 block zero");
+    assert_eq!(rows[1]["predicted_seconds"], 12.0);
+}
+
+#[test]
+fn missing_summary_and_lost_events_are_warned() {
+    let trace = fig3(false);
+    let out = run(
+        "warn",
+        &[("t.jsonl", &trace)],
+        &["predict", "t.jsonl", "--nodes", "3"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("warning: t.jsonl: the trace has no summary line"));
+    assert!(!stdout(&out).contains("speed-up"));
+
+    let lossy = format!(
+        "{HEADER3}\n{FIG3}{}",
+        SUMMARY.replace("\"lost_events\":0", "\"lost_events\":5")
+    );
+    let out = run(
+        "lossy",
+        &[("t.jsonl", &lossy)],
+        &["predict", "t.jsonl", "--nodes", "3", "--json"],
+    );
+    assert!(out.status.success());
+    assert!(stderr(&out).contains("lost 5 events"), "{}", stderr(&out));
+    assert!(stdout(&out).contains("\"lost_events\":5"));
+}
+
+#[test]
+fn timeline_is_a_perfetto_trace() {
+    let trace = fig3(true);
+    let out = run(
+        "timeline",
+        &[("t.jsonl", &trace), ("fig3.toml", FIG3_TARGET)],
+        &[
+            "predict",
+            "t.jsonl",
+            "--nodes",
+            "1",
+            "--target",
+            "fig3.toml",
+            "--timeline",
+            "tl.json",
+            "--timeline-target",
+            "fig3",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(dir_of("timeline").join("tl.json")).unwrap())
+            .unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let threads: Vec<(u64, u64, &str)> = events
+        .iter()
+        .filter(|e| e["name"] == "thread_name")
+        .map(|e| {
+            (
+                e["pid"].as_u64().unwrap(),
+                e["tid"].as_u64().unwrap(),
+                e["args"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(threads, [(0, 0, "P1"), (0, 1, "P2"), (1, 2, "P3")]);
+    let slices: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    assert!(slices
+        .iter()
+        .any(|e| e["name"] == "running" && e["args"]["share"] == 0.5));
+    assert!(slices
+        .iter()
+        .any(|e| e["name"] == "waiting" && e["tid"] == 0));
+    let end = slices
+        .iter()
+        .map(|e| e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert!((end - 7e6).abs() < 1.0, "the schedule ends at {end} us");
+    let flow_start = events
+        .iter()
+        .find(|e| e["ph"] == "s")
+        .expect("a message arrow");
+    let flow_end = events.iter().find(|e| e["ph"] == "f").expect("its head");
+    assert_eq!(flow_start["id"], flow_end["id"]);
+    assert_eq!(
+        (flow_start["tid"].as_u64(), flow_end["tid"].as_u64()),
+        (Some(2), Some(0))
+    );
+    assert_eq!(flow_start["ts"].as_f64(), Some(5e6));
+}
+
+fn dir_of(test: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("gag_cli")
+        .join(test)
+}
+
+#[test]
+fn trace_errors_name_the_line() {
+    let exit = |p: u32| format!("{{\"p\":{p},\"k\":\"exit\",\"cpu_ns\":0}}\n");
+    let err = failing("bad_json", &format!("{}{{\"p\":1,\n", exit(0)));
+    assert!(err.contains("line 3: bad JSON"), "{err}");
+    let err = failing("unknown_proc", &format!("{}{}", exit(0), exit(7)));
+    assert!(
+        err.contains("line 3: process 7 is not in the header"),
+        "{err}"
+    );
+    let err = failing("unknown_kind", "{\"p\":0,\"k\":\"jump\",\"cpu_ns\":0}\n");
+    assert!(err.contains("line 2: unknown event kind \"jump\""), "{err}");
+    let err = failing(
+        "missing_field",
+        "{\"p\":0,\"k\":\"send\",\"cpu_ns\":0,\"bytes\":1}\n",
+    );
+    assert!(
+        err.contains("line 2: send event is missing the field \"msg\""),
+        "{err}"
+    );
+}
+
+#[test]
+fn header_errors() {
+    let out = run(
+        "no_header",
+        &[("t.jsonl", "{\"p\":0,\"k\":\"exit\",\"cpu_ns\":0}\n")],
+        &["predict", "t.jsonl", "--nodes", "1"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("t.jsonl: line 1: not an lbf trace"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run(
+        "missing_file",
+        &[],
+        &["predict", "absent.jsonl", "--nodes", "1"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("absent.jsonl"), "{}", stderr(&out));
+}
+
+#[test]
+fn engine_errors_name_the_line() {
+    // P1 waits for message 9, which nobody sends
+    let body = "{\"p\":0,\"k\":\"recv_start\",\"cpu_ns\":0}\n{\"p\":0,\"k\":\"recv_end\",\"cpu_ns\":0,\"msg\":9}\n{\"p\":0,\"k\":\"exit\",\"cpu_ns\":0}\n{\"p\":1,\"k\":\"exit\",\"cpu_ns\":0}\n{\"p\":2,\"k\":\"exit\",\"cpu_ns\":0}\n";
+    let err = failing("never_sent", body);
+    assert!(
+        err.contains("(\"at N\" is line N)") && err.contains("(at 3)"),
+        "{err}"
+    );
+    // P3 never exits: a truncated capture
+    let body = "{\"p\":0,\"k\":\"exit\",\"cpu_ns\":0}\n{\"p\":1,\"k\":\"exit\",\"cpu_ns\":0}\n{\"p\":2,\"k\":\"keepalive\",\"cpu_ns\":5}\n";
+    let err = failing("truncated", body);
+    assert!(err.contains("process 2") && err.contains("4"), "{err}");
+    // an event after the process's exit
+    let body =
+        "{\"p\":0,\"k\":\"exit\",\"cpu_ns\":0}\n{\"p\":0,\"k\":\"keepalive\",\"cpu_ns\":0}\n";
+    let err = failing("after_exit", body);
+    assert!(err.contains("after its exit (at 3)"), "{err}");
+}
+
+#[test]
+fn target_errors_name_the_file() {
+    let trace = fig3(true);
+    let bad = "[[node]]\nprocs = [0, 1]\ncorez = 2\n";
+    let out = run(
+        "bad_target",
+        &[("t.jsonl", &trace), ("bad.toml", bad)],
+        &["predict", "t.jsonl", "--target", "bad.toml"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("bad.toml") && err.contains("corez"), "{err}");
+    let half = "[[node]]\nprocs = [0, 1]\n";
+    let out = run(
+        "homeless",
+        &[("t.jsonl", &trace), ("half.toml", half)],
+        &["predict", "t.jsonl", "--target", "half.toml"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("half.toml: process(es) 2 are on no node"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let trace = fig3(true);
+    let files = [("t.jsonl", trace.as_str())];
+    for args in [
+        &["predict", "t.jsonl"][..],
+        &["predict", "t.jsonl", "--cores", "2"],
+        &[
+            "predict",
+            "t.jsonl",
+            "--nodes",
+            "2",
+            "--network",
+            "carrier-pigeon",
+        ],
+        &[
+            "predict",
+            "t.jsonl",
+            "--nodes",
+            "2",
+            "--timeline",
+            "x.json",
+            "--timeline-target",
+            "nope",
+        ],
+        &["frobnicate"],
+    ] {
+        let out = run("usage", &files, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).is_empty());
+    }
+}
+
+#[test]
+fn help_teaches_with_examples() {
+    let out = run("help", &[], &["predict", "--help"]);
+    assert!(out.status.success());
+    let text = stdout(&out);
+    assert!(
+        text.contains("Examples:") && text.contains("--network gige"),
+        "{text}"
+    );
+    assert!(text.contains("ib-hdr"), "{text}");
+}

@@ -158,14 +158,11 @@ fn predict(args: &Predict) -> Result<()> {
     if let (Some(timeline), Some(i)) = (&timeline, timeline_index) {
         engine.set_schedule_sink(i, timeline.sink());
     }
+    let inconsistent = || format!("{trace}: inconsistent trace (\"at N\" is line N)");
     while let Some(e) = reader.next_event().with_context(|| trace.to_string())? {
-        engine
-            .push(e.event, e.line)
-            .with_context(|| format!("{trace}: inconsistent trace"))?;
+        engine.push(e.event, e.line).with_context(inconsistent)?;
     }
-    let predictions = engine
-        .finish()
-        .with_context(|| format!("{trace}: inconsistent trace"))?;
+    let predictions = engine.finish().with_context(inconsistent)?;
     if let (Some(timeline), Some(path)) = (timeline, &args.timeline) {
         timeline
             .finish()

@@ -1,5 +1,6 @@
 //! `cargo xtask`: project chores that are code rather than shell (see `cargo xtask --help`).
 
+mod bench;
 use clap::{Parser, Subcommand};
 
 /// Project chores for lbf.
@@ -11,9 +12,14 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Measure engine and trace-reading throughput and peak memory (release build).
+    Bench(bench::Args),
+}
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {}
+    match cli.command {
+        Command::Bench(args) => bench::run(&args),
+    }
 }

@@ -8,12 +8,13 @@ use super::time::Time;
 /// Minimum over `len` slots, each holding a time or nothing.
 #[derive(Debug)]
 pub(super) struct MinTree {
-    /// Leaves start at `leaves`; each internal node holds the min `(time, slot)` below it.
-    tree: Vec<(Time, u32)>,
+    /// Leaves start at `leaves`; each internal node holds the min key below it. A key is the
+    /// time's bits above the slot number, so one integer comparison orders by time, then slot.
+    tree: Vec<u128>,
     leaves: usize,
 }
 
-const EMPTY: (Time, u32) = (Time::INFINITY, u32::MAX);
+const EMPTY: u128 = u128::MAX;
 
 impl MinTree {
     /// `len` empty slots.
@@ -28,10 +29,12 @@ impl MinTree {
     /// Sets slot `i` to `time` (or empties it).
     pub(super) fn set(&mut self, i: usize, time: Option<f64>) {
         let mut k = self.leaves + i;
-        self.tree[k] = time.map_or(EMPTY, |t| (Time::new(t), i as u32));
+        self.tree[k] = time.map_or(EMPTY, |t| {
+            (u128::from(Time::new(t).bits()) << 64) | i as u128
+        });
         while k > 1 {
+            let m = self.tree[k].min(self.tree[k ^ 1]);
             k /= 2;
-            let m = self.tree[2 * k].min(self.tree[2 * k + 1]);
             if self.tree[k] == m {
                 break;
             }
@@ -41,8 +44,13 @@ impl MinTree {
 
     /// The earliest `(time, slot)`, ties going to the lower slot.
     pub(super) fn min(&self) -> Option<(f64, usize)> {
-        let (t, i) = self.tree[1];
-        (i != u32::MAX).then_some((t.get(), i as usize))
+        let key = self.tree[1];
+        (key != EMPTY).then(|| {
+            (
+                Time::from_bits((key >> 64) as u64).get(),
+                key as u64 as usize,
+            )
+        })
     }
 }
 

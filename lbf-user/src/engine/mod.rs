@@ -249,7 +249,7 @@ impl Engine {
         }
         let mut consumed = u64::MAX;
         for sim in &mut self.sims {
-            sim.on_event(p, &self.streams)?;
+            sim.on_event(p, &self.streams).map_err(|e| *e)?;
             consumed = consumed.min(sim.cursor(p));
         }
         self.streams.trim(p, consumed);

@@ -27,6 +27,10 @@ use super::{EngineError, Prediction, Progress, ScheduleSink};
 use crate::event::{CollId, EventKind, MsgId, ProcId};
 use crate::target::{Network, Target};
 
+/// Results inside the simulation: the error is boxed so that the hot paths move a pointer,
+/// not the whole error.
+pub(super) type SimResult<T> = Result<T, Box<EngineError>>;
+
 /// Where a process is.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum State {
@@ -170,7 +174,7 @@ impl Sim {
 
     /// Called when process `p`'s stream has grown: resumes `p` if it was starved, then runs as
     /// far as the known events allow.
-    pub(super) fn on_event(&mut self, p: usize, streams: &Streams) -> Result<(), EngineError> {
+    pub(super) fn on_event(&mut self, p: usize, streams: &Streams) -> SimResult<()> {
         if self.procs[p].state != State::Starved {
             return Ok(());
         }
@@ -180,7 +184,7 @@ impl Sim {
     }
 
     /// Takes steps in time order until some process starves or every process has exited.
-    fn run(&mut self, streams: &Streams) -> Result<(), EngineError> {
+    fn run(&mut self, streams: &Streams) -> SimResult<()> {
         while self.starved == 0 && self.live > 0 {
             for n in self.dirty.drain(..) {
                 self.is_dirty[n] = false;
@@ -195,14 +199,14 @@ impl Sim {
                     self.timers.pop();
                     self.wake(tt, p as usize, streams)?;
                 }
-                (None, None) => return Err(self.deadlock()),
+                (None, None) => return Err(Box::new(self.deadlock())),
             }
         }
         Ok(())
     }
 
     /// The process on node `n` that finishes its work first reaches its event at time `t`.
-    fn finish_work(&mut self, t: f64, n: usize, streams: &Streams) -> Result<(), EngineError> {
+    fn finish_work(&mut self, t: f64, n: usize, streams: &Streams) -> SimResult<()> {
         self.now = t;
         self.close_slices(n);
         let p = self.nodes[n].pop_finished(t) as usize;
@@ -215,7 +219,7 @@ impl Sim {
 
     /// A timer of waiting process `p` fires at time `t`: its message has arrived or its
     /// collective has ended.
-    fn wake(&mut self, t: f64, p: usize, streams: &Streams) -> Result<(), EngineError> {
+    fn wake(&mut self, t: f64, p: usize, streams: &Streams) -> SimResult<()> {
         self.now = t;
         let current = self.procs[p]
             .current
@@ -237,7 +241,7 @@ impl Sim {
 
     /// Loads process `p`'s next events, completing those that need no work and do not block,
     /// until `p` computes, waits, starves or exits.
-    fn advance_proc(&mut self, p: usize, streams: &Streams) -> Result<(), EngineError> {
+    fn advance_proc(&mut self, p: usize, streams: &Streams) -> SimResult<()> {
         loop {
             let proc = &mut self.procs[p];
             let Some(&q) = streams.get(p, proc.cursor) else {
@@ -277,7 +281,7 @@ impl Sim {
 
     /// Process `p` has done the work before its current event: the event happens now unless it
     /// blocks. Returns whether `p` may go on to its next event.
-    fn reach(&mut self, p: usize) -> Result<bool, EngineError> {
+    fn reach(&mut self, p: usize) -> SimResult<bool> {
         let q = self.procs[p]
             .current
             .expect("reach without a current event");
@@ -296,7 +300,7 @@ impl Sim {
     }
 
     /// [`Sim::reach`] by event kind.
-    fn reach_kind(&mut self, p: usize, q: Queued) -> Result<bool, EngineError> {
+    fn reach_kind(&mut self, p: usize, q: Queued) -> SimResult<bool> {
         match q.event.kind {
             EventKind::Send { msg, bytes } => {
                 self.send(p, msg, bytes, q.origin)?;
@@ -327,7 +331,7 @@ impl Sim {
         comm_of(&self.network, &self.node_of, from, to, bytes)
     }
 
-    fn send(&mut self, p: usize, msg: MsgId, bytes: u64, origin: u64) -> Result<(), EngineError> {
+    fn send(&mut self, p: usize, msg: MsgId, bytes: u64, origin: u64) -> SimResult<()> {
         let sent = Msg::Sent {
             at: self.now,
             bytes,
@@ -340,15 +344,17 @@ impl Sim {
                 self.timers.push(Reverse((Time::new(arrival), by)));
                 Ok(())
             }
-            Some(Msg::Sent { .. }) => Err(EngineError::DuplicateMessage { msg, origin }),
+            Some(Msg::Sent { .. }) => Err(Box::new(EngineError::DuplicateMessage { msg, origin })),
         }
     }
 
     /// Process `p` is at the recv_end of `msg`: completes now if the message is there.
-    fn await_message(&mut self, p: usize, msg: MsgId, origin: u64) -> Result<bool, EngineError> {
+    fn await_message(&mut self, p: usize, msg: MsgId, origin: u64) -> SimResult<bool> {
         let arrival = match self.msgs.get(&msg) {
             Some(&Msg::Sent { at, bytes, from }) => Some(at + self.comm(from as usize, p, bytes)),
-            Some(Msg::Awaited { .. }) => return Err(EngineError::DuplicateMessage { msg, origin }),
+            Some(Msg::Awaited { .. }) => {
+                return Err(Box::new(EngineError::DuplicateMessage { msg, origin }))
+            }
             None => None,
         };
         match arrival {
@@ -392,7 +398,7 @@ impl Sim {
         size: u32,
         bytes: u64,
         origin: u64,
-    ) -> Result<(), EngineError> {
+    ) -> SimResult<()> {
         let node = self.node_of[p];
         let c = self.colls.entry(coll).or_insert_with(|| Collective {
             op,
@@ -405,10 +411,12 @@ impl Sim {
             ends_at: None,
             waiters: Vec::new(),
         });
-        let bad = |reason: String| EngineError::BadCollective {
-            coll,
-            reason,
-            origin,
+        let bad = |reason: String| {
+            Box::new(EngineError::BadCollective {
+                coll,
+                reason,
+                origin,
+            })
         };
         if c.size != size || c.op != op {
             return Err(bad(format!(
@@ -438,18 +446,13 @@ impl Sim {
     }
 
     /// Process `p` is at the coll_end of `coll`: leaves now if the collective has ended.
-    fn await_collective(
-        &mut self,
-        p: usize,
-        coll: CollId,
-        origin: u64,
-    ) -> Result<bool, EngineError> {
+    fn await_collective(&mut self, p: usize, coll: CollId, origin: u64) -> SimResult<bool> {
         let Some(c) = self.colls.get_mut(&coll) else {
-            return Err(EngineError::BadCollective {
+            return Err(Box::new(EngineError::BadCollective {
                 coll,
                 reason: format!("process {p} leaves it without having entered it"),
                 origin,
-            });
+            }));
         };
         match c.ends_at {
             Some(t) if t <= self.now => {
@@ -479,6 +482,7 @@ impl Sim {
     }
 
     /// Emits the running slices of node `n` up to now, before its runnable set changes.
+    #[inline]
     fn close_slices(&mut self, n: usize) {
         let Some(sink) = &mut self.sink else { return };
         let start = self.slice_start[n];

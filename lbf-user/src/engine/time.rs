@@ -18,6 +18,18 @@ impl Time {
         Time((seconds + 0.0).to_bits())
     }
 
+    /// The raw bits, which order like the time.
+    #[inline]
+    pub(super) fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The time whose [`Time::bits`] are `bits`.
+    #[inline]
+    pub(super) fn from_bits(bits: u64) -> Self {
+        Time(bits)
+    }
+
     /// The time in seconds.
     #[inline]
     pub(super) fn get(self) -> f64 {

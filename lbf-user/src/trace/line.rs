@@ -1,6 +1,6 @@
 //! Parsing one line of a v1 trace into an event or the summary.
 
-use super::{parse_op, Summary, TraceErrorKind};
+use super::{flat, parse_op, Summary, TraceErrorKind};
 use crate::event::{Event, EventKind, ProcId};
 use serde::Deserialize;
 use std::borrow::Cow;
@@ -16,24 +16,27 @@ pub(super) enum Record {
 
 /// Every field any line may carry; borrowed so that parsing allocates nothing. Fields not
 /// listed (such as a capture's `t_ns`) are skipped.
-#[derive(Deserialize)]
-struct RawLine<'a> {
-    p: Option<u64>,
+#[derive(Debug, Default, Deserialize, PartialEq)]
+pub(super) struct RawLine<'a> {
+    pub(super) p: Option<u64>,
     #[serde(borrow)]
-    k: Option<Cow<'a, str>>,
-    cpu_ns: Option<u64>,
-    msg: Option<u64>,
-    bytes: Option<u64>,
-    coll: Option<u64>,
+    pub(super) k: Option<Cow<'a, str>>,
+    pub(super) cpu_ns: Option<u64>,
+    pub(super) msg: Option<u64>,
+    pub(super) bytes: Option<u64>,
+    pub(super) coll: Option<u64>,
     #[serde(borrow)]
-    op: Option<Cow<'a, str>>,
-    size: Option<u32>,
-    summary: Option<Summary>,
+    pub(super) op: Option<Cow<'a, str>>,
+    pub(super) size: Option<u32>,
+    pub(super) summary: Option<Summary>,
 }
 
 /// Parses a non-blank body line of a trace whose header lists `procs` processes.
 pub(super) fn parse(text: &[u8], procs: usize) -> Result<Record, TraceErrorKind> {
-    let raw: RawLine = serde_json::from_slice(text).map_err(bad_json)?;
+    let raw = match flat::parse(text) {
+        Some(raw) => raw,
+        None => serde_json::from_slice(text).map_err(bad_json)?,
+    };
     if let Some(summary) = raw.summary {
         return Ok(Record::Summary(summary));
     }

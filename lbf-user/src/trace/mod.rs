@@ -9,6 +9,7 @@
 //! This module knows nothing of the engine or of targets.
 
 mod error;
+mod flat;
 mod line;
 mod reader;
 pub mod synthetic;

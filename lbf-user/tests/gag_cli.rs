@@ -263,7 +263,11 @@ fn header_errors() {
         &["predict", "absent.jsonl", "--nodes", "1"],
     );
     assert_eq!(out.status.code(), Some(1));
-    assert!(stderr(&out).contains("absent.jsonl"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("error: absent.jsonl: cannot read the trace"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -307,6 +311,29 @@ fn target_errors_name_the_file() {
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("half.toml: process(es) 2 are on no node"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn unwritable_timeline_is_an_error() {
+    let trace = fig3(true);
+    let out = run(
+        "bad_timeline",
+        &[("t.jsonl", &trace)],
+        &[
+            "predict",
+            "t.jsonl",
+            "--nodes",
+            "2",
+            "--timeline",
+            "no/such/dir/tl.json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("cannot write the timeline no/such/dir/tl.json"),
         "{}",
         stderr(&out)
     );

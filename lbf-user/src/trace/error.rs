@@ -58,7 +58,9 @@ impl TraceError {
 
 impl fmt::Display for TraceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "line {}: ", self.line)?;
+        if self.line > 0 {
+            write!(f, "line {}: ", self.line)?;
+        }
         match &self.kind {
             TraceErrorKind::Io(e) => write!(f, "cannot read the trace: {e}"),
             TraceErrorKind::MissingHeader => write!(

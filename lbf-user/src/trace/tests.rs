@@ -183,6 +183,10 @@ fn open_reports_a_missing_file() {
         .unwrap();
     assert_eq!(err.line, 0);
     assert!(matches!(err.kind, TraceErrorKind::Io(_)));
+    assert!(
+        err.to_string().starts_with("cannot read the trace: "),
+        "{err}"
+    );
 }
 
 #[test]
@@ -212,4 +216,40 @@ fn synthetic_trace_is_consistent_and_deterministic() {
     assert_eq!(sends.len(), recvs.len());
     assert!(recvs.iter().all(|m| sends.contains_key(m)));
     assert_eq!(synthetic::header(&config).procs[7].name, "rank7");
+}
+
+proptest::proptest! {
+    /// Any events, written and read back, come back unchanged, one per line after the header.
+    #[test]
+    fn any_events_round_trip(raw in proptest::collection::vec(
+        (0u32..2, proptest::prelude::any::<u64>(), 0u8..7, proptest::prelude::any::<u64>(),
+         proptest::prelude::any::<u64>(), proptest::prelude::any::<u32>(), 0usize..4),
+        0..50,
+    )) {
+        let ops = [CollOp::Barrier, CollOp::Bcast, CollOp::Reduce, CollOp::Allreduce];
+        let events: Vec<Event> = raw
+            .into_iter()
+            .map(|(proc, cpu_ns, k, a, b, size, op)| {
+                let kind = match k {
+                    0 => EventKind::Send { msg: a, bytes: b },
+                    1 => EventKind::RecvStart,
+                    2 => EventKind::RecvEnd { msg: a },
+                    3 => EventKind::CollStart { coll: a, op: ops[op], size, bytes: b },
+                    4 => EventKind::CollEnd { coll: a },
+                    5 => EventKind::Keepalive,
+                    _ => EventKind::Exit,
+                };
+                ev(proc, cpu_ns, kind)
+            })
+            .collect();
+        let mut writer = TraceWriter::new(Vec::new(), &header()).unwrap();
+        for e in &events {
+            writer.write_event(e).unwrap();
+        }
+        let bytes = writer.finish(&Summary { measured_seconds: 0.5, lost_events: 0 }).unwrap();
+        let (read, summary) = read_all(std::str::from_utf8(&bytes).unwrap()).unwrap();
+        proptest::prop_assert_eq!(read.iter().map(|e| e.event).collect::<Vec<_>>(), events);
+        proptest::prop_assert!(read.iter().enumerate().all(|(i, e)| e.line == i as u64 + 2));
+        proptest::prop_assert_eq!(summary.map(|s| s.measured_seconds), Some(0.5));
+    }
 }

@@ -8,6 +8,7 @@
 //! tested.
 #![no_std]
 
+pub mod maps;
 pub mod mpi;
 
 /// Number of raw argument words captured per call (6 register arguments, 2 stack arguments).
@@ -73,10 +74,15 @@ pub struct Record {
     pub ts_ns: u64,
     /// The thread's cumulative on-CPU nanoseconds at this instant.
     pub cpu_ns: u64,
-    /// Entry: the 6 register arguments then the first 2 stack arguments. Exit: `args[0]` is the
-    /// return value and the rest repeat the entry's arguments.
+    /// `CallEntry`: rdi, rsi, rdx, rcx, r8, r9 (the 6 integer register arguments), then the
+    /// 64-bit words at user `sp+8` and `sp+16` (the 7th and 8th integer arguments; 0 if
+    /// unreadable). Arguments of C type `int` only have their low 32 bits defined.
+    /// `CallExit`: `args[0]` = rax (the return value), `args[1..8]` = the entry's
+    /// `args[0..7]` (the 8th entry word is not repeated). `Fork`: `args[0]` = the child's
+    /// tgid. Otherwise 0.
     pub args: [u64; ARG_WORDS],
-    /// User memory read as the [`MemRead`] for this function and phase asked.
+    /// User memory read as the [`MemRead`] for this function and phase asked (for `Exec`, the
+    /// file name, NUL-terminated). Only `mem[..mem_len]` is meaningful.
     pub mem: [u8; MEM_BYTES],
 }
 
@@ -114,8 +120,13 @@ pub mod counter {
     pub const LOST_RINGBUF: u32 = 0;
     /// Exits seen without a saved entry (the entry was missed, e.g. attached mid-call).
     pub const EXIT_WITHOUT_ENTRY: u32 = 1;
+    /// User memory reads that failed (bad pointer, or page not resident): `mem_len` is 0.
+    pub const MEM_READ_FAILED: u32 = 2;
+    /// Records of a traced thread without a CPU clock (map full): `cpu_ns` is the scheduler's
+    /// `sum_exec_runtime` (stale by up to a tick), or 0 without BTF.
+    pub const NO_CLOCK: u32 = 3;
     /// Number of counters.
-    pub const COUNT: u32 = 2;
+    pub const COUNT: u32 = 4;
 }
 
 #[cfg(feature = "user")]

@@ -1,6 +1,11 @@
 //! `cargo xtask`: project chores that are code rather than shell (see `cargo xtask --help`).
 
 mod bench;
+mod build_ebpf;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::anyhow;
 use clap::{Parser, Subcommand};
 
 /// Project chores for lbf.
@@ -13,13 +18,29 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Build the eBPF object (lbf-ebpf, release, nightly + bpf-linker) and print its path.
+    /// lbf-user's build does the same and embeds the object; this is for building it alone.
+    BuildEbpf,
     /// Measure engine and trace-reading throughput and peak memory (release build).
     Bench(bench::Args),
+}
+
+/// The workspace root (xtask lives one level below it).
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask has a parent directory")
+        .to_path_buf()
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Bench(args) => bench::run(&args),
+        Command::BuildEbpf => {
+            let object = build_ebpf::build(&workspace_root()).map_err(|e| anyhow!(e))?;
+            println!("{}", object.display());
+        }
+        Command::Bench(args) => bench::run(&args)?,
     }
+    Ok(())
 }

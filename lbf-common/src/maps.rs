@@ -1,0 +1,98 @@
+//! The BPF maps and load-time settings lbf's eBPF object shares with user space: their names,
+//! value types and sizes. The record stream itself is described by [`crate::Record`].
+//!
+//! The kernel side keeps only what it needs to filter and to stamp records: which processes
+//! are traced, each traced thread's CPU clock, each call's entry arguments until it returns,
+//! and which MPI library (slot) a process uses so it reads memory with that library's layout.
+
+/// The ring buffer of [`crate::Record`]s. Its size is set by user space before loading.
+pub const EVENTS: &str = "EVENTS";
+/// Traced thread group ids (`u32` tgid -> `u8` 1). User space seeds it; forks extend it.
+pub const TRACED: &str = "TRACED";
+/// Per-thread CPU clocks (`u32` tid -> [`ThreadClock`]) of traced threads.
+pub const CLOCKS: &str = "CLOCKS";
+/// Memory reads per library slot and function: an array indexed by
+/// `slot * MAX_FNS + fn_id` of [`crate::FnReads`].
+pub const FN_READS: &str = "FN_READS";
+/// Library slot of each traced process (`u32` tgid -> `u32` slot); absent means slot 0.
+pub const LIB_OF: &str = "LIB_OF";
+/// Per-CPU `u64` counters indexed by [`crate::counter`] constants.
+pub const COUNTERS: &str = "COUNTERS";
+/// The global holding [`KernelOffsets`], set by user space before loading.
+pub const KERNEL_OFFSETS: &str = "KERNEL_OFFSETS";
+
+/// Maximum number of traced processes and of traced threads' clocks.
+pub const MAX_TRACED: u32 = 16384;
+/// Maximum number of calls (thread, function) in flight at once.
+pub const MAX_IN_FLIGHT: u32 = 16384;
+/// Number of MPI library slots: each attached library gets one, so that processes of
+/// different MPI implementations (whose handles and statuses differ in size) get their own
+/// memory reads. The `PMPI_Init` and `PMPI_Init_thread` probes of slot `k` set the caller's
+/// slot to `k`.
+pub const MAX_LIBS: u32 = 4;
+
+/// One traced thread's CPU clock, as the `sched_switch` hook keeps it.
+///
+/// While the thread runs, its on-CPU time is `acc_ns + (now - switched_in_ns)`. At each
+/// switch-out `acc_ns` is set to the scheduler's own `sum_exec_runtime` (exact; or, without
+/// BTF, increased by the time since the switch-in). `switched_in_ns == 0` means "not known to
+/// be running": switched out, just seeded, or its switch-in was not seen (some machines do
+/// not report every `sched_switch`); a probe hit of such a (running) thread re-reads
+/// `sum_exec_runtime` into `acc_ns` and starts the running interval there.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadClock {
+    /// On-CPU nanoseconds accumulated up to the last switch-out (or the seed).
+    pub acc_ns: u64,
+    /// `bpf_ktime_get_ns()` at the last switch-in, 0 if unknown or switched out.
+    pub switched_in_ns: u64,
+}
+
+/// Byte offsets of the kernel data the kernel side reads, so that it follows the running
+/// kernel's layouts: classic tracepoint fields (from `/sys/kernel/tracing/events/*/*/format`)
+/// and one `task_struct` field (from the kernel's BTF). The defaults are those of Linux 6.18
+/// (x86-64).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelOffsets {
+    /// `sched/sched_switch`: `prev_pid`.
+    pub switch_prev_pid: u32,
+    /// `sched/sched_switch`: `next_pid`.
+    pub switch_next_pid: u32,
+    /// `task/task_newtask`: `pid` (the new task's thread id).
+    pub newtask_pid: u32,
+    /// `task/task_newtask`: `clone_flags` (u64).
+    pub newtask_clone_flags: u32,
+    /// `sched/sched_process_exec`: `filename` (`__data_loc`).
+    pub exec_filename: u32,
+    /// `sched/sched_process_exit`: `group_dead` (bool), or [`KernelOffsets::ABSENT`] on
+    /// kernels without it (then "the thread with tid == tgid exited" stands for the group).
+    pub exit_group_dead: u32,
+    /// `task_struct.se.sum_exec_runtime`: the scheduler's exact on-CPU nanoseconds of a
+    /// thread, up to date when the thread is switched out. [`KernelOffsets::ABSENT`] without
+    /// BTF (then the clock is kept from `sched_switch` times alone).
+    pub task_sum_exec_runtime: u32,
+}
+
+impl KernelOffsets {
+    /// Marks a field the running kernel does not have.
+    pub const ABSENT: u32 = u32::MAX;
+    /// The offsets of Linux 6.18 on x86-64.
+    pub const LINUX_6_18: Self = Self {
+        switch_prev_pid: 24,
+        switch_next_pid: 56,
+        newtask_pid: 8,
+        newtask_clone_flags: 32,
+        exec_filename: 8,
+        exit_group_dead: 32,
+        task_sum_exec_runtime: KernelOffsets::ABSENT,
+    };
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: repr(C) plain old data, every bit pattern valid.
+    unsafe impl aya::Pod for super::ThreadClock {}
+    // SAFETY: repr(C) plain old data, every bit pattern valid.
+    unsafe impl aya::Pod for super::KernelOffsets {}
+}

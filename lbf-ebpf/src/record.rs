@@ -1,0 +1,120 @@
+//! Writing records into the ring buffer: the header (kind, ids, time, CPU clock) and the
+//! optional user memory read. Never blocks: a full ring buffer drops the record and counts it.
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, gen::bpf_probe_read_user},
+    maps::ring_buf::RingBufEntry,
+};
+use lbf_common::{counter, MemRead, Record, RecordKind, ARG_WORDS, MEM_BYTES};
+
+use crate::maps::{count, current_sum_exec_runtime, CLOCKS, EVENTS};
+
+/// The calling thread's ids: `(tgid, tid)`.
+#[inline(always)]
+pub fn current_ids() -> (u32, u32) {
+    let id = bpf_get_current_pid_tgid();
+    ((id >> 32) as u32, id as u32)
+}
+
+/// The running (current) thread `tid`'s cumulative on-CPU nanoseconds at `now`. A clock that
+/// does not know when the thread was switched in (seeded by user space, or its switch-in not
+/// seen) takes the scheduler's `sum_exec_runtime` (stale by at most a scheduler tick) and
+/// starts its running interval now. Without a clock: `sum_exec_runtime`, or 0; counted.
+#[inline(always)]
+pub fn cpu_now(tid: u32, now: u64) -> u64 {
+    let Some(clock) = CLOCKS.get_ptr_mut(&tid) else {
+        count(counter::NO_CLOCK);
+        return current_sum_exec_runtime().unwrap_or(0);
+    };
+    // SAFETY: map value pointer valid for the program's run; only this thread's events
+    // (which cannot run concurrently with it) and user space seeding write it.
+    unsafe {
+        if (*clock).switched_in_ns == 0 {
+            if let Some(sum) = current_sum_exec_runtime() {
+                (*clock).acc_ns = sum;
+            }
+            (*clock).switched_in_ns = now;
+            (*clock).acc_ns
+        } else {
+            (*clock).acc_ns + now.saturating_sub((*clock).switched_in_ns)
+        }
+    }
+}
+
+/// A reserved record being filled; submitted with [`Draft::submit`].
+pub struct Draft {
+    entry: RingBufEntry<Record>,
+}
+
+impl Draft {
+    /// Reserves a record of `kind` for the current thread, stamped now. `None` (and counted
+    /// as lost) when the ring buffer is full.
+    #[inline(always)]
+    pub fn reserve(kind: RecordKind, fn_id: u16, tgid: u32, tid: u32) -> Option<Self> {
+        let Some(mut entry) = EVENTS.reserve::<Record>(0) else {
+            count(counter::LOST_RINGBUF);
+            return None;
+        };
+        let now = unsafe { bpf_ktime_get_ns() };
+        let r = entry.as_mut_ptr();
+        // SAFETY: `r` points at a reserved, exclusively owned record.
+        unsafe {
+            (*r).kind = kind as u16;
+            (*r).fn_id = fn_id;
+            (*r).mem_len = 0;
+            (*r)._pad = 0;
+            (*r).tgid = tgid;
+            (*r).tid = tid;
+            (*r).ts_ns = now;
+            (*r).cpu_ns = cpu_now(tid, now);
+            (*r).args = [0; ARG_WORDS];
+        }
+        Some(Self { entry })
+    }
+
+    /// The record being filled.
+    #[inline(always)]
+    pub fn record(&mut self) -> *mut Record {
+        self.entry.as_mut_ptr()
+    }
+
+    /// Reads user memory into `mem` as `read` says, taking the pointer and the element count
+    /// from `args` (the call's entry arguments). A failed read leaves `mem_len` 0 (counted).
+    #[inline(always)]
+    pub fn read_user(&mut self, read: &MemRead, args: &[u64; ARG_WORDS]) {
+        // `get` rather than indexing: a bounds-check panic would not pass the verifier.
+        let Some(&ptr) = args.get((read.ptr_arg as usize).wrapping_sub(1)) else {
+            return;
+        };
+        let mut len = read.len as u64;
+        if read.count_arg != 0 {
+            let Some(&n) = args.get(read.count_arg as usize - 1) else {
+                return;
+            };
+            // Counts are C ints: only the low 32 bits of the register are defined.
+            len = len.saturating_mul(n as u32 as u64);
+        }
+        if len > MEM_BYTES as u64 {
+            len = MEM_BYTES as u64;
+        }
+        if ptr == 0 || len == 0 {
+            return;
+        }
+        let r = self.record();
+        // SAFETY: the destination is the reserved record's `mem`, `len` <= MEM_BYTES.
+        let rc = unsafe {
+            bpf_probe_read_user((*r).mem.as_mut_ptr() as *mut _, len as u32, ptr as *const _)
+        };
+        if rc == 0 {
+            unsafe { (*r).mem_len = len as u16 };
+        } else {
+            count(counter::MEM_READ_FAILED);
+        }
+    }
+
+    /// Hands the record to user space.
+    #[inline(always)]
+    pub fn submit(self) {
+        self.entry.submit(0);
+    }
+}

@@ -1,0 +1,217 @@
+//! `lbf-trace`: capture what an MPI program does, with eBPF, without modifying it.
+//! Thin: parses arguments, wires `lbf::probe` to a record sink, reports.
+
+use std::{
+    fs::File,
+    io::BufWriter,
+    path::PathBuf,
+    process::ExitCode,
+    sync::atomic::{AtomicBool, AtomicI32, Ordering},
+};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use lbf::probe::{self, HeldChild, JsonLinesSink, RecordSink, Tracer, TracerOptions};
+
+/// Trace an MPI program's calls, process lifecycle and exact CPU time with eBPF.
+///
+/// Either run a command under tracing (`lbf-trace [OPTIONS] -- mpirun -np 4 ./prog`), which
+/// traces the command and every process it starts from its first instruction, or attach to
+/// running processes (`lbf-trace -p 1234,1235`) and the processes they start from now on.
+/// The capture ends when every traced process has ended, or on Ctrl-C / SIGTERM. With a
+/// command, lbf-trace exits with the command's exit status.
+///
+/// Needs root (CAP_BPF, CAP_PERFMON). MPI libraries are found in the traced processes' memory
+/// maps and, for programs started later, through `ldconfig -p` (Open MPI's libmpi.so.40,
+/// MPICH's libmpich.so.12); add others with --mpi-lib. Only MPI programs are supported by this
+/// version (not yet sockets or PVM).
+///
+/// Records the kernel side had to drop (ring buffer full) are reported at the end; a larger
+/// --ringbuf-size helps.
+#[derive(Parser)]
+#[command(name = "lbf-trace", version, verbatim_doc_comment)]
+struct Cli {
+    /// Attach to these running processes (comma-separated PIDs) and their future children.
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_delimiter = ',',
+        conflicts_with = "command"
+    )]
+    pids: Vec<u32>,
+
+    /// Ring buffer size in bytes (rounded up to a power of two). Each record takes 360 bytes.
+    #[arg(long, default_value_t = TracerOptions::DEFAULT_RINGBUF_BYTES)]
+    ringbuf_size: u32,
+
+    /// Also probe this MPI library (or statically linked MPI program); repeatable.
+    #[arg(long = "mpi-lib", value_name = "PATH")]
+    mpi_libs: Vec<PathBuf>,
+
+    /// Debug: write every raw record as one JSON line to FILE.
+    #[arg(long, value_name = "FILE")]
+    raw_dump: Option<PathBuf>,
+
+    /// Say what is probed and how the capture went.
+    #[arg(short, long)]
+    verbose: bool,
+
+    /// The command to run and trace, after `--`.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// Set by SIGINT/SIGTERM: stop the capture.
+static STOP: AtomicBool = AtomicBool::new(false);
+/// The signal that asked to stop, to pass on to the command.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    STOP_SIGNAL.store(sig, Ordering::Relaxed);
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// A sink that counts records (when no other output is asked for).
+struct CountingSink;
+
+impl RecordSink for CountingSink {
+    fn record(&mut self, _: &lbf_common::Record) -> Result<()> {
+        Ok(())
+    }
+    fn finish(&mut self, _: &probe::LostCounts) -> Result<()> {
+        Ok(())
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("lbf-trace: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<i32> {
+    if cli.pids.is_empty() && cli.command.is_empty() {
+        bail!("nothing to trace: give a command after `--`, or -p PID (see --help)");
+    }
+    for pid in &cli.pids {
+        if !std::path::Path::new(&format!("/proc/{pid}")).is_dir() {
+            bail!("no process with PID {pid}");
+        }
+    }
+    let mut tracer = Tracer::load(&TracerOptions {
+        ringbuf_bytes: cli.ringbuf_size,
+    })?;
+    attach_libraries(&mut tracer, &cli)?;
+    let mut sink: Box<dyn RecordSink> = match &cli.raw_dump {
+        Some(path) => {
+            let file = File::create(path)
+                .with_context(|| format!("creating the raw dump {}", path.display()))?;
+            Box::new(JsonLinesSink::new(BufWriter::new(file)))
+        }
+        None => Box::new(CountingSink),
+    };
+    let mut reader = tracer.records()?;
+    // SAFETY: the handler only stores to atomics.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let mut child = None;
+    if cli.command.is_empty() {
+        for &pid in &cli.pids {
+            tracer.trace_pid(pid)?;
+        }
+    } else {
+        let mut c = HeldChild::spawn(&cli.command)?;
+        tracer.trace_pid(c.pid())?;
+        c.release()?;
+        child = Some(c);
+    }
+    let end = probe::run(&mut tracer, &mut reader, sink.as_mut(), &STOP)?;
+    let lost = end.lost;
+    if lost.ringbuf_full > 0 {
+        eprintln!(
+            "lbf-trace: warning: {} records lost (ring buffer full); try a larger --ringbuf-size",
+            lost.ringbuf_full
+        );
+    }
+    if lost.exit_without_entry + lost.mem_read_failed + lost.no_clock > 0 {
+        eprintln!(
+            "lbf-trace: warning: {} call exits without their entry, {} failed memory reads, \
+             {} records without a CPU clock",
+            lost.exit_without_entry, lost.mem_read_failed, lost.no_clock
+        );
+    }
+    if cli.verbose {
+        let how = if end.stopped {
+            "stopped by signal"
+        } else {
+            "all traced processes ended"
+        };
+        eprintln!("lbf-trace: {} records; {how}", end.records);
+    }
+    match child {
+        Some(mut c) => {
+            if end.stopped {
+                c.signal(STOP_SIGNAL.load(Ordering::Relaxed));
+            }
+            c.wait()
+        }
+        None => Ok(0),
+    }
+}
+
+/// Probes the MPI libraries: those mapped by the PIDs (with -p; one of them must have one),
+/// those installed (with a command), and the --mpi-lib ones.
+fn attach_libraries(tracer: &mut Tracer, cli: &Cli) -> Result<()> {
+    let mut paths = cli.mpi_libs.clone();
+    if cli.command.is_empty() {
+        let mut any = false;
+        for &pid in &cli.pids {
+            let mapped = probe::mpi_libraries_mapped_by(pid)?;
+            if mapped.is_empty() {
+                eprintln!("lbf-trace: warning: PID {pid} has no MPI library mapped");
+            }
+            any |= !mapped.is_empty();
+            paths.extend(mapped);
+        }
+        if !any && cli.mpi_libs.is_empty() {
+            bail!(
+                "none of the processes {:?} has an MPI library mapped (no object defining \
+                 PMPI_Init); this version of lbf traces MPI programs only (sockets and PVM are \
+                 not supported yet)",
+                cli.pids
+            );
+        }
+    } else {
+        paths.extend(probe::installed_mpi_libraries()?);
+        if paths.is_empty() {
+            bail!(
+                "no MPI library found (ldconfig -p lists no libmpi.so / libmpich.so); this \
+                 version of lbf traces MPI programs only; give one with --mpi-lib"
+            );
+        }
+    }
+    for path in paths {
+        let lib = tracer.attach_mpi_library(&path, &[])?;
+        if cli.verbose {
+            eprintln!(
+                "lbf-trace: probing {} functions in {} (slot {}){}",
+                lib.probed.len(),
+                lib.path.display(),
+                lib.slot,
+                if lib.missing.is_empty() {
+                    String::new()
+                } else {
+                    format!("; not defined there: {}", lib.missing.join(", "))
+                }
+            );
+        }
+    }
+    Ok(())
+}

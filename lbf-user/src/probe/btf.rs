@@ -1,0 +1,117 @@
+//! The one `task_struct` field offset the kernel side needs (`se.sum_exec_runtime`), read from
+//! the running kernel's BTF (`/sys/kernel/btf/vmlinux`). A minimal reader of the BTF type
+//! section: just enough to walk structs and their members.
+
+use std::{collections::HashMap, fs};
+
+use anyhow::{bail, ensure, Context, Result};
+
+/// The kernel's BTF.
+const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+
+const KIND_INT: u32 = 1;
+const KIND_ARRAY: u32 = 3;
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
+const KIND_FUNC_PROTO: u32 = 13;
+const KIND_VAR: u32 = 14;
+const KIND_DATASEC: u32 = 15;
+const KIND_DECL_TAG: u32 = 17;
+const KIND_ENUM64: u32 = 19;
+
+/// Byte offset of `task_struct.se.sum_exec_runtime` in the running kernel.
+pub fn sum_exec_runtime_offset() -> Result<u32> {
+    let data = fs::read(VMLINUX).with_context(|| format!("reading the kernel's BTF {VMLINUX}"))?;
+    let btf = Btf::parse(&data).with_context(|| format!("parsing {VMLINUX}"))?;
+    let se = btf.member_offset("task_struct", "se")?;
+    let sum = btf.member_offset("sched_entity", "sum_exec_runtime")?;
+    Ok(se + sum)
+}
+
+/// Struct members by struct name: `(member name, byte offset)`.
+struct Btf {
+    structs: HashMap<String, Vec<(String, u32)>>,
+}
+
+impl Btf {
+    /// Reads the structs of a little-endian BTF blob.
+    fn parse(data: &[u8]) -> Result<Self> {
+        let u32_at = |off: usize| -> Result<u32> {
+            let b = data.get(off..off + 4).context("BTF truncated")?;
+            Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        ensure!(
+            data.len() >= 24 && data[0..2] == [0x9f, 0xeb],
+            "not little-endian BTF"
+        );
+        let hdr_len = u32_at(4)? as usize;
+        let (type_off, type_len) = (u32_at(8)? as usize, u32_at(12)? as usize);
+        let str_off = u32_at(16)? as usize;
+        let types = hdr_len + type_off;
+        let strings = hdr_len + str_off;
+        let name = |off: u32| -> String {
+            let start = strings + off as usize;
+            let bytes = data.get(start..).unwrap_or(&[]);
+            let end = bytes.iter().position(|&b| b == 0).unwrap_or(0);
+            String::from_utf8_lossy(&bytes[..end]).into_owned()
+        };
+        let mut structs = HashMap::new();
+        let mut pos = types;
+        while pos < types + type_len {
+            let (name_off, info) = (u32_at(pos)?, u32_at(pos + 4)?);
+            let kind = (info >> 24) & 0x1f;
+            let vlen = (info & 0xffff) as usize;
+            let bitfield_offsets = info >> 31 == 1;
+            pos += 12;
+            let extra = match kind {
+                KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
+                KIND_ARRAY => 12,
+                KIND_STRUCT | KIND_UNION | KIND_DATASEC | KIND_ENUM64 => vlen * 12,
+                KIND_ENUM | KIND_FUNC_PROTO => vlen * 8,
+                _ => 0,
+            };
+            if kind == KIND_STRUCT {
+                let mut members = Vec::with_capacity(vlen);
+                for i in 0..vlen {
+                    let m = pos + i * 12;
+                    let bits = u32_at(m + 8)?;
+                    let bits = if bitfield_offsets {
+                        bits & 0xff_ffff
+                    } else {
+                        bits
+                    };
+                    members.push((name(u32_at(m)?), bits / 8));
+                }
+                structs.entry(name(name_off)).or_insert(members);
+            }
+            pos += extra;
+        }
+        Ok(Self { structs })
+    }
+
+    /// Byte offset of member `member` (a direct member, not inside an anonymous one).
+    fn member_offset(&self, strukt: &str, member: &str) -> Result<u32> {
+        let Some(members) = self.structs.get(strukt) else {
+            bail!("struct {strukt} not in the kernel's BTF");
+        };
+        members
+            .iter()
+            .find(|(n, _)| n == member)
+            .map(|(_, off)| *off)
+            .with_context(|| format!("struct {strukt} has no member {member}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_sum_exec_runtime_when_btf_is_there() {
+        if std::path::Path::new(VMLINUX).exists() {
+            let off = sum_exec_runtime_offset().unwrap();
+            assert!(off > 0 && off.is_multiple_of(8), "offset {off}");
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! The probe layer: loads lbf's eBPF object (embedded in the binary), attaches it, and
+//! delivers raw [`lbf_common::Record`]s. It knows how to find MPI libraries and traced
+//! processes, not what an MPI call means: decoding is the capture layer's job.
+//!
+//! Use: [`Tracer::load`], [`Tracer::attach_mpi_library`] for each library (found with
+//! [`mpi_libraries_mapped_by`] or [`installed_mpi_libraries`]), [`Tracer::trace_pid`] for
+//! each process (or [`HeldChild`] to start a command traced from its first instruction),
+//! then [`run`] with a [`RecordSink`].
+//!
+//! What a record holds (see `lbf_common::Record`): `ts_ns` is CLOCK_MONOTONIC, `cpu_ns` the
+//! thread's exact on-CPU time (0 if the thread has no clock). `CallEntry`: `args` = rdi, rsi,
+//! rdx, rcx, r8, r9, then the 64-bit words at user sp+8 and sp+16 (the 7th and 8th integer
+//! arguments; 0 if unreadable); `mem` = the entry read. `CallExit`: `args[0]` = rax (the
+//! return value), `args[1..8]` = the entry's `args[0..7]` (the 8th entry word is not
+//! repeated); `mem` = the exit read, whose pointer and count come from the entry's 8 words.
+//! `Fork`: `args[0]` = the child's tgid (record of the parent). `Exec`: `mem` = the file
+//! name, NUL-terminated. `Exit`: the last thread of the group ended. Bytes of `mem` past
+//! `mem_len` are unspecified.
+
+mod btf;
+mod child;
+mod dump;
+mod libraries;
+mod procfs;
+mod reader;
+mod session;
+mod symbols;
+mod tracefs;
+mod tracer;
+
+pub use child::HeldChild;
+pub use dump::{record_json, JsonLinesSink};
+pub use libraries::{installed as installed_mpi_libraries, mapped_by as mpi_libraries_mapped_by};
+pub use reader::{decode, RecordReader, RecordSink};
+pub use session::{run, CaptureEnd};
+pub use tracer::{AttachedLibrary, LostCounts, Tracer, TracerOptions};

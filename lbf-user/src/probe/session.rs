@@ -1,0 +1,75 @@
+//! The capture loop: drain records into a sink until every traced process has ended or the
+//! caller asks to stop, then report what the kernel side lost.
+
+use std::{
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant},
+};
+
+use anyhow::Result;
+
+use super::{procfs, LostCounts, RecordReader, RecordSink, Tracer};
+
+/// How long one wait for records lasts (bounds the reaction to a stop request).
+const POLL: Duration = Duration::from_millis(50);
+/// How often the traced set is checked for ended processes.
+const LIVENESS: Duration = Duration::from_millis(200);
+
+/// How a capture ended.
+#[derive(Clone, Copy, Debug)]
+pub struct CaptureEnd {
+    /// Records handed to the sink.
+    pub records: u64,
+    /// The kernel side's loss counters at the end.
+    pub lost: LostCounts,
+    /// True if it ended because `stop` was set, false if every traced process ended.
+    pub stopped: bool,
+}
+
+/// Drains `reader` into `sink` until no traced process is left or `stop` becomes true, then
+/// drains what remains and calls `sink.finish` with the loss counters.
+pub fn run(
+    tracer: &mut Tracer,
+    reader: &mut RecordReader,
+    sink: &mut dyn RecordSink,
+    stop: &AtomicBool,
+) -> Result<CaptureEnd> {
+    let mut records = 0;
+    let mut last_check = Instant::now();
+    let stopped = loop {
+        reader.wait(POLL)?;
+        records += reader.drain(sink)?;
+        if stop.load(Ordering::Relaxed) {
+            break true;
+        }
+        if last_check.elapsed() >= LIVENESS {
+            last_check = Instant::now();
+            if !any_traced_alive(tracer)? {
+                break false;
+            }
+        }
+    };
+    // Records of the last exits were submitted before their process left the traced set.
+    records += reader.drain(sink)?;
+    let lost = tracer.lost_counts()?;
+    sink.finish(&lost)?;
+    Ok(CaptureEnd {
+        records,
+        lost,
+        stopped,
+    })
+}
+
+/// Whether any traced process is still running; forgets traced processes that ended without
+/// the kernel side seeing their exit.
+fn any_traced_alive(tracer: &mut Tracer) -> Result<bool> {
+    let mut alive = false;
+    for pid in tracer.traced_pids()? {
+        if procfs::has_ended(pid) {
+            tracer.untrace_pid(pid)?;
+        } else {
+            alive = true;
+        }
+    }
+    Ok(alive)
+}

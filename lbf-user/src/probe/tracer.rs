@@ -1,0 +1,373 @@
+//! [`Tracer`]: the loaded eBPF object, its scheduler hooks attached, plus the MPI libraries
+//! probed so far and the processes traced.
+
+use std::{
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+};
+
+use anyhow::{bail, ensure, Context, Result};
+use aya::{
+    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
+    programs::{TracePoint, UProbe},
+    Ebpf, EbpfLoader,
+};
+use lbf_common::{
+    counter,
+    maps::{self, ThreadClock, MAX_LIBS},
+    mpi, FnReads, MAX_FNS,
+};
+
+use super::{procfs, reader::RecordReader, symbols, tracefs};
+
+/// The eBPF object, built by `lbf-user/build.rs` from `lbf-ebpf`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lbf.bpf.o"));
+
+/// How to load the tracer.
+#[derive(Clone, Debug)]
+pub struct TracerOptions {
+    /// Size of the ring buffer in bytes; rounded up to a power of two of at least a page.
+    pub ringbuf_bytes: u32,
+}
+
+impl TracerOptions {
+    /// Default ring buffer size: 16 MiB, about 47,000 records.
+    pub const DEFAULT_RINGBUF_BYTES: u32 = 16 << 20;
+}
+
+impl Default for TracerOptions {
+    fn default() -> Self {
+        Self {
+            ringbuf_bytes: Self::DEFAULT_RINGBUF_BYTES,
+        }
+    }
+}
+
+/// An MPI library the tracer probes.
+#[derive(Clone, Debug)]
+pub struct AttachedLibrary {
+    /// The library file (or statically linked executable).
+    pub path: PathBuf,
+    /// Its slot: the index its memory reads are kept under in the kernel.
+    pub slot: u32,
+    /// `(fn_id, symbol)` of the functions probed in it.
+    pub probed: Vec<(u16, &'static str)>,
+    /// Symbols of `lbf_common::mpi::NAMES` it does not define (not probed).
+    pub missing: Vec<&'static str>,
+    /// `(dev, inode)`: the file's identity, to attach each file once.
+    identity: (u64, u64),
+}
+
+/// Sums of the kernel side's per-CPU counters (see `lbf_common::counter`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LostCounts {
+    /// Records dropped because the ring buffer was full.
+    pub ringbuf_full: u64,
+    /// Call exits dropped because their entry was not seen.
+    pub exit_without_entry: u64,
+    /// Records whose user memory read failed (`mem_len` 0).
+    pub mem_read_failed: u64,
+    /// Records of threads without a CPU clock (`cpu_ns` 0).
+    pub no_clock: u64,
+}
+
+impl LostCounts {
+    /// Whether anything was lost or degraded.
+    pub fn any(&self) -> bool {
+        *self != Self::default()
+    }
+}
+
+/// The loaded kernel side: scheduler hooks attached, MPI libraries probed on demand.
+pub struct Tracer {
+    ebpf: Ebpf,
+    libraries: Vec<AttachedLibrary>,
+}
+
+impl Tracer {
+    /// Loads the embedded eBPF object with `options` and attaches the process-lifecycle and
+    /// CPU-clock hooks. Needs root (CAP_BPF and CAP_PERFMON); says so plainly otherwise.
+    pub fn load(options: &TracerOptions) -> Result<Self> {
+        check_privileges()?;
+        let offsets = tracefs::offsets()?;
+        let ring = ringbuf_size(options.ringbuf_bytes);
+        let mut ebpf = EbpfLoader::new()
+            .set_max_entries(maps::EVENTS, ring)
+            .set_global(maps::KERNEL_OFFSETS, &offsets, true)
+            .load(OBJECT)
+            .context("loading lbf's eBPF object into the kernel")?;
+        for (category, name) in [
+            ("sched", "sched_switch"),
+            ("task", "task_newtask"),
+            ("sched", "sched_process_exec"),
+            ("sched", "sched_process_exit"),
+        ] {
+            let prog: &mut TracePoint = program(&mut ebpf, name)?;
+            prog.load()
+                .with_context(|| format!("verifying eBPF program {name}"))?;
+            prog.attach(category, name)
+                .with_context(|| format!("attaching to tracepoint {category}/{name}"))?;
+        }
+        let names: Vec<String> = ebpf
+            .programs()
+            .map(|(n, _)| n.to_string())
+            .filter(|n| n.starts_with("mpi_"))
+            .collect();
+        for name in names {
+            let prog: &mut UProbe = program(&mut ebpf, &name)?;
+            prog.load()
+                .with_context(|| format!("verifying eBPF program {name}"))?;
+        }
+        Ok(Self {
+            ebpf,
+            libraries: Vec::new(),
+        })
+    }
+
+    /// Starts tracing process `pid` (and, from now on, its descendants): adds it to the
+    /// kernel's filter, seeds its threads' CPU clocks from `/proc` and, if it has one of the
+    /// attached MPI libraries mapped, selects that library's memory reads for it.
+    pub fn trace_pid(&mut self, pid: u32) -> Result<()> {
+        ensure!(
+            procfs::exists(pid),
+            "no process with PID {pid} (nothing in /proc/{pid})"
+        );
+        let now = monotonic_ns();
+        let mut clocks: HashMap<&mut MapData, u32, ThreadClock> =
+            HashMap::try_from(self.ebpf.map_mut(maps::CLOCKS).context("map CLOCKS")?)?;
+        for tid in procfs::thread_ids(pid)? {
+            // A thread that ended meanwhile has no schedstat; it needs no clock either.
+            if let Ok(acc_ns) = procfs::thread_cpu_ns(pid, tid) {
+                let clock = ThreadClock {
+                    acc_ns,
+                    switched_in_ns: now,
+                };
+                clocks
+                    .insert(tid, clock, 0)
+                    .context("seeding a CPU clock")?;
+            }
+        }
+        if let Some(slot) = self.slot_of_process(pid) {
+            let mut lib_of: HashMap<&mut MapData, u32, u32> =
+                HashMap::try_from(self.ebpf.map_mut(maps::LIB_OF).context("map LIB_OF")?)?;
+            lib_of.insert(pid, slot, 0)?;
+        }
+        let mut traced: HashMap<&mut MapData, u32, u8> =
+            HashMap::try_from(self.ebpf.map_mut(maps::TRACED).context("map TRACED")?)?;
+        traced
+            .insert(pid, 1, 0)
+            .with_context(|| format!("tracing PID {pid}"))?;
+        Ok(())
+    }
+
+    /// Probes the MPI library (or MPI executable) at `path` for every process that runs it,
+    /// the kernel filtering by traced process: an entry and an exit probe on each
+    /// `lbf_common::mpi::NAMES` symbol resolved from its dynamic symbol table (one probe per
+    /// address; absent names are listed in `missing`). `reads` are this library's memory
+    /// reads. A file already attached is not attached twice; its reads are replaced.
+    pub fn attach_mpi_library(
+        &mut self,
+        path: &Path,
+        reads: &[(u16, FnReads)],
+    ) -> Result<&AttachedLibrary> {
+        let meta = path
+            .metadata()
+            .with_context(|| format!("MPI library {}", path.display()))?;
+        let identity = (meta.dev(), meta.ino());
+        if let Some(i) = self.libraries.iter().position(|l| l.identity == identity) {
+            self.set_reads(self.libraries[i].slot, reads)?;
+            return Ok(&self.libraries[i]);
+        }
+        let slot = self.libraries.len() as u32;
+        ensure!(
+            slot < MAX_LIBS,
+            "cannot probe {}: already probing {MAX_LIBS} MPI libraries",
+            path.display()
+        );
+        let wanted: Vec<&str> = mpi::NAMES.iter().map(|(_, n)| *n).collect();
+        let offsets = symbols::dynamic_function_offsets(path, &wanted)?;
+        let mut probed = Vec::new();
+        let mut missing = Vec::new();
+        let mut seen_offsets = Vec::new();
+        for &(id, name) in mpi::NAMES {
+            let Some(&offset) = offsets.get(name) else {
+                missing.push(name);
+                continue;
+            };
+            if seen_offsets.contains(&offset) {
+                continue;
+            }
+            seen_offsets.push(offset);
+            // The exit probe first: a call entered between the two attaches then yields an
+            // exit without entry (counted), never an entry whose exit is lost.
+            self.attach_uprobe(&format!("mpi_exit_{id}"), path, offset)?;
+            let entry = if id == mpi::INIT || id == mpi::INIT_THREAD {
+                format!("mpi_enter_{id}_lib{slot}")
+            } else {
+                format!("mpi_enter_{id}")
+            };
+            self.attach_uprobe(&entry, path, offset)?;
+            probed.push((id, name));
+        }
+        ensure!(
+            !probed.is_empty(),
+            "{} defines none of the MPI functions lbf probes (PMPI_Init, PMPI_Send, ...)",
+            path.display()
+        );
+        self.libraries.push(AttachedLibrary {
+            path: path.to_path_buf(),
+            slot,
+            probed,
+            missing,
+            identity,
+        });
+        self.set_reads(slot, reads)?;
+        Ok(&self.libraries[slot as usize])
+    }
+
+    /// The MPI libraries probed so far, in slot order.
+    pub fn libraries(&self) -> &[AttachedLibrary] {
+        &self.libraries
+    }
+
+    /// Sets the memory reads of library slot `slot`: `(fn_id, reads)` pairs; functions not
+    /// listed read nothing.
+    pub fn set_reads(&mut self, slot: u32, reads: &[(u16, FnReads)]) -> Result<()> {
+        ensure!(slot < MAX_LIBS, "library slot {slot} out of range");
+        let mut table: Array<&mut MapData, FnReads> =
+            Array::try_from(self.ebpf.map_mut(maps::FN_READS).context("map FN_READS")?)?;
+        for id in 0..MAX_FNS {
+            table.set(slot * MAX_FNS + id, FnReads::default(), 0)?;
+        }
+        for &(id, r) in reads {
+            ensure!(
+                (id as u32) < MAX_FNS,
+                "function id {id} out of range (max {MAX_FNS})"
+            );
+            table.set(slot * MAX_FNS + id as u32, r, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Thread group ids the kernel side traces now.
+    pub fn traced_pids(&self) -> Result<Vec<u32>> {
+        let traced: HashMap<&MapData, u32, u8> =
+            HashMap::try_from(self.ebpf.map(maps::TRACED).context("map TRACED")?)?;
+        Ok(traced.keys().collect::<Result<_, _>>()?)
+    }
+
+    /// Stops tracing `pid` (used for processes that ended without their exit being seen).
+    pub fn untrace_pid(&mut self, pid: u32) -> Result<()> {
+        let mut traced: HashMap<&mut MapData, u32, u8> =
+            HashMap::try_from(self.ebpf.map_mut(maps::TRACED).context("map TRACED")?)?;
+        // Already gone is fine: the kernel side may have removed it meanwhile.
+        let _ = traced.remove(&pid);
+        Ok(())
+    }
+
+    /// Sums of the per-CPU loss counters.
+    pub fn lost_counts(&self) -> Result<LostCounts> {
+        let counters: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(self.ebpf.map(maps::COUNTERS).context("map COUNTERS")?)?;
+        let sum = |i: u32| -> Result<u64> { Ok(counters.get(&i, 0)?.iter().sum()) };
+        Ok(LostCounts {
+            ringbuf_full: sum(counter::LOST_RINGBUF)?,
+            exit_without_entry: sum(counter::EXIT_WITHOUT_ENTRY)?,
+            mem_read_failed: sum(counter::MEM_READ_FAILED)?,
+            no_clock: sum(counter::NO_CLOCK)?,
+        })
+    }
+
+    /// Takes the ring buffer out as a [`RecordReader`] (once).
+    pub fn records(&mut self) -> Result<RecordReader> {
+        let map = self
+            .ebpf
+            .take_map(maps::EVENTS)
+            .context("the record ring buffer was already taken")?;
+        Ok(RecordReader::new(RingBuf::try_from(map)?))
+    }
+
+    /// The slot of the attached library that process `pid` has mapped, if any.
+    fn slot_of_process(&self, pid: u32) -> Option<u32> {
+        let mapped = procfs::executable_mappings(pid).ok()?;
+        mapped.iter().find_map(|p| {
+            let meta = p.metadata().ok()?;
+            let id = (meta.dev(), meta.ino());
+            self.libraries
+                .iter()
+                .find(|l| l.identity == id)
+                .map(|l| l.slot)
+        })
+    }
+
+    /// Attaches the loaded uprobe program `name` at `offset` in `path`, for all processes.
+    fn attach_uprobe(&mut self, name: &str, path: &Path, offset: u64) -> Result<()> {
+        let prog: &mut UProbe = program(&mut self.ebpf, name)?;
+        prog.attach(None, offset, path, None)
+            .with_context(|| format!("attaching {name} at {}+{offset:#x}", path.display()))?;
+        Ok(())
+    }
+}
+
+/// The program `name` of the object as type `T`.
+fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
+where
+    &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+{
+    let prog = ebpf
+        .program_mut(name)
+        .with_context(|| format!("eBPF program {name} missing from the object"))?;
+    Ok(prog.try_into()?)
+}
+
+/// A ring buffer size the kernel accepts: a power of two, at least one page.
+fn ringbuf_size(bytes: u32) -> u32 {
+    bytes
+        .max(4096)
+        .checked_next_power_of_two()
+        .unwrap_or(1 << 31)
+}
+
+/// CLOCK_MONOTONIC in nanoseconds, the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Fails with a plain message when this process cannot load eBPF programs.
+fn check_privileges() -> Result<()> {
+    const CAP_BPF: u32 = 39;
+    const CAP_PERFMON: u32 = 38;
+    const CAP_SYS_ADMIN: u32 = 21;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |cap: u32| eff & (1 << cap) != 0;
+    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
+        return Ok(());
+    }
+    bail!(
+        "lbf needs root privileges (CAP_BPF and CAP_PERFMON) to load its eBPF probes; \
+         run it with sudo"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ringbuf_size_is_a_power_of_two_of_at_least_a_page() {
+        assert_eq!(ringbuf_size(0), 4096);
+        assert_eq!(ringbuf_size(5000), 8192);
+        assert_eq!(ringbuf_size(16 << 20), 16 << 20);
+    }
+}

@@ -7,9 +7,6 @@
 pub(super) struct Time(u64);
 
 impl Time {
-    /// +infinity: later than every finite time.
-    pub(super) const INFINITY: Time = Time(0x7ff0_0000_0000_0000);
-
     /// Wraps a non-negative, non-NaN `seconds`.
     #[inline]
     pub(super) fn new(seconds: f64) -> Self {

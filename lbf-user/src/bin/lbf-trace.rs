@@ -44,7 +44,9 @@ struct Cli {
     #[arg(long, default_value_t = TracerOptions::DEFAULT_RINGBUF_BYTES)]
     ringbuf_size: u32,
 
-    /// Also probe this MPI library (or statically linked MPI program); repeatable.
+    /// Probe this MPI library (or statically linked MPI program) instead of searching for
+    /// them; repeatable. Each library probed costs about 10 s when the capture ends (the
+    /// kernel removes uprobes one at a time), so naming the one in use saves time.
     #[arg(long = "mpi-lib", value_name = "PATH")]
     mpi_libs: Vec<PathBuf>,
 
@@ -166,37 +168,23 @@ fn run(cli: Cli) -> Result<i32> {
     }
 }
 
-/// Probes the MPI libraries: those mapped by the PIDs (with -p; one of them must have one),
-/// those installed (with a command), and the --mpi-lib ones.
+/// Probes the MPI libraries: the --mpi-lib ones if given, else those mapped by the PIDs
+/// (with -p) or those installed (with a command).
 fn attach_libraries(tracer: &mut Tracer, cli: &Cli) -> Result<()> {
-    let mut paths = cli.mpi_libs.clone();
-    if cli.command.is_empty() {
-        let mut any = false;
-        for &pid in &cli.pids {
-            let mapped = probe::mpi_libraries_mapped_by(pid)?;
-            if mapped.is_empty() {
-                eprintln!("lbf-trace: warning: PID {pid} has no MPI library mapped");
-            }
-            any |= !mapped.is_empty();
-            paths.extend(mapped);
-        }
-        if !any && cli.mpi_libs.is_empty() {
-            bail!(
-                "none of the processes {:?} has an MPI library mapped (no object defining \
-                 PMPI_Init); this version of lbf traces MPI programs only (sockets and PVM are \
-                 not supported yet)",
-                cli.pids
-            );
-        }
+    let paths = if !cli.mpi_libs.is_empty() {
+        cli.mpi_libs.clone()
+    } else if cli.command.is_empty() {
+        libraries_of(&cli.pids)?
     } else {
-        paths.extend(probe::installed_mpi_libraries()?);
-        if paths.is_empty() {
+        let installed = probe::installed_mpi_libraries()?;
+        if installed.is_empty() {
             bail!(
                 "no MPI library found (ldconfig -p lists no libmpi.so / libmpich.so); this \
                  version of lbf traces MPI programs only; give one with --mpi-lib"
             );
         }
-    }
+        installed
+    };
     for path in paths {
         let lib = tracer.attach_mpi_library(&path, &[])?;
         if cli.verbose {
@@ -214,4 +202,24 @@ fn attach_libraries(tracer: &mut Tracer, cli: &Cli) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The MPI libraries mapped by `pids`; an error if none has one.
+fn libraries_of(pids: &[u32]) -> Result<Vec<PathBuf>> {
+    let mut paths = Vec::new();
+    for &pid in pids {
+        let mapped = probe::mpi_libraries_mapped_by(pid)?;
+        if mapped.is_empty() {
+            eprintln!("lbf-trace: warning: PID {pid} has no MPI library mapped");
+        }
+        paths.extend(mapped);
+    }
+    if paths.is_empty() {
+        bail!(
+            "none of the processes {pids:?} has an MPI library mapped (no object defining \
+             PMPI_Init); this version of lbf traces MPI programs only (sockets and PVM are not \
+             supported yet)"
+        );
+    }
+    Ok(paths)
 }

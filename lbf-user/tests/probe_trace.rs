@@ -1,0 +1,349 @@
+//! `lbf-trace` end to end with the real kernel side and real MPI: lifecycle records, MPI call
+//! records with Open MPI and MPICH, exact CPU time, attaching with -p, and the clear errors.
+//! Needs root (the CI runs as root), Open MPI and MPICH (scripts/setup.sh installs them).
+
+use std::{
+    collections::HashMap,
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    thread,
+    time::Duration,
+};
+
+use serde_json::Value;
+
+const LBF_TRACE: &str = env!("CARGO_BIN_EXE_lbf-trace");
+const OMPI_ROOT: [(&str, &str); 2] = [
+    ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
+    ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+];
+/// Messages rank 0 sends to rank 1 in the probe workload.
+const SENDS: usize = 25;
+
+/// A scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("lbf-probe-{name}-{}", std::process::id()));
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Builds tests/workloads/probe/mpi_probe.c with `mpicc` into `dir`.
+fn build_workload(mpicc: &str, dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/probe/mpi_probe.c");
+    let exe = dir.join(format!("mpi_probe_{mpicc}"));
+    let out = Command::new(mpicc)
+        .arg("-O1")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .output();
+    let out = out.unwrap_or_else(|e| panic!("running {mpicc} (run scripts/setup.sh): {e}"));
+    assert!(
+        out.status.success(),
+        "{mpicc} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// Runs lbf-trace with `args`, dumping raw records into `dump`.
+fn lbf_trace(args: &[&str], dump: &Path, env: &[(&str, &str)]) -> Output {
+    let out = Command::new(LBF_TRACE)
+        .arg("--raw-dump")
+        .arg(dump)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    eprintln!(
+        "lbf-trace stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The records of a raw dump, and its final `lost` line.
+fn read_dump(dump: &Path) -> (Vec<Value>, Value) {
+    let text = fs::read_to_string(dump).unwrap();
+    let mut records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let lost = records.pop().expect("a lost line");
+    assert!(
+        lost.get("lost").is_some(),
+        "last line is the loss report: {lost}"
+    );
+    (records, lost["lost"].clone())
+}
+
+/// Number of records of `kind` for function `name` from process `tgid` (any if None).
+fn count(records: &[Value], kind: &str, name: &str, tgid: Option<u64>) -> usize {
+    records
+        .iter()
+        .filter(|r| r["kind"] == kind && r["fn"] == name)
+        .filter(|r| tgid.is_none_or(|t| r["tgid"] == t))
+        .count()
+}
+
+/// `LBF_PROBE key=value ...` lines of the workload, one per rank, keyed by rank.
+fn rank_lines(stdout: &[u8]) -> HashMap<u64, HashMap<String, u64>> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("LBF_PROBE "))
+        .map(|l| {
+            let kv: HashMap<String, u64> = l
+                .split_whitespace()
+                .filter_map(|f| f.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+                .collect();
+            (kv["rank"], kv)
+        })
+        .collect()
+}
+
+/// Checks the MPI records of one run of the probe workload against what its ranks printed.
+/// `from_start`: traced from the start (else attached after `MPI_Init` and `MPI_Comm_rank`).
+fn check_mpi_run(
+    records: &[Value],
+    lost: &Value,
+    ranks: &HashMap<u64, HashMap<String, u64>>,
+    from_start: bool,
+) {
+    assert_eq!(ranks.len(), 2, "two ranks reported");
+    assert_eq!(lost["ringbuf_full"], 0);
+    assert_eq!(lost["exit_without_entry"], 0);
+    for (rank, kv) in ranks {
+        let pid = kv["pid"];
+        let sends = if *rank == 0 { SENDS } else { 0 };
+        assert_eq!(
+            count(records, "CallEntry", "PMPI_Send", Some(pid)),
+            sends,
+            "rank {rank}"
+        );
+        assert_eq!(
+            count(records, "CallExit", "PMPI_Send", Some(pid)),
+            sends,
+            "rank {rank}"
+        );
+        let recvs = if *rank == 1 { SENDS } else { 0 };
+        assert_eq!(
+            count(records, "CallEntry", "PMPI_Recv", Some(pid)),
+            recvs,
+            "rank {rank}"
+        );
+        for f in [
+            "PMPI_Init",
+            "PMPI_Comm_rank",
+            "PMPI_Barrier",
+            "PMPI_Finalize",
+        ] {
+            let entries = count(records, "CallEntry", f, Some(pid));
+            let exits = count(records, "CallExit", f, Some(pid));
+            if from_start || !matches!(f, "PMPI_Init" | "PMPI_Comm_rank") {
+                assert_eq!((entries, exits), (1, 1), "{f} rank {rank}");
+            } else {
+                // Attached during or after the call: at most the exit, or both.
+                assert!(
+                    entries <= exits && exits <= 1,
+                    "{f} rank {rank}: {entries} {exits}"
+                );
+            }
+        }
+        // CPU: the thread's clock at Finalize entry versus the one the rank read just before.
+        let fin = records
+            .iter()
+            .find(|r| r["kind"] == "CallEntry" && r["fn"] == "PMPI_Finalize" && r["tgid"] == pid)
+            .unwrap();
+        assert_eq!(fin["tid"], kv["tid"], "Finalize called by the main thread");
+        let traced = fin["cpu_ns"].as_u64().unwrap() as f64;
+        let own = kv["thread_cpu_ns"] as f64;
+        let err = (traced - own).abs() / own;
+        eprintln!("rank {rank}: traced cpu {traced} ns, own clock {own} ns, error {err:.4}");
+        assert!(
+            err < 0.05,
+            "rank {rank}: CPU {traced} vs own {own} ({:.1} %)",
+            err * 100.0
+        );
+        // Barrier's exit record carries the return value 0 (MPI_SUCCESS).
+        let exit = records
+            .iter()
+            .find(|r| r["kind"] == "CallExit" && r["fn"] == "PMPI_Barrier" && r["tgid"] == pid)
+            .unwrap();
+        assert_eq!(exit["args"][0].as_u64().unwrap() as u32, 0);
+    }
+}
+
+#[test]
+fn lifecycle_records_and_exit_status_of_a_command() {
+    let dir = scratch("lifecycle");
+    let dump = dir.join("raw.jsonl");
+    let out = lbf_trace(
+        &["--", "sh", "-c", "/bin/sleep 0.1; /bin/true; exit 3"],
+        &dump,
+        &[],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the command's exit status is lbf-trace's"
+    );
+    let (records, lost) = read_dump(&dump);
+    assert_eq!(lost["ringbuf_full"], 0);
+    let kinds = |k: &str| {
+        records
+            .iter()
+            .filter(|r| r["kind"] == k)
+            .collect::<Vec<_>>()
+    };
+    let exec_names: Vec<String> = kinds("Exec")
+        .iter()
+        .map(|r| {
+            let hex = r["mem"].as_str().unwrap();
+            let bytes: Vec<u8> = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect();
+            String::from_utf8_lossy(&bytes)
+                .trim_end_matches('\0')
+                .to_string()
+        })
+        .collect();
+    for name in ["sleep", "true"] {
+        assert!(
+            exec_names.iter().any(|n| n.ends_with(name)),
+            "{name} in {exec_names:?}"
+        );
+    }
+    let forks = kinds("Fork");
+    assert!(forks.len() >= 2, "sh forked sleep and true: {forks:?}");
+    // Every forked child and the shell itself exit, each exactly once.
+    let shell = forks[0]["tgid"].as_u64().unwrap();
+    let mut expected: Vec<u64> = forks
+        .iter()
+        .map(|f| f["args"][0].as_u64().unwrap())
+        .collect();
+    expected.push(shell);
+    expected.sort();
+    let mut exits: Vec<u64> = kinds("Exit")
+        .iter()
+        .map(|r| r["tgid"].as_u64().unwrap())
+        .collect();
+    exits.sort();
+    assert_eq!(exits, expected);
+    fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn open_mpi_calls_and_cpu_time() {
+    let dir = scratch("ompi");
+    let exe = build_workload("mpicc.openmpi", &dir);
+    let dump = dir.join("raw.jsonl");
+    let sends = SENDS.to_string();
+    let args = [
+        "--",
+        "mpirun.openmpi",
+        "-np",
+        "2",
+        "--oversubscribe",
+        exe.to_str().unwrap(),
+        &sends,
+    ];
+    let out = lbf_trace(&args, &dump, &OMPI_ROOT);
+    assert!(out.status.success(), "mpirun failed: {out:?}");
+    let (records, lost) = read_dump(&dump);
+    check_mpi_run(&records, &lost, &rank_lines(&out.stdout), true);
+    fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn mpich_calls_and_cpu_time() {
+    let dir = scratch("mpich");
+    let exe = build_workload("mpicc.mpich", &dir);
+    let dump = dir.join("raw.jsonl");
+    let sends = SENDS.to_string();
+    let args = [
+        "--",
+        "mpirun.mpich",
+        "-n",
+        "2",
+        exe.to_str().unwrap(),
+        &sends,
+    ];
+    let out = lbf_trace(&args, &dump, &[]);
+    assert!(out.status.success(), "mpirun failed: {out:?}");
+    let (records, lost) = read_dump(&dump);
+    check_mpi_run(&records, &lost, &rank_lines(&out.stdout), true);
+    fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn attach_to_running_mpich_ranks() {
+    let dir = scratch("attach");
+    let exe = build_workload("mpicc.mpich", &dir);
+    // Ranks burn 5 s of CPU before sending: time to find them and attach (attaching waits
+    // for the kernel while other tests' probes are being removed).
+    let job = Command::new("mpirun.mpich")
+        .args(["-n", "2"])
+        .arg(&exe)
+        .args([&SENDS.to_string(), "5000"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pids = Vec::new();
+    for _ in 0..50 {
+        thread::sleep(Duration::from_millis(100));
+        let out = Command::new("pgrep")
+            .arg("-f")
+            .arg(exe.to_str().unwrap())
+            .output()
+            .unwrap();
+        pids = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(String::from)
+            .collect();
+        // mpirun's own command line names the program too: keep processes running it.
+        pids.retain(|p| fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|e| e == exe));
+        if pids.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(pids.len(), 2, "found both ranks: {pids:?}");
+    // Let MPI_Init finish so the library is mapped.
+    thread::sleep(Duration::from_millis(300));
+    let dump = dir.join("raw.jsonl");
+    let out = lbf_trace(&["-p", &pids.join(",")], &dump, &[]);
+    assert!(out.status.success(), "lbf-trace -p failed");
+    let job = job.wait_with_output().unwrap();
+    assert!(job.status.success());
+    let (records, lost) = read_dump(&dump);
+    check_mpi_run(&records, &lost, &rank_lines(&job.stdout), false);
+    fs::remove_dir_all(dir).ok();
+}
+
+#[test]
+fn clear_errors_for_a_dead_pid_and_a_process_without_mpi() {
+    let dir = scratch("errors");
+    let dump = dir.join("raw.jsonl");
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead = child.id().to_string();
+    child.wait().unwrap();
+    let out = lbf_trace(&["-p", &dead], &dump, &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("no process with PID {dead}")),
+        "{err}"
+    );
+
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let out = lbf_trace(&["-p", &sleeper.id().to_string()], &dump, &[]);
+    sleeper.kill().ok();
+    sleeper.wait().ok();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("MPI programs only"), "{err}");
+    fs::remove_dir_all(dir).ok();
+}

@@ -23,8 +23,9 @@ use lbf::probe::{self, HeldChild, JsonLinesSink, RecordSink, Tracer, TracerOptio
 ///
 /// Needs root (CAP_BPF, CAP_PERFMON). MPI libraries are found in the traced processes' memory
 /// maps and, for programs started later, through `ldconfig -p` (Open MPI's libmpi.so.40,
-/// MPICH's libmpich.so.12); add others with --mpi-lib. Only MPI programs are supported by this
-/// version (not yet sockets or PVM).
+/// MPICH's libmpich.so.12), unless --mpi-lib names them. Each probed library adds about 10 s
+/// at the end of the capture, while the kernel removes its uprobes one at a time. Only MPI
+/// programs are supported by this version (not yet sockets or PVM).
 ///
 /// Records the kernel side had to drop (ring buffer full) are reported at the end; a larger
 /// --ringbuf-size helps.

@@ -23,8 +23,8 @@ use lbf::probe::{self, HeldChild, JsonLinesSink, RecordSink, Tracer, TracerOptio
 ///
 /// Needs root (CAP_BPF, CAP_PERFMON). MPI libraries are found in the traced processes' memory
 /// maps and, for programs started later, through `ldconfig -p` (Open MPI's libmpi.so.40,
-/// MPICH's libmpich.so.12), unless --mpi-lib names them. Each probed library adds about 10 s
-/// at the end of the capture, while the kernel removes its uprobes one at a time. Only MPI
+/// MPICH's libmpich.so.12), unless --mpi-lib names them. Expect about 20 s after the end of
+/// the capture while the kernel removes the uprobes (one RCU grace period each). Only MPI
 /// programs are supported by this version (not yet sockets or PVM).
 ///
 /// Records the kernel side had to drop (ring buffer full) are reported at the end; a larger
@@ -46,8 +46,7 @@ struct Cli {
     ringbuf_size: u32,
 
     /// Probe this MPI library (or statically linked MPI program) instead of searching for
-    /// them; repeatable. Each library probed costs about 10 s when the capture ends (the
-    /// kernel removes uprobes one at a time), so naming the one in use saves time.
+    /// them; repeatable.
     #[arg(long = "mpi-lib", value_name = "PATH")]
     mpi_libs: Vec<PathBuf>,
 

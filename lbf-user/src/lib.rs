@@ -14,6 +14,7 @@ pub mod capture;
 pub mod config;
 pub mod engine;
 pub mod event;
+pub mod net;
 pub mod probe;
 pub mod report;
 pub mod target;

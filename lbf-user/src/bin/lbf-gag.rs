@@ -6,9 +6,14 @@ use anyhow::{Context, Result};
 use clap::{error::ErrorKind, CommandFactory, Parser, Subcommand};
 use lbf::config::{load_target, preset, short_form, Layout, NetworkPreset, ShortForm, PRESETS};
 use lbf::engine::Engine;
+use lbf::net::builder::serve;
+use lbf::net::serve_config::ServeConfig;
+use lbf::net::tls::self_signed;
 use lbf::report::{json_lines, table, warnings, Timeline};
 use lbf::target::Target;
 use lbf::trace::{Header, TraceReader};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -23,6 +28,57 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Predict(Predict),
+    Serve(Serve),
+    Cert(Cert),
+}
+
+/// Run the central GAG builder of cluster mode: node daemons (lbf-node) stream events to it
+/// over TLS, and it predicts every configured target online.
+///
+/// Nodes authenticate with a per-node token ([tokens] in the configuration). Every batch is
+/// journaled before it is acknowledged, so a restarted builder (same --config, same journal)
+/// carries on where it stopped and predicts exactly what an undisturbed run would. Live
+/// results: GET /results and /nodes (JSON), /metrics (Prometheus) on the `http` address.
+/// The final table is printed when every process has exited and every node has finished.
+#[derive(clap::Args)]
+#[command(after_help = SERVE_HELP)]
+struct Serve {
+    /// The builder's configuration (TOML; see deploy/builder.toml and docs/cluster.md).
+    #[arg(long, value_name = "FILE")]
+    config: PathBuf,
+
+    /// Exit once the job is complete and its report written (default: keep serving).
+    #[arg(long)]
+    exit_when_done: bool,
+}
+
+const SERVE_HELP: &str = "\
+Examples:
+  # one-time set-up: a certificate for the builder's address, copied to every node
+  lbf-gag cert --name gag.example --name 10.0.0.1 --out /etc/lbf/builder
+
+  # serve a job; see the predictions while it runs
+  lbf-gag serve --config /etc/lbf/builder.toml
+  curl -s http://127.0.0.1:7401/results
+
+A new job needs a new (or emptied) journal directory: the journal is what lets a
+restarted builder continue the current one.";
+
+/// Make a self-signed certificate and key for the builder (PEM): OUT.pem and OUT.key.
+///
+/// Copy OUT.pem to every node (lbf-node --ca OUT.pem); keep OUT.key on the builder only.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Example:\n  lbf-gag cert --name gag.example --name 10.0.0.1 --out /etc/lbf/builder"
+)]
+struct Cert {
+    /// A host name or IP address nodes use to reach the builder; repeatable.
+    #[arg(long = "name", value_name = "NAME", default_values_t = ["localhost".to_string(), "127.0.0.1".to_string()])]
+    names: Vec<String>,
+
+    /// Output path without extension.
+    #[arg(long, value_name = "PATH")]
+    out: PathBuf,
 }
 
 /// Replay a trace once, predicting its run time on every target given.
@@ -131,14 +187,44 @@ fn parse_preset(name: &str) -> Result<&'static NetworkPreset, String> {
 }
 
 fn main() -> ExitCode {
-    let Command::Predict(args) = Cli::parse().command;
-    match predict(&args) {
+    let result = match Cli::parse().command {
+        Command::Predict(args) => predict(&args),
+        Command::Serve(args) => {
+            ServeConfig::load(&args.config).and_then(|config| serve(config, args.exit_when_done))
+        }
+        Command::Cert(args) => cert(&args),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Writes the builder's certificate and key.
+fn cert(args: &Cert) -> Result<()> {
+    let (cert, key) = self_signed(&args.names)?;
+    let cert_path = args.out.with_extension("pem");
+    let key_path = args.out.with_extension("key");
+    std::fs::write(&cert_path, cert).with_context(|| format!("writing {}", cert_path.display()))?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&key_path)
+        .with_context(|| format!("writing {}", key_path.display()))?;
+    file.write_all(key.as_bytes())
+        .with_context(|| format!("writing {}", key_path.display()))?;
+    println!(
+        "{} (give to nodes: --ca) and {} (builder only) for {}",
+        cert_path.display(),
+        key_path.display(),
+        args.names.join(", ")
+    );
+    Ok(())
 }
 
 fn predict(args: &Predict) -> Result<()> {

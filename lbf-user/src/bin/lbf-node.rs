@@ -1,0 +1,314 @@
+//! `lbf-node`: the node daemon of cluster mode. Captures this host's MPI processes (or replays
+//! some processes of a trace) and streams their events to the central builder, `lbf-gag
+//! serve`. Thin: parses arguments, wires `lbf::net::source` to `lbf::net::node`, reports.
+
+use anyhow::{bail, Context, Result};
+use clap::{ArgGroup, Parser};
+use lbf::event::ProcId;
+use lbf::net::node::{self, NodeConfig};
+use lbf::net::privileges::{self, CAPTURE_KEEPS};
+use lbf::net::source::{self, Live, Selection};
+use lbf::net::tls;
+use lbf::probe::TracerOptions;
+use lbf_proto::Proc;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Stream this host's processes' events to the central lbf builder (`lbf-gag serve`).
+///
+/// Live capture (root): select processes by --pid, --comm, --cgroup or --all-mpi; they and
+/// their descendants are traced with the same eBPF probes as lbf-trace. --procs names the
+/// global process ids (MPI_COMM_WORLD ranks) that run on this host. Once the probes are
+/// attached the daemon drops every capability but CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH.
+///
+/// Replay (--replay TRACE): streams the --procs processes of a trace file as if captured
+/// live; for tests, benchmarks and demos. Keeps no capability.
+///
+/// Batches wait in a spool on disk (--spool-dir, at most --spool-size bytes) until the
+/// builder acknowledges them, so builder restarts and network cuts lose nothing: the daemon
+/// reconnects and resends from the last acknowledged batch. If the spool fills while the
+/// builder is unreachable, events are dropped, counted, logged and reported to the builder.
+#[derive(Parser)]
+#[command(name = "lbf-node", version, verbatim_doc_comment, after_help = AFTER_HELP)]
+#[command(group = ArgGroup::new("source").required(true)
+    .args(["pid", "comm", "cgroup", "all_mpi", "replay"]))]
+struct Cli {
+    /// The builder, HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT", help_heading = "Builder")]
+    builder: String,
+
+    /// The builder's certificate (PEM), the only one trusted (from `lbf-gag cert`).
+    #[arg(long, value_name = "FILE", help_heading = "Builder")]
+    ca: PathBuf,
+
+    /// The name to check the builder's certificate against (default: HOST of --builder).
+    #[arg(long, value_name = "NAME", help_heading = "Builder")]
+    server_name: Option<String>,
+
+    /// This node's name, unique in the job (default: the host name).
+    #[arg(long, value_name = "NAME", help_heading = "Builder")]
+    node: Option<String>,
+
+    /// File holding this node's token (as in the builder's [tokens]); or set LBF_NODE_TOKEN.
+    #[arg(long, value_name = "FILE", help_heading = "Builder")]
+    token_file: Option<PathBuf>,
+
+    /// The global process ids streamed from this host, e.g. `0-3` or `0,2,4`.
+    #[arg(long, value_name = "IDS", value_parser = parse_ids)]
+    procs: BTreeSet<ProcId>,
+
+    /// Capture these running processes (comma-separated PIDs) and their descendants.
+    #[arg(long, value_delimiter = ',', help_heading = "Live capture")]
+    pid: Vec<u32>,
+
+    /// Capture the processes with this command name (as in /proc/PID/comm), e.g. the MPI
+    /// launcher's daemon (`prted`, `orted`, `hydra_pmi_proxy`) to follow every rank it starts.
+    #[arg(long, value_name = "NAME", help_heading = "Live capture")]
+    comm: Option<String>,
+
+    /// Capture the processes of this cgroup (v2 directory).
+    #[arg(long, value_name = "DIR", help_heading = "Live capture")]
+    cgroup: Option<PathBuf>,
+
+    /// Capture every process that has an MPI library mapped (opt-in: it is broad).
+    #[arg(long, help_heading = "Live capture")]
+    all_mpi: bool,
+
+    /// How long to wait for the selection to match a process.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 30.0,
+        help_heading = "Live capture"
+    )]
+    wait: f64,
+
+    /// Probe this MPI library instead of those the selected processes map; repeatable.
+    #[arg(long = "mpi-lib", value_name = "PATH", help_heading = "Live capture")]
+    mpi_libs: Vec<PathBuf>,
+
+    /// Kernel ring buffer size in bytes.
+    #[arg(long, default_value_t = TracerOptions::DEFAULT_RINGBUF_BYTES, help_heading = "Live capture")]
+    ringbuf_size: u32,
+
+    /// Replay the --procs processes of this trace (lbf trace format v1) instead of capturing.
+    #[arg(long, value_name = "TRACE", help_heading = "Replay")]
+    replay: Option<PathBuf>,
+
+    /// Replay at most this many events per second (default: as fast as the builder takes).
+    #[arg(
+        long,
+        value_name = "EVENTS",
+        requires = "replay",
+        help_heading = "Replay"
+    )]
+    rate: Option<f64>,
+
+    /// The spool directory (emptied at start).
+    #[arg(
+        long,
+        value_name = "DIR",
+        default_value = "/var/spool/lbf-node",
+        help_heading = "Spool"
+    )]
+    spool_dir: PathBuf,
+
+    /// The spool's size limit in bytes (suffixes K, M, G).
+    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = parse_size, help_heading = "Spool")]
+    spool_size: u64,
+
+    /// Reconnect when batches stay unacknowledged this long (a silently cut connection).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0)]
+    ack_timeout: f64,
+
+    /// After the last batch, wait for the builder's final predictions and print them.
+    #[arg(long)]
+    wait_results: bool,
+}
+
+const AFTER_HELP: &str = "\
+Examples:
+  # ranks 0-3 of an MPI job started on this host by Open MPI's daemon
+  lbf-node --builder gag.example:7400 --ca /etc/lbf/builder.pem --token-file /etc/lbf/token \\
+      --procs 0-3 --comm prted
+
+  # a running job, by PID, with the builder on the same host
+  lbf-node --builder 127.0.0.1:7400 --ca builder.pem --procs 4-7 --pid 5120,5121,5122,5123
+
+  # replay processes 0 and 1 of a trace (no root needed), then print the predictions
+  LBF_NODE_TOKEN=s3cret lbf-node --builder 127.0.0.1:7400 --ca builder.pem --node a \\
+      --procs 0,1 --replay run.trace.jsonl --spool-dir /tmp/spool-a --wait-results
+
+Exit status: 0 when every batch is acknowledged, 1 on an error (refused by the builder,
+source failed), 3 when events were lost (all that was kept is acknowledged). Events lost are logged and reported to the builder; see docs/cluster.md.";
+
+/// `0-3,8,10-11` as a set of ids.
+fn parse_ids(text: &str) -> Result<BTreeSet<ProcId>, String> {
+    let mut ids = BTreeSet::new();
+    for part in text.split(',').filter(|p| !p.is_empty()) {
+        let number = |s: &str| {
+            s.trim()
+                .parse::<ProcId>()
+                .map_err(|_| format!("`{s}` is not a process id (write e.g. 0-3,8)"))
+        };
+        match part.split_once('-') {
+            Some((a, b)) => ids.extend(number(a)?..=number(b)?),
+            None => {
+                ids.insert(number(part)?);
+            }
+        }
+    }
+    if ids.is_empty() {
+        return Err("no process id given".into());
+    }
+    Ok(ids)
+}
+
+/// `512M` as bytes.
+fn parse_size(text: &str) -> Result<u64, String> {
+    let (digits, unit) = match text.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => text.split_at(i),
+        None => (text, ""),
+    };
+    let shift = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        _ => return Err(format!("unknown size unit `{unit}`; use K, M or G")),
+    };
+    let n: u64 = digits
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{text}` is not a size (write e.g. 512M)"))?;
+    Ok(n << shift)
+}
+
+/// Set by SIGINT/SIGTERM: end the capture (what was captured is still delivered).
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(0) => ExitCode::SUCCESS,
+        Ok(_lost) => ExitCode::from(3),
+        Err(e) => {
+            eprintln!("lbf-node: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the node; returns the number of events lost.
+fn run(cli: Cli) -> Result<u64> {
+    let token = match &cli.token_file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading the token file {}", path.display()))?
+            .trim()
+            .to_string(),
+        None => std::env::var("LBF_NODE_TOKEN").context(
+            "no token: give --token-file FILE or set LBF_NODE_TOKEN (the value of this node \
+             in the builder's [tokens])",
+        )?,
+    };
+    let host = cli
+        .builder
+        .rsplit_once(':')
+        .map(|(h, _)| h.trim_matches(['[', ']']))
+        .context("--builder must be HOST:PORT")?;
+    let server_name = cli.server_name.clone().unwrap_or_else(|| host.to_string());
+    let node_name = cli
+        .node
+        .clone()
+        .unwrap_or_else(|| node::host_facts().hostname);
+    let tls = tls::client_config(&cli.ca)?;
+    let (names, live) = match &cli.replay {
+        Some(trace) => {
+            let infos = source::replay_procs(trace, &cli.procs)?;
+            (infos.into_iter().map(|p| (p.id, p.name)).collect(), None)
+        }
+        None => {
+            let live = Live::start(
+                &selection(&cli)?,
+                Duration::from_secs_f64(cli.wait),
+                &cli.mpi_libs,
+                cli.ringbuf_size,
+                cli.procs.clone(),
+            )?;
+            let names: Vec<(ProcId, String)> = cli
+                .procs
+                .iter()
+                .map(|&id| (id, format!("rank {id}")))
+                .collect();
+            (names, Some(live))
+        }
+    };
+    let keep: &[caps::Capability] = if live.is_some() { &CAPTURE_KEEPS } else { &[] };
+    let dropped = privileges::drop_to(keep)?;
+    if !dropped.is_empty() {
+        eprintln!(
+            "lbf-node: dropped {} capabilities; kept {:?}",
+            dropped.len(),
+            keep
+        );
+    }
+    // SAFETY: the handler only stores to an atomic.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    let config = NodeConfig {
+        builder: cli.builder.clone(),
+        server_name,
+        tls,
+        node: node_name,
+        token,
+        procs: names
+            .into_iter()
+            .map(|(id, name)| Proc { id, name })
+            .collect(),
+        spool_dir: cli.spool_dir.clone(),
+        spool_bytes: cli.spool_size,
+        ack_timeout: Duration::from_secs_f64(cli.ack_timeout),
+        wait_results: cli.wait_results,
+    };
+    let report = match (live, cli.replay.clone()) {
+        (Some(live), _) => node::run(config, move |tx| live.run(&STOP, tx))?,
+        (None, Some(trace)) => {
+            let (ids, rate) = (cli.procs.clone(), cli.rate);
+            node::run(config, move |tx| source::replay(&trace, &ids, rate, tx))?
+        }
+        (None, None) => unreachable!("clap requires a source"),
+    };
+    eprintln!(
+        "lbf-node: done: {} batches acknowledged, {} events lost, {} reconnections",
+        report.batches, report.lost_events, report.reconnections
+    );
+    if let Some(results) = report.results {
+        for t in &results.targets {
+            println!("{}\t{:.6}", t.target, t.predicted_seconds);
+        }
+    }
+    Ok(report.lost_events)
+}
+
+/// The live-capture selection of the command line.
+fn selection(cli: &Cli) -> Result<Selection> {
+    Ok(if !cli.pid.is_empty() {
+        Selection::Pids(cli.pid.clone())
+    } else if let Some(name) = &cli.comm {
+        Selection::Comm(name.clone())
+    } else if let Some(dir) = &cli.cgroup {
+        Selection::Cgroup(dir.clone())
+    } else if cli.all_mpi {
+        Selection::AllMpi
+    } else {
+        bail!("no source: give --pid, --comm, --cgroup, --all-mpi or --replay")
+    })
+}

@@ -1,0 +1,260 @@
+//! The builder's configuration file (`lbf-gag serve --config FILE`, TOML; see
+//! `deploy/builder.toml` and `docs/cluster.md`): where to listen, the TLS files, the journal,
+//! the job's processes and targets, and the nodes' tokens. Relative paths are relative to the
+//! configuration file's directory.
+
+use crate::config::{load_target, preset, short_form, Layout, ShortForm};
+use crate::event::ProcInfo;
+use crate::target::Target;
+use anyhow::{bail, Context, Result};
+use clap::ValueEnum;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// The builder's settings, validated and with paths resolved.
+pub struct ServeConfig {
+    /// Where nodes connect (TLS).
+    pub listen: SocketAddr,
+    /// Where the HTTP endpoints (`/results`, `/nodes`, `/metrics`) listen, if anywhere.
+    pub http: Option<SocketAddr>,
+    /// The builder's certificate (PEM).
+    pub cert: PathBuf,
+    /// Its private key (PEM).
+    pub key: PathBuf,
+    /// The journal directory (one per job: remove it to start a new job).
+    pub journal: PathBuf,
+    /// Whether every journal append waits for the disk (power-loss safety, at a cost).
+    pub fsync: bool,
+    /// Where to write the merged trace (format v1), if anywhere.
+    pub merged_trace: Option<PathBuf>,
+    /// Where to write the final report (JSON), if anywhere.
+    pub report: Option<PathBuf>,
+    /// The job's processes, ids `0..n`.
+    pub procs: Vec<ProcInfo>,
+    /// The targets to predict.
+    pub targets: Vec<Target>,
+    /// Each node's token, by node name.
+    pub tokens: BTreeMap<String, String>,
+}
+
+/// The file as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default = "default_listen")]
+    listen: SocketAddr,
+    http: Option<SocketAddr>,
+    #[serde(default)]
+    allow_all_interfaces: bool,
+    cert: PathBuf,
+    key: PathBuf,
+    journal: PathBuf,
+    #[serde(default)]
+    fsync: bool,
+    merged_trace: Option<PathBuf>,
+    report: Option<PathBuf>,
+    job: Job,
+    #[serde(default)]
+    tokens: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Job {
+    procs: Option<usize>,
+    names: Option<Vec<String>>,
+    #[serde(default)]
+    targets: Vec<PathBuf>,
+    #[serde(default)]
+    short: Vec<Short>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Short {
+    nodes: u32,
+    #[serde(default = "one")]
+    cores: u32,
+    #[serde(default = "block")]
+    layout: String,
+    #[serde(default = "one_f")]
+    speed: f64,
+    #[serde(default = "zero")]
+    network: String,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7400))
+}
+fn one() -> u32 {
+    1
+}
+fn one_f() -> f64 {
+    1.0
+}
+fn block() -> String {
+    "block".into()
+}
+fn zero() -> String {
+    "zero".into()
+}
+
+impl ServeConfig {
+    /// Reads and checks the configuration file at `path`.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the builder configuration {}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, base).with_context(|| path.display().to_string())
+    }
+
+    /// Parses configuration text whose relative paths are relative to `base`.
+    pub fn parse(text: &str, base: &Path) -> Result<Self> {
+        let file: File = toml::from_str(text)?;
+        for (what, addr) in [("listen", Some(file.listen)), ("http", file.http)] {
+            if addr.is_some_and(|a| a.ip().is_unspecified()) && !file.allow_all_interfaces {
+                bail!(
+                    "`{what} = \"{}\"` listens on all interfaces; name one address, or set \
+                     `allow_all_interfaces = true` if that is what you want",
+                    addr.expect("checked")
+                );
+            }
+        }
+        let procs = procs(&file.job)?;
+        let resolve = |p: &Path| base.join(p);
+        let mut targets = file
+            .job
+            .targets
+            .iter()
+            .map(|p| load_target(&resolve(p), procs.len()))
+            .collect::<Result<Vec<_>, _>>()?;
+        for s in &file.job.short {
+            let layout = Layout::from_str(&s.layout, true).map_err(|_| {
+                anyhow::anyhow!(
+                    "job.short: layout `{}` is unknown; use block or round-robin",
+                    s.layout
+                )
+            })?;
+            let form = ShortForm {
+                nodes: s.nodes,
+                cores: s.cores,
+                layout,
+                speed: s.speed,
+                network: preset(&s.network)?,
+            };
+            targets.push(short_form(&form, procs.len())?);
+        }
+        if targets.is_empty() {
+            bail!("[job] names no target: add `targets = [\"FILE.toml\"]` or a [[job.short]]");
+        }
+        for name in file.tokens.keys() {
+            check_node_name(name).map_err(|e| anyhow::anyhow!("[tokens]: {e}"))?;
+        }
+        Ok(ServeConfig {
+            listen: file.listen,
+            http: file.http,
+            cert: resolve(&file.cert),
+            key: resolve(&file.key),
+            journal: resolve(&file.journal),
+            fsync: file.fsync,
+            merged_trace: file.merged_trace.as_deref().map(resolve),
+            report: file.report.as_deref().map(resolve),
+            procs,
+            targets,
+            tokens: file.tokens,
+        })
+    }
+}
+
+/// The job's processes: `procs = N` (named `p0`, `p1`, ...) or `names = [...]`.
+fn procs(job: &Job) -> Result<Vec<ProcInfo>> {
+    let names: Vec<String> = match (&job.procs, &job.names) {
+        (Some(n), None) => (0..*n).map(|i| format!("p{i}")).collect(),
+        (None, Some(names)) => names.clone(),
+        (Some(n), Some(names)) if *n == names.len() => names.clone(),
+        (Some(n), Some(names)) => bail!(
+            "[job] says procs = {n} but lists {} names; give one of the two",
+            names.len()
+        ),
+        (None, None) => bail!("[job] needs `procs = N` or `names = [...]`"),
+    };
+    if names.is_empty() {
+        bail!("[job] has no process");
+    }
+    Ok(names
+        .into_iter()
+        .enumerate()
+        .map(|(id, name)| ProcInfo {
+            id: id as u32,
+            name,
+            host: String::new(),
+        })
+        .collect())
+}
+
+/// Node names become journal file names: letters, digits, `.`, `_`, `-`, at most 64.
+pub fn check_node_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "node name `{name}` is not allowed: use 1 to 64 letters, digits, `.`, `_` or `-`, \
+             not starting with `.`"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+        cert = "c.pem"
+        key = "k.pem"
+        journal = "j"
+        [job]
+        procs = 4
+        [[job.short]]
+        nodes = 2
+        network = "gige"
+        [tokens]
+        node-a = "x"
+    "#;
+
+    #[test]
+    fn a_minimal_file_listens_on_loopback_with_paths_resolved() {
+        let c = ServeConfig::parse(BASE, Path::new("/etc/lbf")).unwrap();
+        assert_eq!(c.listen, default_listen());
+        assert_eq!(c.journal, Path::new("/etc/lbf/j"));
+        assert_eq!(c.procs.len(), 4);
+        assert_eq!(c.targets[0].name, "2x1 block gige");
+    }
+
+    #[test]
+    fn all_interfaces_only_when_asked() {
+        let text = format!("listen = \"0.0.0.0:7400\"\n{BASE}");
+        let err = ServeConfig::parse(&text, Path::new(".")).err().unwrap();
+        assert!(
+            format!("{err:#}").contains("allow_all_interfaces"),
+            "{err:#}"
+        );
+        let text = format!("allow_all_interfaces = true\n{text}");
+        assert!(ServeConfig::parse(&text, Path::new(".")).is_ok());
+    }
+
+    #[test]
+    fn node_names_are_safe_file_names() {
+        assert!(check_node_name("node-1.rack_2").is_ok());
+        for bad in ["", "../x", ".hidden", "a/b", "a b"] {
+            assert!(check_node_name(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! Where a node's events come from: a live capture of local processes (the probe and capture
+//! layers, as `lbf-trace` uses them) or the replay of some processes of a trace file (tests,
+//! benchmarks, demos). Both hand the same [`Chunk`]s to [`super::node::run`].
+
+use super::node::Chunk;
+use super::wire::{BatchBuilder, BATCH_EVENTS};
+use crate::capture::procfs::ProcFs;
+use crate::capture::{Capture, EventSink};
+use crate::event::{Event, ProcId, ProcInfo};
+use crate::probe::{self, LostCounts, RecordSink, Tracer, TracerOptions};
+use crate::trace::TraceReader;
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Packs events into batches and hands full ones to the node, waiting when it is busy.
+struct Batcher {
+    builder: BatchBuilder,
+    tx: mpsc::Sender<Chunk>,
+    /// When the oldest event of the batch being filled arrived.
+    since: Instant,
+    /// Set once the node has gone (it failed): the source then stops.
+    closed: bool,
+}
+
+impl Batcher {
+    fn new(tx: mpsc::Sender<Chunk>) -> Self {
+        Batcher {
+            builder: BatchBuilder::default(),
+            tx,
+            since: Instant::now(),
+            closed: false,
+        }
+    }
+
+    fn push(&mut self, event: &Event) {
+        if self.builder.is_empty() {
+            self.since = Instant::now();
+        }
+        self.builder.push(event);
+        if self.builder.len() >= BATCH_EVENTS {
+            self.flush();
+        }
+    }
+
+    /// Hands over the partial batch.
+    fn flush(&mut self) {
+        if !self.builder.is_empty() && !self.closed {
+            self.closed = self
+                .tx
+                .blocking_send(Chunk::Events(self.builder.take()))
+                .is_err();
+        }
+    }
+
+    /// Hands over what is left, then the end.
+    fn end(mut self, measured_seconds: f64, lost_events: u64) {
+        self.flush();
+        let _ = self.tx.blocking_send(Chunk::End {
+            measured_seconds,
+            lost_events,
+        });
+    }
+}
+
+/// The processes `ids` of the trace at `path`, as the trace's header names them.
+pub fn replay_procs(path: &Path, ids: &BTreeSet<ProcId>) -> Result<Vec<ProcInfo>> {
+    let reader = TraceReader::open(path).with_context(|| path.display().to_string())?;
+    let procs = &reader.header().procs;
+    if let Some(id) = ids.iter().find(|&&id| id as usize >= procs.len()) {
+        bail!(
+            "{}: the trace has {} processes (ids 0 to {}); there is no process {id}",
+            path.display(),
+            procs.len(),
+            procs.len().saturating_sub(1)
+        );
+    }
+    Ok(ids.iter().map(|&id| procs[id as usize].clone()).collect())
+}
+
+/// Streams the events of processes `ids` from the trace at `path`, at most `rate` events
+/// per second if given; the end carries the trace's measured seconds.
+pub fn replay(
+    path: &Path,
+    ids: &BTreeSet<ProcId>,
+    rate: Option<f64>,
+    tx: mpsc::Sender<Chunk>,
+) -> Result<()> {
+    let mut reader = TraceReader::open(path).with_context(|| path.display().to_string())?;
+    let mut out = Batcher::new(tx);
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while let Some(e) = reader
+        .next_event()
+        .with_context(|| path.display().to_string())?
+    {
+        if !ids.contains(&e.event.proc) {
+            continue;
+        }
+        out.push(&e.event);
+        sent += 1;
+        if let Some(rate) = rate.filter(|_| sent.is_multiple_of(256)) {
+            let due = Duration::from_secs_f64(sent as f64 / rate);
+            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+        if out.closed {
+            return Ok(());
+        }
+    }
+    let measured = reader.summary().map_or(0.0, |s| s.measured_seconds);
+    out.end(measured, 0);
+    Ok(())
+}
+
+/// Which local processes a live capture follows (with, always, their descendants).
+pub enum Selection {
+    /// These PIDs.
+    Pids(Vec<u32>),
+    /// Processes whose command name (`/proc/PID/comm`) is this.
+    Comm(String),
+    /// The processes of this cgroup (v2 directory, e.g. `/sys/fs/cgroup/job.slice`).
+    Cgroup(PathBuf),
+    /// Every process that has an MPI library mapped.
+    AllMpi,
+}
+
+/// A live capture with its probes attached, ready to run on the source thread.
+pub struct Live {
+    tracer: Tracer,
+    procs: BTreeSet<ProcId>,
+    host: String,
+}
+
+impl Live {
+    /// Waits up to `wait` for `selection` to match a process, loads the probes, attaches
+    /// them to `mpi_libs` (or the MPI libraries the selected processes map) and traces the
+    /// selected processes. Needs root; afterwards the capture needs much less (see
+    /// [`super::privileges`]). `procs` are the global ids (MPI ranks) this node announces.
+    pub fn start(
+        selection: &Selection,
+        wait: Duration,
+        mpi_libs: &[PathBuf],
+        ringbuf_bytes: u32,
+        procs: BTreeSet<ProcId>,
+    ) -> Result<Live> {
+        let deadline = Instant::now() + wait;
+        let pids = loop {
+            let pids = select(selection)?;
+            if !pids.is_empty() {
+                break pids;
+            }
+            if Instant::now() >= deadline {
+                bail!("no process matches the selection after waiting {wait:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let libs = if mpi_libs.is_empty() {
+            let mut found = BTreeSet::new();
+            for &pid in &pids {
+                found.extend(probe::mpi_libraries_mapped_by(pid).unwrap_or_default());
+            }
+            if found.is_empty() {
+                found.extend(probe::installed_mpi_libraries()?);
+            }
+            found.into_iter().collect()
+        } else {
+            mpi_libs.to_vec()
+        };
+        if libs.is_empty() {
+            bail!("no MPI library found to probe; name one with --mpi-lib");
+        }
+        let mut tracer = Tracer::load(&TracerOptions { ringbuf_bytes })?;
+        for lib in &libs {
+            tracer.attach_mpi_library(lib, &[])?;
+        }
+        for pid in pids {
+            tracer.trace_pid(pid)?;
+        }
+        let host = super::node::host_facts().hostname;
+        Ok(Live {
+            tracer,
+            procs,
+            host,
+        })
+    }
+
+    /// Captures until every traced process has ended or `stop` is set, streaming the events
+    /// of the announced processes; events of other ranks are dropped and counted as lost.
+    pub fn run(mut self, stop: &AtomicBool, tx: mpsc::Sender<Chunk>) -> Result<()> {
+        let mut reader = self.tracer.records()?;
+        let mut sink = CaptureSink {
+            capture: Some(Capture::new(Box::new(ProcFs::new()), self.host.clone())),
+            events: Filter {
+                out: Some(Batcher::new(tx)),
+                procs: self.procs,
+                foreign: 0,
+            },
+        };
+        probe::run(&mut self.tracer, &mut reader, &mut sink, stop)?;
+        Ok(())
+    }
+}
+
+/// The PIDs `selection` matches now.
+fn select(selection: &Selection) -> Result<Vec<u32>> {
+    let all = || -> Result<Vec<u32>> {
+        Ok(std::fs::read_dir("/proc")
+            .context("listing /proc")?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect())
+    };
+    Ok(match selection {
+        Selection::Pids(pids) => pids.clone(),
+        Selection::Comm(name) => all()?
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim_end() == name)
+            })
+            .collect(),
+        Selection::Cgroup(dir) => {
+            let list = dir.join("cgroup.procs");
+            std::fs::read_to_string(&list)
+                .with_context(|| format!("reading {}", list.display()))?
+                .lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect()
+        }
+        Selection::AllMpi => all()?
+            .into_iter()
+            .filter(|&pid| probe::mpi_libraries_mapped_by(pid).is_ok_and(|l| !l.is_empty()))
+            .collect(),
+    })
+}
+
+/// Passes on the events of the announced processes only.
+struct Filter {
+    out: Option<Batcher>,
+    procs: BTreeSet<ProcId>,
+    foreign: u64,
+}
+
+impl EventSink for Filter {
+    fn process(&mut self, info: &ProcInfo) {
+        if !self.procs.contains(&info.id) {
+            eprintln!(
+                "lbf-node: warning: rank {} runs here but is not in --procs; its events are \
+                 dropped and counted as lost",
+                info.id
+            );
+        }
+    }
+
+    fn event(&mut self, event: &Event) {
+        if !self.procs.contains(&event.proc) {
+            self.foreign += 1;
+        } else if let Some(out) = self.out.as_mut() {
+            out.push(event);
+        }
+    }
+}
+
+/// Feeds probe records to the capture layer, and flushes partial batches a tenth of a second
+/// old so that the builder is never far behind.
+struct CaptureSink {
+    capture: Option<Capture>,
+    events: Filter,
+}
+
+impl RecordSink for CaptureSink {
+    fn record(&mut self, record: &lbf_common::Record) -> Result<()> {
+        if let Some(c) = self.capture.as_mut() {
+            c.record(record, &mut self.events);
+        }
+        if let Some(out) = self.events.out.as_mut() {
+            if out.since.elapsed() > Duration::from_millis(100) {
+                out.flush();
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, lost: &LostCounts) -> Result<()> {
+        let Some(capture) = self.capture.take() else {
+            return Ok(());
+        };
+        let summary = capture.finish(&mut self.events);
+        for (what, n) in &summary.anomalies {
+            eprintln!("lbf-node: capture: {n} x {what}");
+        }
+        if let Some(out) = self.events.out.take() {
+            out.end(
+                summary.measured_seconds,
+                lost.ringbuf_full + self.events.foreign,
+            );
+        }
+        Ok(())
+    }
+}

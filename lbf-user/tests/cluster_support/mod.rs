@@ -1,0 +1,315 @@
+//! What the cluster tests share: scratch directories, synthetic traces, a builder and node
+//! daemons run from the real binaries (killed on drop, even when a test fails), HTTP reads,
+//! and `lbf-gag predict` for reference.
+
+#![allow(dead_code)] // each test crate uses its own part
+
+use lbf::trace::{synthetic, Summary, TraceWriter};
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// A fresh scratch directory for one test, under cargo's target tmpdir.
+pub fn scratch(test: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("cluster")
+        .join(test);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Writes a synthetic trace of `procs` processes and about `events` events.
+pub fn synthetic_trace(path: &Path, procs: u32, events: u64, seed: u64) {
+    let config = synthetic::Config {
+        procs,
+        events,
+        seed,
+    };
+    let mut w = TraceWriter::create(path, &synthetic::header(&config)).unwrap();
+    for e in synthetic::events(config) {
+        w.write_event(&e).unwrap();
+    }
+    w.finish(&Summary {
+        measured_seconds: 1.0,
+        lost_events: 0,
+    })
+    .unwrap();
+}
+
+/// A port free on 127.0.0.1 now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed when dropped.
+pub struct Daemon {
+    pub child: Child,
+    pub name: String,
+}
+
+impl Daemon {
+    /// Starts `command`, its stderr to `log`.
+    pub fn spawn(name: &str, mut command: Command, log: &Path) -> Daemon {
+        let log = std::fs::File::create(log).unwrap();
+        let child = command
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {name}: {e}"));
+        Daemon {
+            child,
+            name: name.into(),
+        }
+    }
+
+    /// Waits up to `limit` for the exit; the output (stdout) and whether it succeeded.
+    pub fn wait(mut self, limit: Duration) -> (bool, String) {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let mut out = String::new();
+                self.child
+                    .stdout
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut out)
+                    .unwrap();
+                return (status.success(), out);
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{} did not finish within {limit:?}",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills it (SIGKILL) and reaps it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A builder's files and addresses.
+pub struct BuilderSetup {
+    pub dir: PathBuf,
+    pub config: PathBuf,
+    pub cert: PathBuf,
+    pub listen: String,
+    pub http: String,
+}
+
+/// Writes a certificate for `names` and a configuration for a job of `procs` processes with
+/// the target files `targets` (name, TOML) and nodes `tokens` (name, token).
+pub fn builder_setup(
+    dir: &Path,
+    listen: &str,
+    names: &[&str],
+    procs: u32,
+    targets: &[(&str, &str)],
+    tokens: &[(&str, &str)],
+) -> BuilderSetup {
+    std::fs::create_dir_all(dir).unwrap();
+    let mut cert = Command::new(env!("CARGO_BIN_EXE_lbf-gag"));
+    cert.args(["cert", "--out"]).arg(dir.join("builder"));
+    for n in names {
+        cert.args(["--name", n]);
+    }
+    let out = cert.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let http = format!("127.0.0.1:{}", free_port());
+    let mut text = format!(
+        "listen = \"{listen}\"\nhttp = \"{http}\"\ncert = \"builder.pem\"\nkey = \"builder.key\"\n\
+         journal = \"journal\"\nmerged_trace = \"merged.trace.jsonl\"\nreport = \"report.json\"\n\
+         [job]\nprocs = {procs}\ntargets = ["
+    );
+    for (i, (name, toml)) in targets.iter().enumerate() {
+        std::fs::write(dir.join(format!("{name}.toml")), toml).unwrap();
+        text += &format!("{}\"{name}.toml\"", if i > 0 { ", " } else { "" });
+    }
+    text += "]\n[tokens]\n";
+    for (node, token) in tokens {
+        text += &format!("{node} = \"{token}\"\n");
+    }
+    let config = dir.join("builder.toml");
+    std::fs::write(&config, text).unwrap();
+    BuilderSetup {
+        dir: dir.to_path_buf(),
+        config,
+        cert: dir.join("builder.pem"),
+        listen: listen.into(),
+        http,
+    }
+}
+
+impl BuilderSetup {
+    /// `lbf-gag serve --exit-when-done`, optionally inside network namespace `netns`.
+    pub fn start(&self, netns: Option<&str>, log: &str) -> Daemon {
+        let mut c = in_netns(netns, env!("CARGO_BIN_EXE_lbf-gag"));
+        c.args(["serve", "--exit-when-done", "--config"])
+            .arg(&self.config);
+        let d = Daemon::spawn("lbf-gag serve", c, &self.dir.join(log));
+        self.wait_listening(netns);
+        d
+    }
+
+    /// Waits until the builder accepts connections (its log says so).
+    fn wait_listening(&self, _netns: Option<&str>) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            if http_get(&self.http, "/results").is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("the builder did not come up");
+    }
+
+    /// The final report (JSON).
+    pub fn report(&self) -> Value {
+        serde_json::from_str(&std::fs::read_to_string(self.dir.join("report.json")).unwrap())
+            .unwrap()
+    }
+
+    /// The merged trace's path.
+    pub fn merged(&self) -> PathBuf {
+        self.dir.join("merged.trace.jsonl")
+    }
+}
+
+/// A command for `program`, run inside `netns` if given.
+pub fn in_netns(netns: Option<&str>, program: &str) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, program]);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
+/// An `lbf-node` replaying `procs` of `trace` to `builder`.
+pub fn replay_node(
+    setup: &BuilderSetup,
+    builder: &str,
+    node: &str,
+    token: &str,
+    trace: &Path,
+    procs: &str,
+    extra: &[&str],
+) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lbf-node"));
+    c.env("LBF_NODE_TOKEN", token)
+        .args([
+            "--builder",
+            builder,
+            "--node",
+            node,
+            "--procs",
+            procs,
+            "--ca",
+        ])
+        .arg(&setup.cert)
+        .arg("--replay")
+        .arg(trace)
+        .arg("--spool-dir")
+        .arg(setup.dir.join(format!("spool-{node}")))
+        .args(extra);
+    c
+}
+
+/// GET `path` from `addr` (HTTP/1.0); the body, or `None` if nothing answers.
+pub fn http_get(addr: &str, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    text.split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+}
+
+/// `lbf-gag predict --json` on `trace` with the target files in `dir`: predicted seconds
+/// per target name.
+pub fn predict(trace: &Path, dir: &Path, targets: &[&str]) -> Vec<(String, f64)> {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_lbf-gag"));
+    c.args(["predict", "--json"]).arg(trace);
+    for t in targets {
+        c.arg("--target").arg(dir.join(format!("{t}.toml")));
+    }
+    let out: Output = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (
+                v["target"].as_str().unwrap().to_string(),
+                v["predicted_seconds"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The predictions of a report: (target, predicted seconds).
+pub fn report_predictions(report: &Value) -> Vec<(String, f64)> {
+    report["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["target"].as_str().unwrap().to_string(),
+                t["predicted_seconds"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Two targets for a job of `procs` processes: all on one node, and two nodes over a slow
+/// network; they make message matching and CPU sharing both matter.
+pub fn two_targets(procs: u32) -> Vec<(&'static str, String)> {
+    let ids = |r: std::ops::Range<u32>| r.map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+    let half = procs / 2;
+    vec![
+        (
+            "one-node",
+            format!("[[node]]\ncores = 2\nprocs = [{}]\n", ids(0..procs)),
+        ),
+        (
+            "two-nodes",
+            format!(
+                "[network]\npreset = \"gige\"\n[[node]]\nprocs = [{}]\n[[node]]\nprocs = [{}]\n",
+                ids(0..half),
+                ids(half..procs)
+            ),
+        ),
+    ]
+}

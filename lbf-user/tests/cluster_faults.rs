@@ -37,11 +37,11 @@ fn run_job(
     extra: &[&str],
     meanwhile: impl FnOnce(Daemon) -> Daemon,
 ) -> Vec<(String, f64)> {
-    let builder = s.start(None, "builder.log");
+    let builder = s.start("builder.log");
     let nodes: Vec<Daemon> = [("a", "token-a", "0-3"), ("b", "token-b", "4-7")]
         .iter()
         .map(|(node, token, procs)| {
-            let c = replay_node(s, &s.listen, node, token, trace, procs, extra);
+            let c = replay_node(None, s, &s.listen, node, token, trace, procs, extra);
             Daemon::spawn(node, c, &s.dir.join(format!("node-{node}.log")))
         })
         .collect();
@@ -64,22 +64,6 @@ fn run_job(
     report_predictions(&report)
 }
 
-/// Waits until the builder has consumed at least `events` events.
-fn wait_events(s: &BuilderSetup, events: u64) {
-    let start = Instant::now();
-    while start.elapsed() < MINUTE {
-        let done = http_get(&s.http, "/results")
-            .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
-            .and_then(|v| v["events"].as_u64())
-            .is_some_and(|n| n >= events);
-        if done {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("the builder never reached {events} events");
-}
-
 #[test]
 fn a_builder_killed_and_restarted_mid_run_predicts_exactly_what_an_undisturbed_one_does() {
     let root = scratch("restart");
@@ -98,10 +82,10 @@ fn a_builder_killed_and_restarted_mid_run_predicts_exactly_what_an_undisturbed_o
     let rough = setup(&root.join("rough"));
     let paced = ["--rate", "60000", "--ack-timeout", "2"];
     let disturbed = run_job(&rough, &trace, &paced, |builder| {
-        wait_events(&rough, 30_000);
+        rough.wait_events(30_000);
         builder.kill();
         std::thread::sleep(Duration::from_millis(500));
-        rough.start(None, "builder.log")
+        rough.start("builder.log")
     });
     assert_eq!(disturbed, undisturbed);
     let log = std::fs::read_to_string(rough.dir.join("builder.log")).unwrap();
@@ -117,9 +101,10 @@ fn garbage_and_a_wrong_token_are_refused_while_another_stream_goes_on() {
     synthetic_trace(&trace, PROCS, 100_000, 3);
     let s = setup(&root.join("builder"));
     let expected = predict(&trace, &s.dir, &["one-node", "two-nodes"]);
-    let builder = s.start(None, "builder.log");
+    let builder = s.start("builder.log");
     let good = |node: &str, token: &str, procs: &str| {
         let c = replay_node(
+            None,
             &s,
             &s.listen,
             node,
@@ -131,11 +116,11 @@ fn garbage_and_a_wrong_token_are_refused_while_another_stream_goes_on() {
         Daemon::spawn(node, c, &s.dir.join(format!("node-{node}.log")))
     };
     let a = good("a", "token-a", "0-3");
-    wait_events(&s, 10_000);
+    s.wait_events(10_000);
 
     let mut garbage = TcpStream::connect(&s.listen).unwrap();
     garbage.write_all(&[0x5a; 4096]).unwrap();
-    let impostor = replay_node(&s, &s.listen, "b", "wrong", &trace, "4-7", &[]);
+    let impostor = replay_node(None, &s, &s.listen, "b", "wrong", &trace, "4-7", &[]);
     let impostor = Daemon::spawn("impostor", impostor, &s.dir.join("impostor.log"));
     let (ok, _) = impostor.wait(MINUTE);
     assert!(!ok, "a node with a wrong token must fail");
@@ -166,6 +151,7 @@ fn a_node_whose_spool_fills_reports_the_loss_and_the_builder_shows_it() {
     synthetic_trace(&trace, PROCS, 100_000, 5);
     let s = setup(&root.join("builder"));
     let c = replay_node(
+        None,
         &s,
         &s.listen,
         "a",
@@ -184,7 +170,7 @@ fn a_node_whose_spool_fills_reports_the_loss_and_the_builder_shows_it() {
         assert!(start.elapsed() < MINUTE, "the spool never filled");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let builder = s.start(None, "builder.log");
+    let builder = s.start("builder.log");
     let (ok, _) = node.wait(MINUTE);
     assert!(!ok, "a node that lost events must not exit 0");
     let log = std::fs::read_to_string(&log_path).unwrap();
@@ -196,10 +182,9 @@ fn a_node_whose_spool_fills_reports_the_loss_and_the_builder_shows_it() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no loss count in the node's log:\n{log}"));
     assert!(lost > 0, "{log}");
-    let results: serde_json::Value =
-        serde_json::from_str(&http_get(&s.http, "/results").unwrap()).unwrap();
+    let results: serde_json::Value = serde_json::from_str(&s.get("/results").unwrap()).unwrap();
     assert_eq!(results["lost_events"], lost, "{results}");
-    let metrics = http_get(&s.http, "/metrics").unwrap();
+    let metrics = s.get("/metrics").unwrap();
     assert!(
         metrics.contains(&format!("lbf_node_lost_events_total{{node=\"a\"}} {lost}")),
         "{metrics}"

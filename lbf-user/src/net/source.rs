@@ -256,17 +256,22 @@ impl EventSink for Filter {
         }
     }
 
+    /// Passes the event on; hands over the partial batch once it is a tenth of a second old,
+    /// so that the builder is never far behind a slow stream.
     fn event(&mut self, event: &Event) {
         if !self.procs.contains(&event.proc) {
             self.foreign += 1;
         } else if let Some(out) = self.out.as_mut() {
             out.push(event);
+            if out.since.elapsed() > Duration::from_millis(100) {
+                out.flush();
+            }
         }
     }
 }
 
-/// Feeds probe records to the capture layer, and flushes partial batches a tenth of a second
-/// old so that the builder is never far behind.
+/// Feeds probe records to the capture layer and, at the end, hands over the end with the
+/// capture's measured time and every loss.
 struct CaptureSink {
     capture: Option<Capture>,
     events: Filter,
@@ -276,11 +281,6 @@ impl RecordSink for CaptureSink {
     fn record(&mut self, record: &lbf_common::Record) -> Result<()> {
         if let Some(c) = self.capture.as_mut() {
             c.record(record, &mut self.events);
-        }
-        if let Some(out) = self.events.out.as_mut() {
-            if out.since.elapsed() > Duration::from_millis(100) {
-                out.flush();
-            }
         }
         Ok(())
     }

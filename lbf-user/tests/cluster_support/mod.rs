@@ -109,6 +109,8 @@ impl Drop for Daemon {
 
 /// A builder's files and addresses.
 pub struct BuilderSetup {
+    /// The namespace the builder runs in, if any.
+    pub netns: Option<String>,
     pub dir: PathBuf,
     pub config: PathBuf,
     pub cert: PathBuf,
@@ -155,6 +157,7 @@ pub fn builder_setup(
     let config = dir.join("builder.toml");
     std::fs::write(&config, text).unwrap();
     BuilderSetup {
+        netns: None,
         dir: dir.to_path_buf(),
         config,
         cert: dir.join("builder.pem"),
@@ -164,26 +167,49 @@ pub fn builder_setup(
 }
 
 impl BuilderSetup {
-    /// `lbf-gag serve --exit-when-done`, optionally inside network namespace `netns`.
-    pub fn start(&self, netns: Option<&str>, log: &str) -> Daemon {
-        let mut c = in_netns(netns, env!("CARGO_BIN_EXE_lbf-gag"));
+    /// `lbf-gag serve --exit-when-done`, in the setup's network namespace if any; returns
+    /// once it serves.
+    pub fn start(&self, log: &str) -> Daemon {
+        let mut c = in_netns(self.netns.as_deref(), env!("CARGO_BIN_EXE_lbf-gag"));
         c.args(["serve", "--exit-when-done", "--config"])
             .arg(&self.config);
         let d = Daemon::spawn("lbf-gag serve", c, &self.dir.join(log));
-        self.wait_listening(netns);
+        self.wait_listening();
         d
     }
 
-    /// Waits until the builder accepts connections (its log says so).
-    fn wait_listening(&self, _netns: Option<&str>) {
+    /// GET `path` from the builder's HTTP endpoint.
+    pub fn get(&self, path: &str) -> Option<String> {
+        http_get_in(self.netns.as_deref(), &self.http, path)
+    }
+
+    /// Waits until the builder answers HTTP (it listens for nodes before that).
+    fn wait_listening(&self) {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(20) {
-            if http_get(&self.http, "/results").is_some() {
+            if self.get("/results").is_some() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("the builder did not come up");
+    }
+
+    /// Waits until the engine has consumed at least `events` events.
+    pub fn wait_events(&self, events: u64) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(60) {
+            let done = self
+                .get("/results")
+                .and_then(|b| serde_json::from_str::<Value>(&b).ok())
+                .and_then(|v| v["events"].as_u64())
+                .is_some_and(|n| n >= events);
+            if done {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("the builder never reached {events} events");
     }
 
     /// The final report (JSON).
@@ -210,8 +236,10 @@ pub fn in_netns(netns: Option<&str>, program: &str) -> Command {
     }
 }
 
-/// An `lbf-node` replaying `procs` of `trace` to `builder`.
+/// An `lbf-node` replaying `procs` of `trace` to `builder`, in network namespace `netns`
+/// if given.
 pub fn replay_node(
+    netns: Option<&str>,
     setup: &BuilderSetup,
     builder: &str,
     node: &str,
@@ -220,7 +248,7 @@ pub fn replay_node(
     procs: &str,
     extra: &[&str],
 ) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_lbf-node"));
+    let mut c = in_netns(netns, env!("CARGO_BIN_EXE_lbf-node"));
     c.env("LBF_NODE_TOKEN", token)
         .args([
             "--builder",
@@ -312,4 +340,110 @@ pub fn two_targets(procs: u32) -> Vec<(&'static str, String)> {
             ),
         ),
     ]
+}
+
+/// Three network namespaces acting as hosts: `hub` (the builder's host, with a bridge at
+/// [`Hosts::HUB_IP`]) and `n1`, `n2` (at [`Hosts::node_ip`]), each wired to the bridge by a
+/// veth pair, so every host reaches every other. Deleted on drop, even when a test fails.
+pub struct Hosts {
+    /// The namespaces' names: hub, n1, n2.
+    pub names: [String; 3],
+}
+
+impl Hosts {
+    /// The builder host's address.
+    pub const HUB_IP: &'static str = "10.231.0.1";
+
+    /// Creates the namespaces, unique to this process and `tag`.
+    pub fn new(tag: &str) -> Hosts {
+        let id = std::process::id();
+        let names = ["hub", "n1", "n2"].map(|h| format!("lbf-{tag}-{id}-{h}"));
+        let hosts = Hosts { names };
+        let [hub, n1, n2] = &hosts.names;
+        for ns in &hosts.names {
+            ip(&["netns", "add", ns]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+        }
+        ip(&["-n", hub, "link", "add", "br0", "type", "bridge"]);
+        ip(&[
+            "-n",
+            hub,
+            "addr",
+            "add",
+            &format!("{}/24", Self::HUB_IP),
+            "dev",
+            "br0",
+        ]);
+        ip(&["-n", hub, "link", "set", "br0", "up"]);
+        for (i, ns) in [n1, n2].into_iter().enumerate() {
+            let (port, end) = (format!("port{}", i + 1), "eth0");
+            ip(&[
+                "link", "add", &port, "netns", hub, "type", "veth", "peer", "name", end, "netns",
+                ns,
+            ]);
+            ip(&["-n", hub, "link", "set", &port, "master", "br0", "up"]);
+            let addr = format!("{}/24", Self::node_ip(i + 1));
+            ip(&["-n", ns, "addr", "add", &addr, "dev", end]);
+            ip(&["-n", ns, "link", "set", end, "up"]);
+        }
+        hosts
+    }
+
+    /// Node host `n`'s (1 or 2) address.
+    pub fn node_ip(n: usize) -> String {
+        format!("10.231.0.{}", n + 1)
+    }
+
+    /// Takes node host `n`'s (1 or 2) link down (`up` false) or up again, at the hub's side:
+    /// packets are silently dropped, as when a cable is pulled.
+    pub fn link(&self, n: usize, up: bool) {
+        let state = if up { "up" } else { "down" };
+        ip(&[
+            "-n",
+            &self.names[0],
+            "link",
+            "set",
+            &format!("port{n}"),
+            state,
+        ]);
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for ns in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// Runs `ip ARGS`, panicking with its message on failure.
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// [`http_get`] from inside network namespace `netns` (a thread that enters it).
+pub fn http_get_in(netns: Option<&str>, addr: &str, path: &str) -> Option<String> {
+    let Some(ns) = netns else {
+        return http_get(addr, path);
+    };
+    let (ns, addr, path) = (ns.to_string(), addr.to_string(), path.to_string());
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(format!("/var/run/netns/{ns}")).ok()?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns on a valid namespace descriptor; affects this thread only.
+        if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+            return None;
+        }
+        http_get(&addr, &path)
+    })
+    .join()
+    .ok()
+    .flatten()
 }

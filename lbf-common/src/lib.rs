@@ -10,6 +10,7 @@
 
 pub mod maps;
 pub mod mpi;
+pub mod syscalls;
 
 /// Number of raw argument words captured per call (6 register arguments, 2 stack arguments).
 pub const ARG_WORDS: usize = 8;
@@ -34,6 +35,10 @@ pub enum RecordKind {
     CallEntry = 4,
     /// Return of a probed function; `fn_id` says which, `args[0]` is the return value.
     CallExit = 5,
+    /// Return of a recorded system call (see [`syscalls`]): `fn_id` is its number, `args[0]`
+    /// the return value, `args[1..7]` its 6 arguments, `args[7]` the thread's CPU clock at
+    /// its entry (`cpu_ns` is the clock at the return).
+    Syscall = 6,
 }
 
 impl RecordKind {
@@ -45,6 +50,7 @@ impl RecordKind {
             3 => Self::Exit,
             4 => Self::CallEntry,
             5 => Self::CallExit,
+            6 => Self::Syscall,
             _ => return None,
         })
     }

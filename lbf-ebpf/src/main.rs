@@ -2,8 +2,9 @@
 //! thread's exact CPU clock, copy raw arguments and the user memory user space asked for into
 //! the ring buffer. No MPI semantics here; all of that lives in user space.
 //!
-//! One file per probe family: `sched` (process filter, lifecycle records, CPU clock) and `mpi`
-//! (call entry/exit probes). `maps` holds the shared state, `record` the record writer.
+//! One file per probe family: `sched` (process filter, lifecycle records, CPU clock), `mpi`
+//! (call entry/exit probes) and `sockets` (system call records for the socket capture).
+//! `maps` holds the shared state, `record` the record writer.
 #![no_std]
 #![no_main]
 
@@ -11,6 +12,7 @@ mod maps;
 mod mpi;
 mod record;
 mod sched;
+mod sockets;
 
 /// The license the kernel checks before it lets the programs use GPL-only helpers.
 #[unsafe(no_mangle)]

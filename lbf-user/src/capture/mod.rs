@@ -44,6 +44,7 @@ pub mod mpich;
 pub mod openmpi;
 pub mod process;
 pub mod procfs;
+pub mod sockets;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -195,7 +196,7 @@ impl Capture {
                     }
                 }
             }
-            Some(RecordKind::Fork | RecordKind::Exec) => {}
+            Some(RecordKind::Fork | RecordKind::Exec | RecordKind::Syscall) => {}
             None => note(&mut self.anomalies, "record of unknown kind"),
         }
         let mut touched = vec![rec.tgid];

@@ -1,0 +1,332 @@
+//! Matching sends to receives on sockets, by byte offsets (streams) or datagram order.
+//!
+//! A stream direction (one way of one TCP or UNIX stream connection) is a sequence of bytes:
+//! the sender's k-th send covers `[a, b)`, a receive that consumes bytes up to offset `e`
+//! depends on the send that holds byte `e - 1`, its last byte. The engine wants one message
+//! per receive, so a send is cut where receives end: the send holding the ends of `k`
+//! receives becomes `k` messages, the first taking its bytes up to the first receive's end
+//! (plus the bytes of earlier sends no receive ended in, which travel with it), the last
+//! taking the rest of the send. A send no receive ends in carries no message of its own: its
+//! bytes travel with the next message of its direction. A send's cuts are known once the
+//! receiver has consumed all of its bytes, so its outcome is reported then.
+//!
+//! A datagram channel (UDP, UNIX datagram or seqpacket) delivers whole datagrams in order:
+//! one send, one message, consumed by one receive, whatever its buffer size.
+//!
+//! Sends and receives are named by opaque tokens chosen by the caller; outcomes name them.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+
+use crate::event::MsgId;
+
+/// One end of a socket connection, as both processes name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Endpoint {
+    /// A TCP or UDP address and port. `netns` is the network namespace (its inode) when the
+    /// address is a loopback one, which every namespace has its own of; 0 otherwise.
+    Inet {
+        /// Address and port (IPv4-mapped IPv6 addresses are written as IPv4).
+        addr: SocketAddr,
+        /// Namespace of a loopback address, else 0.
+        netns: u64,
+    },
+    /// A UNIX socket, by its inode.
+    Unix {
+        /// The socket's inode number.
+        inode: u64,
+    },
+}
+
+/// Where a message goes: the key both ends compute alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Channel {
+    /// One direction of a stream connection.
+    Stream {
+        /// The sending end.
+        from: Endpoint,
+        /// The receiving end.
+        to: Endpoint,
+    },
+    /// Datagrams to one receiving socket, from whoever sends them.
+    Datagram {
+        /// The receiving end.
+        to: Endpoint,
+    },
+}
+
+/// One message a send becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// The message id, consumed by exactly one receive.
+    pub msg: MsgId,
+    /// Its payload for the cost model.
+    pub bytes: u64,
+}
+
+/// What became of a send or a receive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Send `token` becomes `pieces` (empty: no receive ended in it and its bytes travel with
+    /// a later message, or nobody received them: then `unconsumed` counts them).
+    Send {
+        /// The caller's token of the send.
+        token: u64,
+        /// The messages, in order.
+        pieces: Vec<Piece>,
+        /// Bytes no receive consumed (only at the end of a capture).
+        unconsumed: u64,
+    },
+    /// Receive `token` consumed message `msg` (`None`: no send is known for its bytes).
+    Recv {
+        /// The caller's token of the receive.
+        token: u64,
+        /// The message its last byte came with.
+        msg: Option<MsgId>,
+    },
+}
+
+/// A send whose bytes are not all consumed yet.
+#[derive(Debug)]
+struct OpenSend {
+    token: u64,
+    start: u64,
+    end: u64,
+    /// `(end offset of a receive, its message)`, increasing.
+    cuts: Vec<(u64, MsgId)>,
+}
+
+/// One direction of a stream.
+#[derive(Debug, Default)]
+struct Stream {
+    sent: u64,
+    received: u64,
+    sends: VecDeque<OpenSend>,
+    /// Receives ending past what has been sent so far (their send's record is still to
+    /// come): `(token, end offset)`.
+    early: VecDeque<(u64, u64)>,
+    /// Bytes of resolved sends no receive ended in, for the next message.
+    carry: u64,
+}
+
+/// Datagrams to one socket.
+#[derive(Debug, Default)]
+struct Datagrams {
+    sends: VecDeque<(u64, u64)>,
+    early: VecDeque<u64>,
+}
+
+/// Every channel's state and the message id counter.
+#[derive(Debug, Default)]
+pub struct Channels {
+    streams: HashMap<(Endpoint, Endpoint), Stream>,
+    datagrams: HashMap<Endpoint, Datagrams>,
+    next_msg: MsgId,
+}
+
+impl Channels {
+    /// No channels yet; message ids start at 1.
+    pub fn new() -> Self {
+        Channels {
+            next_msg: 1,
+            ..Default::default()
+        }
+    }
+
+    fn msg(&mut self) -> MsgId {
+        let m = self.next_msg;
+        self.next_msg += 1;
+        m
+    }
+
+    /// A send of `bytes` bytes on `channel`; returns the outcomes it settles.
+    pub fn send(&mut self, channel: Channel, token: u64, bytes: u64) -> Vec<Outcome> {
+        let mut out = Vec::new();
+        match channel {
+            Channel::Stream { from, to } => {
+                let s = self.streams.entry((from, to)).or_default();
+                s.sends.push_back(OpenSend {
+                    token,
+                    start: s.sent,
+                    end: s.sent + bytes,
+                    cuts: Vec::new(),
+                });
+                s.sent += bytes;
+                while let Some(&(recv, end)) = s.early.front() {
+                    if end > s.sent {
+                        break;
+                    }
+                    s.early.pop_front();
+                    let msg = self.next_msg;
+                    self.next_msg += 1;
+                    cut(s, end, msg);
+                    out.push(Outcome::Recv {
+                        token: recv,
+                        msg: Some(msg),
+                    });
+                }
+                resolve_consumed(s, &mut out);
+            }
+            Channel::Datagram { to } => {
+                let d = self.datagrams.entry(to).or_default();
+                match d.early.pop_front() {
+                    Some(recv) => {
+                        let msg = self.msg();
+                        out.extend(datagram(token, recv, msg, bytes));
+                    }
+                    None => d.sends.push_back((token, bytes)),
+                }
+            }
+        }
+        out
+    }
+
+    /// A receive of `bytes` bytes (more than 0) on `channel`; returns the outcomes it settles.
+    pub fn recv(&mut self, channel: Channel, token: u64, bytes: u64) -> Vec<Outcome> {
+        let mut out = Vec::new();
+        match channel {
+            Channel::Stream { from, to } => {
+                let s = self.streams.entry((from, to)).or_default();
+                s.received += bytes;
+                let end = s.received;
+                if end > s.sent || !s.early.is_empty() {
+                    s.early.push_back((token, end));
+                    return out;
+                }
+                let msg = self.next_msg;
+                self.next_msg += 1;
+                cut(s, end, msg);
+                out.push(Outcome::Recv {
+                    token,
+                    msg: Some(msg),
+                });
+                resolve_consumed(s, &mut out);
+            }
+            Channel::Datagram { to } => {
+                let d = self.datagrams.entry(to).or_default();
+                match d.sends.pop_front() {
+                    Some((send, bytes)) => {
+                        let msg = self.msg();
+                        out.extend(datagram(send, token, msg, bytes));
+                    }
+                    None => d.early.push_back(token),
+                }
+            }
+        }
+        out
+    }
+
+    /// Settles everything still open at the end of a capture: receives without a send get
+    /// no message; sends cut by receives keep their pieces; others count as unconsumed.
+    pub fn finish(&mut self) -> Vec<Outcome> {
+        let mut out = Vec::new();
+        for s in self.streams.values_mut() {
+            for (token, _) in s.early.drain(..) {
+                out.push(Outcome::Recv { token, msg: None });
+            }
+            while let Some(send) = s.sends.pop_front() {
+                let unconsumed = if send.cuts.is_empty() {
+                    send.end - send.start
+                } else {
+                    0
+                };
+                out.push(settle(s.carry, send, unconsumed).0);
+                s.carry = 0;
+            }
+        }
+        for d in self.datagrams.values_mut() {
+            for token in d.early.drain(..) {
+                out.push(Outcome::Recv { token, msg: None });
+            }
+            for (token, bytes) in d.sends.drain(..) {
+                out.push(Outcome::Send {
+                    token,
+                    pieces: Vec::new(),
+                    unconsumed: bytes,
+                });
+            }
+        }
+        sort_outcomes(&mut out);
+        out
+    }
+}
+
+/// The two outcomes of a datagram delivered.
+fn datagram(send: u64, recv: u64, msg: MsgId, bytes: u64) -> [Outcome; 2] {
+    [
+        Outcome::Send {
+            token: send,
+            pieces: vec![Piece { msg, bytes }],
+            unconsumed: 0,
+        },
+        Outcome::Recv {
+            token: recv,
+            msg: Some(msg),
+        },
+    ]
+}
+
+/// Records that a receive ending at offset `end` (at most `s.sent`) consumed message `msg`,
+/// cut from the send holding byte `end - 1`.
+fn cut(s: &mut Stream, end: u64, msg: MsgId) {
+    if let Some(send) = s.sends.iter_mut().find(|o| o.start < end && end <= o.end) {
+        send.cuts.push((end, msg));
+    }
+}
+
+/// Reports the sends whose bytes have all been consumed.
+fn resolve_consumed(s: &mut Stream, out: &mut Vec<Outcome>) {
+    while s.sends.front().is_some_and(|o| o.end <= s.received) {
+        let send = s.sends.pop_front().expect("checked");
+        let (outcome, carry) = settle(s.carry, send, 0);
+        s.carry = carry;
+        out.push(outcome);
+    }
+}
+
+/// The pieces of `send` (see the module documentation) and the carry left for the next one.
+fn settle(carry: u64, send: OpenSend, unconsumed: u64) -> (Outcome, u64) {
+    if send.cuts.is_empty() {
+        let carry = if unconsumed > 0 {
+            0
+        } else {
+            carry + send.end - send.start
+        };
+        return (
+            Outcome::Send {
+                token: send.token,
+                pieces: Vec::new(),
+                unconsumed,
+            },
+            carry,
+        );
+    }
+    let mut pieces = Vec::with_capacity(send.cuts.len());
+    let mut prev = send.start;
+    for &(end, msg) in &send.cuts {
+        pieces.push(Piece {
+            msg,
+            bytes: end - prev,
+        });
+        prev = end;
+    }
+    pieces[0].bytes += carry;
+    if let Some(last) = pieces.last_mut() {
+        last.bytes += send.end - prev;
+    }
+    (
+        Outcome::Send {
+            token: send.token,
+            pieces,
+            unconsumed,
+        },
+        0,
+    )
+}
+
+/// Orders outcomes by token so that a capture's end is deterministic.
+fn sort_outcomes(out: &mut [Outcome]) {
+    out.sort_by_key(|o| match o {
+        Outcome::Send { token, .. } | Outcome::Recv { token, .. } => *token,
+    });
+}

@@ -1,0 +1,372 @@
+//! Socket capture: turns the `Syscall` records of any program that talks over TCP, UDP or
+//! UNIX sockets into the engine's per-process events, without modifying or knowing the
+//! program.
+//!
+//! [`syscall`] decodes the records, [`resolve`] tells which descriptors are sockets and names
+//! the channels both ends share (through `/proc` and [`sock_diag`]), [`channels`] matches
+//! sends to receives by byte offsets, [`timeline`] keeps each process's events in order until
+//! their messages are known.
+//!
+//! # Events from calls
+//!
+//! | call | events |
+//! | --- | --- |
+//! | `write`, `writev`, `send`, `sendto`, `sendmsg` on a socket | `Send` at the return, one per message the bytes become (see [`channels`]), or a `Keepalive` when the bytes travel with a later message |
+//! | `sendmmsg` | as above, per message of the vector |
+//! | `read`, `readv`, `recv`, `recvfrom`, `recvmsg`, `recvmmsg` returning bytes | `RecvStart` at the entry (or at the entry of the `poll`, `select` or `epoll_wait` before it), `RecvEnd` at the return |
+//! | receives returning nothing (end of stream, `EAGAIN`, `MSG_PEEK`) | none: their CPU goes to the next event |
+//! | process exit | `Exit` |
+//!
+//! A process appears in the trace once it sends or receives on a socket; processes that never
+//! do (shells, launchers) are left out. Process ids follow the order of first socket use.
+//! Because that set is only known at the end, the events are handed out by
+//! [`SocketCapture::finish`].
+//!
+//! # Limits
+//!
+//! - UDP sends need a connected socket (the destination of `sendto` on an unconnected one is
+//!   not read), and a UDP receiver is named by the address it is bound to.
+//! - Descriptors passed between processes over UNIX sockets, `fcntl(F_DUPFD)` and
+//!   `sendfile`/`splice` are not followed.
+//! - One host per capture: matching is central (see the trace format for ids).
+
+pub mod channels;
+pub mod resolve;
+pub mod sock_diag;
+pub mod syscall;
+pub mod timeline;
+
+use std::collections::{BTreeMap, HashMap};
+
+use lbf_common::{Record, RecordKind};
+
+use self::channels::{Channel, Channels, Outcome};
+use self::resolve::{SocketChannels, SocketResolver};
+use self::syscall::Call;
+use self::timeline::Timeline;
+use super::{EventSink, ProcStats, Summary};
+use crate::event::{Event, EventKind, ProcInfo};
+
+/// What a descriptor of a process is, as far as the capture is concerned.
+#[derive(Clone, Copy, Debug)]
+enum Fd {
+    Socket(SocketChannels),
+    /// No socket, or one that cannot be modelled (reported once).
+    Ignored,
+}
+
+/// One traced process.
+#[derive(Debug, Default)]
+struct Proc {
+    timeline: Timeline,
+    /// Its name, set at its first socket call (the process is then part of the trace).
+    name: Option<String>,
+    exited: bool,
+    /// What its calls moved: messages and bytes per direction.
+    stats: ProcStats,
+}
+
+/// Turns `Syscall` and lifecycle records into events; see the module documentation.
+pub struct SocketCapture {
+    resolver: Box<dyn SocketResolver>,
+    host: String,
+    fds: HashMap<(u32, i32), Fd>,
+    procs: HashMap<u32, Proc>,
+    /// Processes in order of first socket use.
+    order: Vec<u32>,
+    /// Names of every process that made a recorded call, for the error about none using
+    /// sockets.
+    seen: BTreeMap<u32, String>,
+    channels: Channels,
+    /// Token of a send or receive -> (tgid, slot).
+    tokens: HashMap<u64, (u32, u64)>,
+    next_token: u64,
+    first_ts: Option<u64>,
+    last_exit_ts: Option<u64>,
+    last_ts: u64,
+    anomalies: BTreeMap<String, u64>,
+    unmatched_sends: u64,
+    unmatched_recvs: u64,
+}
+
+impl SocketCapture {
+    /// A capture asking `resolver` about descriptors and naming `host` as the processes' host.
+    pub fn new(resolver: Box<dyn SocketResolver>, host: impl Into<String>) -> Self {
+        SocketCapture {
+            resolver,
+            host: host.into(),
+            fds: HashMap::new(),
+            procs: HashMap::new(),
+            order: Vec::new(),
+            seen: BTreeMap::new(),
+            channels: Channels::new(),
+            tokens: HashMap::new(),
+            next_token: 0,
+            first_ts: None,
+            last_exit_ts: None,
+            last_ts: 0,
+            anomalies: BTreeMap::new(),
+            unmatched_sends: 0,
+            unmatched_recvs: 0,
+        }
+    }
+
+    /// Consumes one record.
+    pub fn record(&mut self, rec: &Record) {
+        self.first_ts.get_or_insert(rec.ts_ns);
+        self.last_ts = self.last_ts.max(rec.ts_ns);
+        match RecordKind::from_raw(rec.kind) {
+            Some(RecordKind::Syscall) => self.syscall(rec),
+            Some(RecordKind::Fork) => {
+                // The child starts with its parent's descriptors.
+                let child = rec.args[0] as u32;
+                let inherited: Vec<(i32, Fd)> = self
+                    .fds
+                    .iter()
+                    .filter(|((t, _), _)| *t == rec.tgid)
+                    .map(|(&(_, fd), &f)| (fd, f))
+                    .collect();
+                for (fd, f) in inherited {
+                    self.fds.insert((child, fd), f);
+                }
+            }
+            Some(RecordKind::Exec) => self.fds.retain(|(t, _), _| *t != rec.tgid),
+            Some(RecordKind::Exit) => {
+                self.last_exit_ts = Some(rec.ts_ns);
+                self.fds.retain(|(t, _), _| *t != rec.tgid);
+                if let Some(p) = self.procs.get_mut(&rec.tgid) {
+                    if p.name.is_some() && !p.exited {
+                        p.exited = true;
+                        p.timeline.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
+                    }
+                }
+            }
+            Some(RecordKind::CallEntry | RecordKind::CallExit) => {}
+            None => note(&mut self.anomalies, "record of unknown kind"),
+        }
+    }
+
+    /// The socket descriptor `fd` of `tgid` is, resolved on first sight.
+    fn socket(&mut self, tgid: u32, fd: i32) -> Option<SocketChannels> {
+        let f = match self.fds.get(&(tgid, fd)) {
+            Some(&f) => f,
+            None => {
+                let f = match self.resolver.resolve(tgid, fd) {
+                    Ok(Some(s)) => Fd::Socket(s),
+                    Ok(None) => Fd::Ignored,
+                    Err(why) => {
+                        note(&mut self.anomalies, &why);
+                        Fd::Ignored
+                    }
+                };
+                self.fds.insert((tgid, fd), f);
+                f
+            }
+        };
+        match f {
+            Fd::Socket(s) => Some(s),
+            Fd::Ignored => None,
+        }
+    }
+
+    /// The process `tgid`, made part of the trace.
+    fn member(&mut self, tgid: u32) -> &mut Proc {
+        let p = self.procs.entry(tgid).or_default();
+        if p.name.is_none() {
+            p.name = Some(self.resolver.name(tgid));
+            self.order.push(tgid);
+        }
+        p
+    }
+
+    fn syscall(&mut self, rec: &Record) {
+        let (tgid, tid) = (rec.tgid, rec.tid);
+        if !self.seen.contains_key(&tgid) {
+            let name = self.resolver.name(tgid);
+            self.seen.insert(tgid, name);
+        }
+        let d = syscall::decode(rec);
+        if d.truncated {
+            note(
+                &mut self.anomalies,
+                "sendmmsg/recvmmsg moved more messages than a record holds (4)",
+            );
+        }
+        match d.call {
+            Call::Send { fd, sizes } => {
+                let Some(s) = self.socket(tgid, fd) else {
+                    return;
+                };
+                let Some(channel) = s.send else {
+                    note(
+                        &mut self.anomalies,
+                        "datagram sent on an unconnected socket",
+                    );
+                    return;
+                };
+                self.member(tgid).timeline.not_waiting();
+                for bytes in sizes {
+                    let p = self.member(tgid);
+                    p.stats.sends += 1;
+                    p.stats.send_bytes += bytes;
+                    let slot = p.timeline.open(tid, d.exit_cpu);
+                    let token = self.token(tgid, slot);
+                    let outcomes = self.channels.send(channel, token, bytes);
+                    self.apply(outcomes);
+                }
+            }
+            Call::Recv { fd, sizes } => {
+                let Some(s) = self.socket(tgid, fd) else {
+                    return;
+                };
+                let p = self.member(tgid);
+                p.timeline.recv_start(tid, d.entry_cpu);
+                self.receive(tgid, tid, s.recv, d.exit_cpu, &sizes);
+            }
+            Call::Wait => self
+                .procs
+                .entry(tgid)
+                .or_default()
+                .timeline
+                .waiting_since(d.entry_cpu),
+            Call::Close { fd } => {
+                self.fds.remove(&(tgid, fd));
+            }
+            Call::Dup { old, new } => {
+                self.fds.remove(&(tgid, new));
+                if let Some(s) = self.socket(tgid, old) {
+                    self.fds.insert((tgid, new), Fd::Socket(s));
+                }
+            }
+            Call::Nothing => {}
+        }
+    }
+
+    /// Queues one `RecvEnd` per message received and matches them.
+    fn receive(&mut self, tgid: u32, tid: u32, channel: Channel, cpu_at: u64, sizes: &[u64]) {
+        for &bytes in sizes {
+            let p = self.member(tgid);
+            p.stats.recvs += 1;
+            p.stats.recv_bytes += bytes;
+            let slot = p.timeline.open(tid, cpu_at);
+            let token = self.token(tgid, slot);
+            let outcomes = self.channels.recv(channel, token, bytes);
+            self.apply(outcomes);
+        }
+    }
+
+    fn token(&mut self, tgid: u32, slot: u64) -> u64 {
+        let t = self.next_token;
+        self.next_token += 1;
+        self.tokens.insert(t, (tgid, slot));
+        t
+    }
+
+    /// Settles the slots the channels' outcomes name.
+    fn apply(&mut self, outcomes: Vec<Outcome>) {
+        for o in outcomes {
+            let (token, kinds) = match o {
+                Outcome::Send {
+                    token,
+                    pieces,
+                    unconsumed,
+                } => {
+                    if unconsumed > 0 {
+                        self.unmatched_sends += 1;
+                    }
+                    let kinds: Vec<EventKind> = pieces
+                        .iter()
+                        .map(|p| EventKind::Send {
+                            msg: p.msg,
+                            bytes: p.bytes,
+                        })
+                        .collect();
+                    (token, kinds)
+                }
+                Outcome::Recv { token, msg } => {
+                    let kind = msg.map_or_else(
+                        || {
+                            self.unmatched_recvs += 1;
+                            EventKind::Keepalive
+                        },
+                        |msg| EventKind::RecvEnd { msg },
+                    );
+                    (token, vec![kind])
+                }
+            };
+            let kinds = if kinds.is_empty() {
+                vec![EventKind::Keepalive]
+            } else {
+                kinds
+            };
+            if let Some((tgid, slot)) = self.tokens.remove(&token) {
+                if let Some(p) = self.procs.get_mut(&tgid) {
+                    p.timeline.settle(slot, kinds);
+                }
+            }
+        }
+    }
+
+    /// Ends the capture: settles what is open, announces the processes that used sockets (in
+    /// order of first use) and hands out their events. A process still running gets an
+    /// `Exit` (noted).
+    pub fn finish(mut self, sink: &mut dyn EventSink) -> Summary {
+        let outcomes = self.channels.finish();
+        self.apply(outcomes);
+        let mut summary = Summary::default();
+        for (id, tgid) in self.order.iter().enumerate() {
+            let p = self.procs.get_mut(tgid).expect("member");
+            let info = ProcInfo {
+                id: id as u32,
+                name: p.name.clone().unwrap_or_default(),
+                host: self.host.clone(),
+            };
+            sink.process(&info);
+            summary.procs.push(info);
+            if !p.exited {
+                p.exited = true;
+                p.timeline.emit(0, 0, EventKind::Exit);
+                note(
+                    &mut self.anomalies,
+                    "process still running at the end of the capture",
+                );
+            }
+        }
+        for (id, tgid) in self.order.iter().enumerate() {
+            let p = self.procs.get_mut(tgid).expect("member");
+            let mut stats = p.stats;
+            p.timeline.drain(|cpu_ns, kind| {
+                stats.cpu_ns += cpu_ns;
+                if matches!(kind, EventKind::RecvEnd { .. }) {
+                    stats.wait_ns += cpu_ns;
+                }
+                sink.event(&Event {
+                    proc: id as u32,
+                    cpu_ns,
+                    kind,
+                });
+            });
+            summary.stats.push(stats);
+        }
+        summary.unmatched_sends = self.unmatched_sends;
+        summary.unmatched_recvs = self.unmatched_recvs;
+        let end = self.last_exit_ts.unwrap_or(self.last_ts);
+        summary.measured_seconds = end.saturating_sub(self.first_ts.unwrap_or(end)) as f64 * 1e-9;
+        summary.anomalies = self.anomalies;
+        summary
+    }
+
+    /// The names of the processes that made a recorded call, for an error when none of them
+    /// used a socket lbf can capture.
+    pub fn processes_seen(&self) -> Vec<String> {
+        self.seen.values().cloned().collect()
+    }
+}
+
+/// Counts one occurrence of anomaly `what`.
+fn note(anomalies: &mut BTreeMap<String, u64>, what: &str) {
+    *anomalies.entry(what.to_string()).or_default() += 1;
+}
+
+#[cfg(test)]
+mod tests;

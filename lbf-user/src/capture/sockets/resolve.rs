@@ -1,0 +1,233 @@
+//! Which socket a process's descriptor is, and the channels it sends and receives on.
+//!
+//! [`ProcResolver`] asks the live system, without kernel struct offsets: `/proc/PID/fd/FD`
+//! names the socket's inode (`socket:[INODE]`); the process's own view of its network
+//! namespace, `/proc/PID/net/{tcp,tcp6,udp,udp6}`, gives a TCP or UDP socket's addresses by
+//! inode; sock_diag gives a UNIX socket's type and peer. Both ends of a connection then name
+//! their channels alike: a TCP direction by its 4-tuple (which also holds across hosts and
+//! namespaces), a UNIX one by the two sockets' inodes.
+//!
+//! The descriptor must still be open when its first record is decoded (records are decoded
+//! within milliseconds); one closed before that is reported as an anomaly.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use super::channels::{Channel, Endpoint};
+use super::sock_diag::{self, UnixSocket};
+
+/// The channels of one socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketChannels {
+    /// Where its sends go; `None` for a datagram socket without a connected peer.
+    pub send: Option<Channel>,
+    /// Where its receives come from.
+    pub recv: Channel,
+}
+
+/// Answers which socket a descriptor is; tests answer from a table.
+pub trait SocketResolver {
+    /// The channels of descriptor `fd` of process `tgid`: `Ok(None)` if it is no socket,
+    /// `Err` with a sentence when it is a socket lbf cannot model or cannot be looked at.
+    fn resolve(&mut self, tgid: u32, fd: i32) -> Result<Option<SocketChannels>, String>;
+    /// A name for process `tgid` in traces: its command and PID, like `spa[1234]`.
+    fn name(&mut self, tgid: u32) -> String;
+}
+
+/// Resolves through `/proc` and sock_diag (see the module documentation).
+#[derive(Default)]
+pub struct ProcResolver {
+    /// UNIX sockets per network namespace inode, refreshed when an inode is missing.
+    unix: HashMap<u64, HashMap<u64, UnixSocket>>,
+}
+
+impl ProcResolver {
+    /// A resolver with empty caches.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn unix_socket(&mut self, tgid: u32, netns: u64, inode: u64) -> Option<UnixSocket> {
+        if let Some(s) = self.unix.get(&netns).and_then(|m| m.get(&inode)) {
+            return Some(*s);
+        }
+        let fresh = sock_diag::unix_sockets(Some(tgid)).ok()?;
+        let found = fresh.get(&inode).copied();
+        self.unix.insert(netns, fresh);
+        found
+    }
+}
+
+/// The number in a `/proc` link target like `socket:[123]` or `net:[4026531840]`.
+fn bracketed(link: &str, prefix: &str) -> Option<u64> {
+    link.strip_prefix(prefix)?
+        .strip_prefix(":[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+impl SocketResolver for ProcResolver {
+    fn resolve(&mut self, tgid: u32, fd: i32) -> Result<Option<SocketChannels>, String> {
+        let link = std::fs::read_link(format!("/proc/{tgid}/fd/{fd}")).map_err(|_| {
+            "descriptor closed (or process ended) before lbf could identify it".to_string()
+        })?;
+        let Some(inode) = bracketed(&link.to_string_lossy(), "socket") else {
+            return Ok(None);
+        };
+        let netns = std::fs::read_link(format!("/proc/{tgid}/ns/net"))
+            .ok()
+            .and_then(|l| bracketed(&l.to_string_lossy(), "net"))
+            .unwrap_or(0);
+        for (table, stream) in [
+            ("tcp", true),
+            ("tcp6", true),
+            ("udp", false),
+            ("udp6", false),
+        ] {
+            let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/net/{table}")) else {
+                continue;
+            };
+            if let Some((local, remote)) = find_inet(&text, inode) {
+                let ep = |addr: SocketAddr| Endpoint::Inet {
+                    addr,
+                    netns: if addr.ip().is_loopback() { netns } else { 0 },
+                };
+                let (l, r) = (ep(local), ep(remote));
+                return Ok(Some(if stream {
+                    SocketChannels {
+                        send: Some(Channel::Stream { from: l, to: r }),
+                        recv: Channel::Stream { from: r, to: l },
+                    }
+                } else {
+                    SocketChannels {
+                        send: (remote.port() != 0).then_some(Channel::Datagram { to: r }),
+                        recv: Channel::Datagram { to: l },
+                    }
+                }));
+            }
+        }
+        if let Some(u) = self.unix_socket(tgid, netns, inode) {
+            let me = Endpoint::Unix { inode };
+            let peer = Endpoint::Unix { inode: u.peer };
+            if u.sock_type == libc::SOCK_STREAM as u8 {
+                if u.peer == 0 {
+                    return Err("UNIX stream socket without a peer".into());
+                }
+                return Ok(Some(SocketChannels {
+                    send: Some(Channel::Stream { from: me, to: peer }),
+                    recv: Channel::Stream { from: peer, to: me },
+                }));
+            }
+            return Ok(Some(SocketChannels {
+                send: (u.peer != 0).then_some(Channel::Datagram { to: peer }),
+                recv: Channel::Datagram { to: me },
+            }));
+        }
+        Err(
+            "socket of a family lbf does not capture (it captures TCP, UDP and UNIX sockets)"
+                .into(),
+        )
+    }
+
+    fn name(&mut self, tgid: u32) -> String {
+        let comm = std::fs::read_to_string(format!("/proc/{tgid}/comm")).unwrap_or_default();
+        format!("{}[{tgid}]", comm.trim())
+    }
+}
+
+/// The local and remote address of the socket with `inode` in a `/proc/net/{tcp,udp}[6]`
+/// table.
+fn find_inet(table: &str, inode: u64) -> Option<(SocketAddr, SocketAddr)> {
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.get(9)?.parse::<u64>().ok()? != inode {
+            return None;
+        }
+        Some((parse_addr(f.get(1)?)?, parse_addr(f.get(2)?)?))
+    })
+}
+
+/// An address as `/proc/net` writes it: the address's 32-bit words in hex, each in host
+/// (little-endian) order, a colon, the port in hex. IPv4-mapped IPv6 addresses become IPv4,
+/// so that an IPv6 socket and its IPv4 peer name the connection alike.
+fn parse_addr(s: &str) -> Option<SocketAddr> {
+    let (addr, port) = s.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let words: Vec<u32> = (0..addr.len() / 8)
+        .map(|i| u32::from_str_radix(&addr[i * 8..i * 8 + 8], 16).map(u32::from_be))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let ip = match words[..] {
+        [w] => IpAddr::V4(Ipv4Addr::from(w.to_be_bytes())),
+        [a, b, c, d] => {
+            let mut bytes = [0u8; 16];
+            for (i, w) in [a, b, c, d].iter().enumerate() {
+                bytes[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
+            }
+            let v6 = Ipv6Addr::from(bytes);
+            v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
+        }
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proc_net_addresses_decode() {
+        assert_eq!(
+            parse_addr("0100007F:1F90"),
+            Some("127.0.0.1:8080".parse().unwrap())
+        );
+        assert_eq!(
+            parse_addr("00000000000000000000000001000000:0050"),
+            Some("[::1]:80".parse().unwrap())
+        );
+        assert_eq!(
+            parse_addr("0000000000000000FFFF00000100007F:0050"),
+            Some("127.0.0.1:80".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn a_tcp_connection_on_loopback_pairs_up() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let me = std::process::id();
+        let mut r = ProcResolver::new();
+        use std::os::fd::AsRawFd;
+        let c = r.resolve(me, client.as_raw_fd()).unwrap().unwrap();
+        let s = r.resolve(me, server.as_raw_fd()).unwrap().unwrap();
+        assert_eq!(c.send, Some(s.recv));
+        assert_eq!(s.send, Some(c.recv));
+        assert_eq!(r.resolve(me, 0).unwrap_or(None), None, "stdin is no socket");
+    }
+
+    #[test]
+    fn unix_stream_ends_pair_up() {
+        use std::os::fd::AsRawFd;
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let me = std::process::id();
+        let mut r = ProcResolver::new();
+        let ca = r.resolve(me, a.as_raw_fd()).unwrap().unwrap();
+        let cb = r.resolve(me, b.as_raw_fd()).unwrap().unwrap();
+        assert_eq!(ca.send, Some(cb.recv));
+    }
+
+    #[test]
+    fn other_families_are_refused_with_a_reason() {
+        use std::os::fd::AsRawFd;
+        // SAFETY: plain socket(2), closed by OwnedFd.
+        let fd = unsafe { libc::socket(libc::AF_NETLINK, libc::SOCK_DGRAM, 0) };
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let err = ProcResolver::new()
+            .resolve(std::process::id(), fd.as_raw_fd())
+            .unwrap_err();
+        assert!(err.contains("family"), "{err}");
+    }
+}

@@ -1,0 +1,251 @@
+//! Socket matching on hand-made records, with a table for a resolver: byte streams cut into
+//! messages, records out of order, datagrams, waits, descriptors that are no sockets.
+
+use std::collections::HashMap;
+
+use lbf_common::{syscalls::nr, Record, RecordKind, ARG_WORDS, MEM_BYTES};
+
+use super::channels::{Channel, Endpoint};
+use super::resolve::{SocketChannels, SocketResolver};
+use super::SocketCapture;
+use crate::capture::{EventLog, Summary};
+use crate::event::EventKind;
+
+/// Descriptor 3 of process 1 and of process 2 are the two ends of a stream; descriptor 4 of
+/// both, of a datagram pair; descriptor 5 of process 1 is a socket lbf refuses.
+struct Table(HashMap<(u32, i32), SocketChannels>);
+
+fn ends(a: Endpoint, b: Endpoint, stream: bool) -> (SocketChannels, SocketChannels) {
+    if stream {
+        (
+            SocketChannels {
+                send: Some(Channel::Stream { from: a, to: b }),
+                recv: Channel::Stream { from: b, to: a },
+            },
+            SocketChannels {
+                send: Some(Channel::Stream { from: b, to: a }),
+                recv: Channel::Stream { from: a, to: b },
+            },
+        )
+    } else {
+        (
+            SocketChannels {
+                send: Some(Channel::Datagram { to: b }),
+                recv: Channel::Datagram { to: a },
+            },
+            SocketChannels {
+                send: Some(Channel::Datagram { to: a }),
+                recv: Channel::Datagram { to: b },
+            },
+        )
+    }
+}
+
+fn table() -> Table {
+    let u = |inode| Endpoint::Unix { inode };
+    let (s1, s2) = ends(u(10), u(11), true);
+    let (d1, d2) = ends(u(20), u(21), false);
+    Table(HashMap::from([
+        ((1, 3), s1),
+        ((2, 3), s2),
+        ((1, 4), d1),
+        ((2, 4), d2),
+    ]))
+}
+
+impl SocketResolver for Table {
+    fn resolve(&mut self, tgid: u32, fd: i32) -> Result<Option<SocketChannels>, String> {
+        if fd == 5 {
+            return Err("socket of a family lbf does not capture".into());
+        }
+        Ok(self.0.get(&(tgid, fd)).copied())
+    }
+    fn name(&mut self, tgid: u32) -> String {
+        format!("p[{tgid}]")
+    }
+}
+
+/// A `Syscall` record of process `tgid`: call `nr` on `fd` returning `ret`, entered when the
+/// thread's clock read `entry_cpu` and returning at `exit_cpu`.
+fn call(tgid: u32, nr: u16, fd: i32, ret: i64, entry_cpu: u64, exit_cpu: u64) -> Record {
+    let mut args = [0u64; ARG_WORDS];
+    args[0] = ret as u64;
+    args[1] = fd as u64;
+    args[7] = entry_cpu;
+    Record {
+        kind: RecordKind::Syscall as u16,
+        fn_id: nr,
+        mem_len: 0,
+        _pad: 0,
+        tgid,
+        tid: tgid,
+        ts_ns: exit_cpu,
+        cpu_ns: exit_cpu,
+        args,
+        mem: [0; MEM_BYTES],
+    }
+}
+
+fn exit(tgid: u32, cpu: u64) -> Record {
+    Record {
+        kind: RecordKind::Exit as u16,
+        fn_id: 0,
+        ..call(tgid, 0, 0, 0, cpu, cpu)
+    }
+}
+
+fn run(records: &[Record]) -> (EventLog, Summary) {
+    let mut c = SocketCapture::new(Box::new(table()), "h");
+    for r in records {
+        c.record(r);
+    }
+    let mut log = EventLog::default();
+    let summary = c.finish(&mut log);
+    (log, summary)
+}
+
+/// The events of process `p` as `(cpu_ns, kind)`.
+fn of(log: &EventLog, p: u32) -> Vec<(u64, EventKind)> {
+    log.events
+        .iter()
+        .filter(|e| e.proc == p)
+        .map(|e| (e.cpu_ns, e.kind))
+        .collect()
+}
+
+#[test]
+fn one_send_read_by_two_receives_becomes_two_messages() {
+    let (log, s) = run(&[
+        call(1, nr::WRITE, 3, 100, 5, 10),
+        call(2, nr::READ, 3, 40, 1, 2),
+        call(2, nr::READ, 3, 60, 3, 4),
+        exit(1, 12),
+        exit(2, 6),
+    ]);
+    use EventKind::*;
+    assert_eq!(
+        of(&log, 0),
+        vec![
+            (10, Send { msg: 1, bytes: 40 }),
+            (0, Send { msg: 2, bytes: 60 }),
+            (2, Exit)
+        ]
+    );
+    assert_eq!(
+        of(&log, 1),
+        vec![
+            (1, RecvStart),
+            (1, RecvEnd { msg: 1 }),
+            (1, RecvStart),
+            (1, RecvEnd { msg: 2 }),
+            (2, Exit)
+        ]
+    );
+    assert_eq!((s.unmatched_sends, s.unmatched_recvs), (0, 0));
+    assert_eq!((s.stats[0].sends, s.stats[0].send_bytes), (1, 100));
+    assert_eq!((s.stats[1].recvs, s.stats[1].recv_bytes), (2, 100));
+    assert_eq!(s.stats[0].cpu_ns, 12);
+}
+
+#[test]
+fn sends_read_by_one_receive_travel_with_the_last_one() {
+    let (log, s) = run(&[
+        call(1, nr::SENDTO, 3, 8, 0, 1),
+        call(1, nr::WRITEV, 3, 92, 1, 2),
+        call(2, nr::RECVFROM, 3, 100, 0, 5),
+    ]);
+    use EventKind::*;
+    assert_eq!(
+        of(&log, 0),
+        vec![(1, Keepalive), (1, Send { msg: 1, bytes: 100 }), (0, Exit)]
+    );
+    assert_eq!(
+        of(&log, 1),
+        vec![(0, RecvStart), (5, RecvEnd { msg: 1 }), (0, Exit)]
+    );
+    assert_eq!(
+        s.anomalies["process still running at the end of the capture"],
+        2
+    );
+}
+
+#[test]
+fn a_receive_recorded_before_its_send_waits_for_it() {
+    let (log, s) = run(&[
+        call(2, nr::READ, 3, 30, 0, 5),
+        call(1, nr::WRITE, 3, 20, 0, 1),
+        call(1, nr::WRITE, 3, 20, 1, 2),
+        call(2, nr::READ, 3, 10, 5, 6),
+    ]);
+    use EventKind::*;
+    // Process 2 used a socket first: it is process 0.
+    assert_eq!(
+        of(&log, 1),
+        vec![
+            (1, Keepalive),
+            (1, Send { msg: 1, bytes: 30 }),
+            (0, Send { msg: 2, bytes: 10 }),
+            (0, Exit)
+        ]
+    );
+    assert_eq!(
+        of(&log, 0),
+        vec![
+            (0, RecvStart),
+            (5, RecvEnd { msg: 1 }),
+            (0, RecvStart),
+            (1, RecvEnd { msg: 2 }),
+            (0, Exit)
+        ]
+    );
+    assert_eq!((s.unmatched_sends, s.unmatched_recvs), (0, 0));
+}
+
+#[test]
+fn datagrams_are_whole_messages() {
+    let (log, _) = run(&[
+        call(1, nr::SENDMSG, 4, 50, 0, 1),
+        call(1, nr::SENDMSG, 4, 70, 1, 2),
+        call(2, nr::RECVMSG, 4, 50, 0, 1),
+        call(2, nr::RECVMSG, 4, 70, 1, 2),
+    ]);
+    use EventKind::*;
+    let sends: Vec<_> = of(&log, 0).into_iter().map(|(_, k)| k).collect();
+    assert_eq!(
+        sends[..2],
+        [Send { msg: 1, bytes: 50 }, Send { msg: 2, bytes: 70 }]
+    );
+}
+
+#[test]
+fn a_poll_before_a_receive_starts_the_wait() {
+    let (log, _) = run(&[
+        call(1, nr::WRITE, 3, 10, 0, 1),
+        call(2, nr::POLL, 99, 1, 4, 5),
+        call(2, nr::READ, 3, 10, 7, 8),
+    ]);
+    assert_eq!(
+        of(&log, 1)[..2],
+        [
+            (4, EventKind::RecvStart),
+            (4, EventKind::RecvEnd { msg: 1 })
+        ]
+    );
+}
+
+#[test]
+fn other_descriptors_and_refused_sockets_stay_out() {
+    let (log, s) = run(&[
+        call(1, nr::WRITE, 1, 10, 0, 1),
+        call(1, nr::WRITE, 5, 10, 1, 2),
+        call(1, nr::WRITE, 5, 10, 2, 3),
+    ]);
+    assert!(log.procs.is_empty() && log.events.is_empty());
+    assert_eq!(s.anomalies["socket of a family lbf does not capture"], 1);
+}
+
+#[test]
+fn bytes_never_read_are_unmatched() {
+    let (_, s) = run(&[call(1, nr::WRITE, 3, 10, 0, 1), exit(1, 2)]);
+    assert_eq!(s.unmatched_sends, 1);
+}

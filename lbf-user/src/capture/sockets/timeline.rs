@@ -1,0 +1,92 @@
+//! One process's events in order, some of them not settled yet: a send whose receiver has not
+//! consumed all of its bytes (it may become several messages), a receive whose send has not
+//! been seen. Events leave only in order, so the queue grows while an early slot is open.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::event::EventKind;
+
+/// A queued event, or several once a send is cut into messages (`None` until settled).
+#[derive(Debug)]
+struct Slot {
+    cpu_ns: u64,
+    kinds: Option<Vec<EventKind>>,
+}
+
+/// The queue of one process and its CPU bookkeeping.
+#[derive(Debug, Default)]
+pub struct Timeline {
+    queue: VecDeque<Slot>,
+    /// Absolute index of `queue[0]`.
+    base: u64,
+    /// CPU clock of each thread at this process's previous event.
+    cpu_base: HashMap<u32, u64>,
+    /// CPU clock at the entry of a `poll`/`select`/`epoll_wait` the next receive continues.
+    wait_start: Option<u64>,
+}
+
+impl Timeline {
+    /// Queues `kind`, happening when thread `tid`'s clock reads `cpu_at`.
+    pub fn emit(&mut self, tid: u32, cpu_at: u64, kind: EventKind) {
+        self.wait_start = None;
+        self.push(tid, cpu_at, Some(vec![kind]));
+    }
+
+    /// Queues an event to be settled with [`Timeline::settle`]; returns its slot.
+    pub fn open(&mut self, tid: u32, cpu_at: u64) -> u64 {
+        self.push(tid, cpu_at, None)
+    }
+
+    /// Settles slot `slot` as `kinds` (at least one): the first carries the slot's CPU, the
+    /// others none.
+    pub fn settle(&mut self, slot: u64, kinds: Vec<EventKind>) {
+        debug_assert!(!kinds.is_empty());
+        if let Some(s) = slot
+            .checked_sub(self.base)
+            .and_then(|i| self.queue.get_mut(i as usize))
+        {
+            s.kinds = Some(kinds);
+        }
+    }
+
+    /// Remembers that the process began waiting (a `poll`-like call) at `cpu_at`.
+    pub fn waiting_since(&mut self, cpu_at: u64) {
+        self.wait_start.get_or_insert(cpu_at);
+    }
+
+    /// Forgets a wait that no receive followed (the process sent instead).
+    pub fn not_waiting(&mut self) {
+        self.wait_start = None;
+    }
+
+    /// Queues a `RecvStart` at `cpu_at`, or where a `poll`-like wait began.
+    pub fn recv_start(&mut self, tid: u32, cpu_at: u64) {
+        let at = self.wait_start.take().map_or(cpu_at, |w| w.min(cpu_at));
+        self.push(tid, at, Some(vec![EventKind::RecvStart]));
+    }
+
+    /// Hands out every event in order as `(cpu_ns, kind)`; a slot still open becomes a
+    /// `Keepalive` carrying its CPU. Returns how many were open.
+    pub fn drain(&mut self, mut out: impl FnMut(u64, EventKind)) -> u64 {
+        let mut open = 0;
+        self.base += self.queue.len() as u64;
+        for slot in self.queue.drain(..) {
+            let kinds = slot.kinds.unwrap_or_else(|| {
+                open += 1;
+                vec![EventKind::Keepalive]
+            });
+            for (i, kind) in kinds.into_iter().enumerate() {
+                out(if i == 0 { slot.cpu_ns } else { 0 }, kind);
+            }
+        }
+        open
+    }
+
+    fn push(&mut self, tid: u32, cpu_at: u64, kinds: Option<Vec<EventKind>>) -> u64 {
+        let base = self.cpu_base.entry(tid).or_insert(0);
+        let cpu_ns = cpu_at.saturating_sub(*base);
+        *base = (*base).max(cpu_at);
+        self.queue.push_back(Slot { cpu_ns, kinds });
+        self.base + self.queue.len() as u64 - 1
+    }
+}

@@ -35,6 +35,12 @@ pub mod nr {
     pub const DUP: u16 = 32;
     /// `dup2(old, new)`
     pub const DUP2: u16 = 33;
+    /// `socket(domain, type, protocol)`
+    pub const SOCKET: u16 = 41;
+    /// `connect(fd, addr, len)`
+    pub const CONNECT: u16 = 42;
+    /// `accept(fd, addr, len)`
+    pub const ACCEPT: u16 = 43;
     /// `sendto(fd, buf, len, flags, addr, addrlen)` (also `send`)
     pub const SENDTO: u16 = 44;
     /// `recvfrom(fd, buf, len, flags, addr, addrlen)` (also `recv`)
@@ -43,6 +49,8 @@ pub mod nr {
     pub const SENDMSG: u16 = 46;
     /// `recvmsg(fd, msg, flags)`
     pub const RECVMSG: u16 = 47;
+    /// `socketpair(domain, type, protocol, fds)`: `fds` is read at the return.
+    pub const SOCKETPAIR: u16 = 53;
     /// `epoll_wait(epfd, events, max, timeout)`
     pub const EPOLL_WAIT: u16 = 232;
     /// `pselect6(...)`
@@ -51,6 +59,8 @@ pub mod nr {
     pub const PPOLL: u16 = 271;
     /// `epoll_pwait(...)`
     pub const EPOLL_PWAIT: u16 = 281;
+    /// `accept4(fd, addr, len, flags)`
+    pub const ACCEPT4: u16 = 288;
     /// `dup3(old, new, flags)`
     pub const DUP3: u16 = 292;
     /// `recvmmsg(fd, vec, vlen, flags, timeout)`: `vec` is read at the return.

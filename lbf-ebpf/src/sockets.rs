@@ -3,7 +3,7 @@
 //! `SYSCALLS`, the entry keeps the 6 arguments and the CPU clock; the return emits one
 //! `Syscall` record (see `lbf_common::RecordKind::Syscall`) with the return value, the kept
 //! arguments and the entry's CPU clock, and reads the user memory the call's `exit` read asks
-//! for (`sendmmsg`/`recvmmsg` message vectors). Which descriptors are sockets, and which
+//! for (`sendmmsg`/`recvmmsg` message vectors, `socketpair`'s descriptors). Which descriptors are sockets, and which
 //! sockets talk to which, is user space's business.
 
 use aya_ebpf::{
@@ -100,7 +100,7 @@ pub fn sys_exit(ctx: RawTracePointContext) -> u32 {
             args[7] = saved[7];
         }
         // Memory is read only after a successful call; pointers index the 6 arguments.
-        if (ret as i64) > 0 {
+        if (ret as i64) >= 0 {
             d.read_user(&reads.exit, &saved);
         }
         d.submit();

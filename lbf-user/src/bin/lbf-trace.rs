@@ -11,7 +11,10 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use lbf::capture::{procfs::ProcFs, Capture, CaptureSink, EventSink, Library};
+use lbf::event::{Event, ProcInfo};
 use lbf::probe::{self, HeldChild, JsonLinesSink, RecordSink, Tracer, TracerOptions};
+use lbf::trace::{Header, Summary, TraceWriter};
 
 /// Trace an MPI program's calls, process lifecycle and exact CPU time with eBPF.
 ///
@@ -53,6 +56,11 @@ struct Cli {
     /// Debug: write every raw record as one JSON line to FILE.
     #[arg(long, value_name = "FILE")]
     raw_dump: Option<PathBuf>,
+
+    /// Write the captured events (one process per MPI rank) as a v1 trace to FILE, for
+    /// `lbf-gag` to replay.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
 
     /// Say what is probed and how the capture went.
     #[arg(short, long)]
@@ -109,7 +117,7 @@ fn run(cli: Cli) -> Result<i32> {
         ringbuf_bytes: cli.ringbuf_size,
     })?;
     attach_libraries(&mut tracer, &cli)?;
-    let mut sink: Box<dyn RecordSink> = match &cli.raw_dump {
+    let raw: Box<dyn RecordSink> = match &cli.raw_dump {
         Some(path) => {
             let file = File::create(path)
                 .with_context(|| format!("creating the raw dump {}", path.display()))?;
@@ -117,6 +125,18 @@ fn run(cli: Cli) -> Result<i32> {
         }
         None => Box::new(CountingSink),
     };
+    let trace = cli.output.as_ref().map(|path| {
+        CaptureSink::new(
+            Capture::new(Box::new(ProcFs::new()), hostname()),
+            TraceFile {
+                path: path.clone(),
+                procs: Vec::new(),
+                writer: None,
+                error: None,
+            },
+        )
+    });
+    let mut sink = Tee { raw, trace };
     let mut reader = tracer.records()?;
     // SAFETY: the handler only stores to atomics.
     unsafe {
@@ -134,7 +154,24 @@ fn run(cli: Cli) -> Result<i32> {
         c.release()?;
         child = Some(c);
     }
-    let end = probe::run(&mut tracer, &mut reader, sink.as_mut(), &STOP)?;
+    let end = probe::run(&mut tracer, &mut reader, &mut sink, &STOP)?;
+    if let Some(trace) = sink.trace {
+        let (file, summary) = trace.into_parts();
+        let summary = summary.expect("the capture loop finishes its sink");
+        let path = file.path.clone();
+        file.finish(summary.measured_seconds, summary.lost_records)?;
+        for (what, n) in &summary.anomalies {
+            eprintln!("lbf-trace: warning: {what} ({n}x)");
+        }
+        if cli.verbose {
+            eprintln!(
+                "lbf-trace: wrote {} ranks to {}; measured {:.3} s",
+                summary.procs.len(),
+                path.display(),
+                summary.measured_seconds
+            );
+        }
+    }
     let lost = end.lost;
     if lost.ringbuf_full > 0 {
         eprintln!(
@@ -186,7 +223,10 @@ fn attach_libraries(tracer: &mut Tracer, cli: &Cli) -> Result<()> {
         installed
     };
     for path in paths {
-        let lib = tracer.attach_mpi_library(&path, &[])?;
+        let reads = Library::from_path(&path.to_string_lossy())
+            .map(Library::fn_reads)
+            .unwrap_or_default();
+        let lib = tracer.attach_mpi_library(&path, &reads)?;
         if cli.verbose {
             eprintln!(
                 "lbf-trace: probing {} functions in {} (slot {}){}",
@@ -222,4 +262,87 @@ fn libraries_of(pids: &[u32]) -> Result<Vec<PathBuf>> {
         );
     }
     Ok(paths)
+}
+
+/// Sends records to the raw dump (or nowhere) and, with -o, to the capture.
+struct Tee {
+    raw: Box<dyn RecordSink>,
+    trace: Option<CaptureSink<TraceFile>>,
+}
+
+impl RecordSink for Tee {
+    fn record(&mut self, record: &lbf_common::Record) -> Result<()> {
+        self.raw.record(record)?;
+        match &mut self.trace {
+            Some(t) => t.record(record),
+            None => Ok(()),
+        }
+    }
+    fn finish(&mut self, lost: &probe::LostCounts) -> Result<()> {
+        self.raw.finish(lost)?;
+        match &mut self.trace {
+            Some(t) => t.finish(lost),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Writes captured events to a v1 trace file. The capture announces every rank before the
+/// first event, so the header is written when the first event comes (or at the end).
+struct TraceFile {
+    path: PathBuf,
+    procs: Vec<ProcInfo>,
+    writer: Option<TraceWriter<File>>,
+    /// The first write error; reported at the end.
+    error: Option<std::io::Error>,
+}
+
+impl TraceFile {
+    fn writer(&mut self) -> std::io::Result<&mut TraceWriter<File>> {
+        if self.writer.is_none() {
+            let header = Header {
+                procs: self.procs.clone(),
+            };
+            self.writer = Some(TraceWriter::create(&self.path, &header)?);
+        }
+        Ok(self.writer.as_mut().expect("created above"))
+    }
+
+    /// Writes the summary line (and the header if no event came).
+    fn finish(mut self, measured_seconds: f64, lost_events: u64) -> Result<()> {
+        let path = self.path.display().to_string();
+        let context = || format!("writing the trace {path}");
+        if let Some(e) = self.error.take() {
+            return Err(e).with_context(context);
+        }
+        self.writer().with_context(context)?;
+        let writer = self.writer.take().expect("created above");
+        writer
+            .finish(&Summary {
+                measured_seconds,
+                lost_events,
+            })
+            .with_context(context)?;
+        Ok(())
+    }
+}
+
+impl EventSink for TraceFile {
+    fn process(&mut self, info: &ProcInfo) {
+        self.procs.push(info.clone());
+    }
+    fn event(&mut self, event: &Event) {
+        if self.error.is_none() {
+            if let Err(e) = self.writer().and_then(|w| w.write_event(event)) {
+                self.error = Some(e);
+            }
+        }
+    }
+}
+
+/// This machine's name, for the trace header.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".to_string())
 }

@@ -11,7 +11,7 @@ use super::call::Entry;
 use super::library::Abi;
 use super::matching::{CommId, RecvId};
 use super::{EventSink, ProcStats};
-use crate::event::{CollId, Event, EventKind, ProcInfo};
+use crate::event::{CollId, Event, EventKind};
 
 /// A call entered and not yet returned.
 #[derive(Clone, Debug)]
@@ -86,7 +86,6 @@ pub struct Process {
     queue: VecDeque<Slot>,
     /// Absolute index of `queue[0]`.
     queue_base: u64,
-    announced: bool,
 }
 
 impl Process {
@@ -106,7 +105,6 @@ impl Process {
             wait_start: None,
             queue: VecDeque::new(),
             queue_base: 0,
-            announced: false,
         }
     }
 
@@ -166,7 +164,7 @@ impl Process {
     }
 
     /// Hands the queued events that are complete, in order, to `sink` (once the rank is known).
-    pub fn flush(&mut self, host: &str, sink: &mut dyn EventSink) {
+    pub fn flush(&mut self, sink: &mut dyn EventSink) {
         let Some(rank) = self.rank else { return };
         while let Some(&Slot {
             cpu_ns,
@@ -174,14 +172,6 @@ impl Process {
             bytes,
         }) = self.queue.front()
         {
-            if !self.announced {
-                sink.process(&ProcInfo {
-                    id: rank,
-                    name: format!("rank {rank}"),
-                    host: host.to_string(),
-                });
-                self.announced = true;
-            }
             self.stats.count(cpu_ns, &kind, bytes);
             sink.event(&Event {
                 proc: rank,

@@ -106,10 +106,12 @@ fn parse_maps(maps: &str) -> Vec<Mapping> {
         .collect()
 }
 
-/// Inspects processes through `/proc`. Symbol offsets are cached per library file.
+/// Inspects processes through `/proc`. Symbol lookups are cached per file.
 #[derive(Default)]
 pub struct ProcFs {
-    symbol_offsets: HashMap<PathBuf, u64>,
+    /// File -> `(st_value, absolute)` of `ompi_mpi_comm_world` if the file defines it;
+    /// `absolute` for non-PIE executables, whose symbol values are addresses.
+    comm_world_symbols: HashMap<PathBuf, Option<(u64, bool)>>,
 }
 
 impl ProcFs {
@@ -118,33 +120,65 @@ impl ProcFs {
         Self::default()
     }
 
-    /// The offset of `ompi_mpi_comm_world` from the load base of the Open MPI library at
-    /// `path` (seen through process `tgid`'s root, for mount namespaces).
-    fn comm_world_offset(&mut self, tgid: u32, path: &str) -> Result<u64, InspectError> {
+    /// `ompi_mpi_comm_world`'s value in the object at `path` (seen through process `tgid`'s
+    /// root, for mount namespaces), if that object defines it.
+    fn comm_world_symbol(
+        &mut self,
+        tgid: u32,
+        path: &str,
+    ) -> Result<Option<(u64, bool)>, InspectError> {
         let file = PathBuf::from(format!("/proc/{tgid}/root{path}"));
-        if let Some(&offset) = self.symbol_offsets.get(&file) {
-            return Ok(offset);
+        if let Some(&found) = self.comm_world_symbols.get(&file) {
+            return Ok(found);
         }
         let err = |reason: String| InspectError { tgid, reason };
         let data =
             std::fs::read(&file).map_err(|e| err(format!("reading {}: {e}", file.display())))?;
         let elf = object::File::parse(&*data)
             .map_err(|e| err(format!("parsing {} as ELF: {e}", file.display())))?;
-        // Shared objects are linked at virtual address 0, so a symbol's value is its offset
-        // from the address the first (offset 0) segment is mapped at.
-        let offset = elf
+        let absolute = elf.kind() == object::ObjectKind::Executable;
+        let found = elf
             .dynamic_symbols()
-            .find(|s| s.name() == Ok(openmpi::COMM_WORLD_SYMBOL))
-            .map(|s| s.address())
-            .ok_or_else(|| {
-                err(format!(
-                    "{} has no symbol {}",
-                    file.display(),
-                    openmpi::COMM_WORLD_SYMBOL
-                ))
-            })?;
-        self.symbol_offsets.insert(file, offset);
-        Ok(offset)
+            .find(|s| s.is_definition() && s.name() == Ok(openmpi::COMM_WORLD_SYMBOL))
+            .map(|s| (s.address(), absolute));
+        self.comm_world_symbols.insert(file, found);
+        Ok(found)
+    }
+
+    /// The address of `MPI_COMM_WORLD` in Open MPI process `tgid`: where the dynamic linker
+    /// bound `ompi_mpi_comm_world`. It searches the executable first: a PIE compiled by GCC
+    /// refers to the library's data through a copy relocation, so the object then lives in
+    /// the executable's `.bss`, not in `libmpi.so`.
+    fn open_mpi_comm_world(
+        &mut self,
+        tgid: u32,
+        mappings: &[Mapping],
+        library: &Mapping,
+    ) -> Result<u64, InspectError> {
+        let exe = std::fs::read_link(format!("/proc/{tgid}/exe")).ok();
+        let exe_mapping = exe.and_then(|exe| {
+            let exe = exe.to_string_lossy().into_owned();
+            mappings.iter().find(|m| m.offset == 0 && m.path == exe)
+        });
+        for mapping in exe_mapping.into_iter().chain([library]) {
+            // Shared objects and PIEs are linked at address 0: a symbol's value is its offset
+            // from where the first (offset 0) segment is mapped.
+            if let Some((value, absolute)) = self.comm_world_symbol(tgid, &mapping.path)? {
+                return Ok(if absolute {
+                    value
+                } else {
+                    mapping.start + value
+                });
+            }
+        }
+        Err(InspectError {
+            tgid,
+            reason: format!(
+                "neither its executable nor {} defines {}",
+                library.path,
+                openmpi::COMM_WORLD_SYMBOL
+            ),
+        })
     }
 }
 
@@ -170,12 +204,9 @@ impl ProcessInspector for ProcFs {
             })?;
         Ok(match library {
             Library::Mpich => Abi::Mpich(Mpich),
-            Library::OpenMpi => {
-                let offset = self.comm_world_offset(tgid, &mapping.path)?;
-                Abi::OpenMpi(OpenMpi {
-                    comm_world: mapping.start + offset,
-                })
-            }
+            Library::OpenMpi => Abi::OpenMpi(OpenMpi {
+                comm_world: self.open_mpi_comm_world(tgid, &mappings, mapping)?,
+            }),
         })
     }
 

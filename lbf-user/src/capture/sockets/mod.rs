@@ -36,7 +36,7 @@ pub mod sock_diag;
 pub mod syscall;
 pub mod timeline;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use lbf_common::{Record, RecordKind};
 
@@ -44,6 +44,7 @@ use self::channels::{Channel, Channels, Outcome};
 use self::resolve::{SocketChannels, SocketResolver};
 use self::syscall::Call;
 use self::timeline::Timeline;
+use super::source::RecordCapture;
 use super::{EventSink, ProcStats, Summary};
 use crate::event::{Event, EventKind, ProcInfo};
 
@@ -51,6 +52,8 @@ use crate::event::{Event, EventKind, ProcInfo};
 #[derive(Clone, Copy, Debug)]
 enum Fd {
     Socket(SocketChannels),
+    /// Made by `socket`, `accept` or `socketpair`, not identified yet.
+    Unresolved,
     /// No socket, or one that cannot be modelled (reported once).
     Ignored,
 }
@@ -71,11 +74,15 @@ pub struct SocketCapture {
     resolver: Box<dyn SocketResolver>,
     host: String,
     fds: HashMap<(u32, i32), Fd>,
+    /// Processes traced since they started (forked or exec'd under the tracer): every socket
+    /// they hold was made by a recorded call, so their other descriptors need no lookup.
+    /// Descriptors of processes attached later are looked up on first use.
+    born: HashSet<u32>,
     procs: HashMap<u32, Proc>,
     /// Processes in order of first socket use.
     order: Vec<u32>,
-    /// Names of every process that made a recorded call, for the error about none using
-    /// sockets.
+    /// Names of every process that made a recorded call, for the note when none used a
+    /// socket.
     seen: BTreeMap<u32, String>,
     channels: Channels,
     /// Token of a send or receive -> (tgid, slot).
@@ -96,6 +103,7 @@ impl SocketCapture {
             resolver,
             host: host.into(),
             fds: HashMap::new(),
+            born: HashSet::new(),
             procs: HashMap::new(),
             order: Vec::new(),
             seen: BTreeMap::new(),
@@ -120,6 +128,7 @@ impl SocketCapture {
             Some(RecordKind::Fork) => {
                 // The child starts with its parent's descriptors.
                 let child = rec.args[0] as u32;
+                self.born.insert(child);
                 let inherited: Vec<(i32, Fd)> = self
                     .fds
                     .iter()
@@ -130,7 +139,18 @@ impl SocketCapture {
                     self.fds.insert((child, fd), f);
                 }
             }
-            Some(RecordKind::Exec) => self.fds.retain(|(t, _), _| *t != rec.tgid),
+            Some(RecordKind::Exec) => {
+                // The command lbf-trace started is first seen at its exec.
+                if !self.seen.contains_key(&rec.tgid) && !self.procs.contains_key(&rec.tgid) {
+                    self.born.insert(rec.tgid);
+                }
+                // Sockets survive exec unless close-on-exec: look them up again on use.
+                for ((t, _), f) in self.fds.iter_mut() {
+                    if *t == rec.tgid && matches!(f, Fd::Socket(_)) {
+                        *f = Fd::Unresolved;
+                    }
+                }
+            }
             Some(RecordKind::Exit) => {
                 self.last_exit_ts = Some(rec.ts_ns);
                 self.fds.retain(|(t, _), _| *t != rec.tgid);
@@ -146,27 +166,33 @@ impl SocketCapture {
         }
     }
 
-    /// The socket descriptor `fd` of `tgid` is, resolved on first sight.
+    /// The socket descriptor `fd` of `tgid` is, identified on first use. A descriptor of a
+    /// process traced since its start that no recorded call made a socket is none.
     fn socket(&mut self, tgid: u32, fd: i32) -> Option<SocketChannels> {
-        let f = match self.fds.get(&(tgid, fd)) {
-            Some(&f) => f,
-            None => {
-                let f = match self.resolver.resolve(tgid, fd) {
-                    Ok(Some(s)) => Fd::Socket(s),
-                    Ok(None) => Fd::Ignored,
-                    Err(why) => {
-                        note(&mut self.anomalies, &why);
-                        Fd::Ignored
-                    }
-                };
-                self.fds.insert((tgid, fd), f);
-                f
+        match self.fds.get(&(tgid, fd)) {
+            Some(&Fd::Socket(s)) => Some(s),
+            Some(Fd::Ignored) => None,
+            Some(Fd::Unresolved) => self.identify(tgid, fd, true),
+            None if self.born.contains(&tgid) => None,
+            None => self.identify(tgid, fd, false),
+        }
+    }
+
+    /// Looks descriptor `fd` of `tgid` up and remembers what it is. Failing to look at a
+    /// descriptor known to be a socket is noted; at others (attached processes), it is not.
+    fn identify(&mut self, tgid: u32, fd: i32, known_socket: bool) -> Option<SocketChannels> {
+        let (f, found) = match self.resolver.resolve(tgid, fd) {
+            Ok(Some(s)) => (Fd::Socket(s), Some(s)),
+            Ok(None) => (Fd::Ignored, None),
+            Err(why) => {
+                if known_socket || why.contains("family") {
+                    note(&mut self.anomalies, &why);
+                }
+                (Fd::Ignored, None)
             }
         };
-        match f {
-            Fd::Socket(s) => Some(s),
-            Fd::Ignored => None,
-        }
+        self.fds.insert((tgid, fd), f);
+        found
     }
 
     /// The process `tgid`, made part of the trace.
@@ -229,6 +255,17 @@ impl SocketCapture {
                 .or_default()
                 .timeline
                 .waiting_since(d.entry_cpu),
+            Call::Open { fds, connected } => {
+                for fd in fds {
+                    self.fds.insert((tgid, fd), Fd::Unresolved);
+                    if connected {
+                        self.identify(tgid, fd, true);
+                    }
+                }
+            }
+            Call::Connected { fd } => {
+                self.identify(tgid, fd, true);
+            }
             Call::Close { fd } => {
                 self.fds.remove(&(tgid, fd));
             }
@@ -236,6 +273,8 @@ impl SocketCapture {
                 self.fds.remove(&(tgid, new));
                 if let Some(s) = self.socket(tgid, old) {
                     self.fds.insert((tgid, new), Fd::Socket(s));
+                } else if self.fds.contains_key(&(tgid, old)) {
+                    self.fds.insert((tgid, new), Fd::Ignored);
                 }
             }
             Call::Nothing => {}
@@ -352,14 +391,29 @@ impl SocketCapture {
         summary.unmatched_recvs = self.unmatched_recvs;
         let end = self.last_exit_ts.unwrap_or(self.last_ts);
         summary.measured_seconds = end.saturating_sub(self.first_ts.unwrap_or(end)) as f64 * 1e-9;
+        if summary.procs.is_empty() {
+            let seen: Vec<&str> = self.seen.values().map(String::as_str).collect();
+            note(
+                &mut self.anomalies,
+                &format!(
+                    "no traced process used a TCP, UDP or UNIX socket (processes seen: {})",
+                    if seen.is_empty() { "none".to_string() } else { seen.join(", ") }
+                ),
+            );
+        }
         summary.anomalies = self.anomalies;
         summary
     }
 
-    /// The names of the processes that made a recorded call, for an error when none of them
-    /// used a socket lbf can capture.
-    pub fn processes_seen(&self) -> Vec<String> {
-        self.seen.values().cloned().collect()
+}
+
+impl RecordCapture for SocketCapture {
+    /// Events wait for [`SocketCapture::finish`]: the set of processes is known only then.
+    fn record(&mut self, rec: &Record, _: &mut dyn EventSink) {
+        SocketCapture::record(self, rec);
+    }
+    fn finish(self: Box<Self>, sink: &mut dyn EventSink) -> Summary {
+        SocketCapture::finish(*self, sink)
     }
 }
 

@@ -11,8 +11,12 @@ const MMSGHDR_LEN_OFFSET: usize = 56;
 /// `MSG_PEEK`: a receive that leaves the bytes in the socket.
 const MSG_PEEK: u64 = 2;
 
+/// `EINPROGRESS`: a nonblocking `connect` under way.
+const EINPROGRESS: i64 = 115;
+
 /// The system calls to record, with their memory reads: the message vectors of `sendmmsg`
-/// and `recvmmsg` (as many `struct mmsghdr` as fit in a record: 4).
+/// and `recvmmsg` (as many `struct mmsghdr` as fit in a record: 4), the two descriptors of
+/// `socketpair`.
 pub fn traced() -> Vec<(u16, FnReads)> {
     let vector = FnReads {
         entry: MemRead::default(),
@@ -42,12 +46,25 @@ pub fn traced() -> Vec<(u16, FnReads)> {
         nr::EPOLL_PWAIT,
         nr::DUP3,
         nr::EPOLL_PWAIT2,
+        nr::SOCKET,
+        nr::CONNECT,
+        nr::ACCEPT,
+        nr::ACCEPT4,
     ]
     .into_iter()
     .map(|n| (n, FnReads::default()))
     .collect();
     table.push((nr::SENDMMSG, vector));
     table.push((nr::RECVMMSG, vector));
+    let pair = FnReads {
+        entry: MemRead::default(),
+        exit: MemRead {
+            ptr_arg: 4,
+            count_arg: 0,
+            len: 8,
+        },
+    };
+    table.push((nr::SOCKETPAIR, pair));
     table
 }
 
@@ -67,6 +84,19 @@ pub enum Call {
         fd: i32,
         /// Bytes of each message received.
         sizes: Vec<u64>,
+    },
+    /// New socket descriptors: from `socket` (not connected), `accept` or `socketpair`
+    /// (connected).
+    Open {
+        /// The descriptors.
+        fds: Vec<i32>,
+        /// Whether they are connected already.
+        connected: bool,
+    },
+    /// `fd` was connected (or is being connected, nonblocking).
+    Connected {
+        /// The descriptor.
+        fd: i32,
     },
     /// A wait for descriptors to become ready (`poll`, `select`, `epoll_wait` and kin).
     Wait,
@@ -122,7 +152,26 @@ pub fn decode(rec: &Record) -> Decoded {
         moved(sizes)
     };
     let call = match rec.fn_id {
+        nr::CONNECT if ret == 0 || ret == -EINPROGRESS => Call::Connected { fd },
         _ if ret < 0 => Call::Nothing,
+        nr::SOCKET => Call::Open {
+            fds: vec![ret as i32],
+            connected: false,
+        },
+        nr::ACCEPT | nr::ACCEPT4 => Call::Open {
+            fds: vec![ret as i32],
+            connected: true,
+        },
+        nr::SOCKETPAIR => {
+            let mem = &rec.mem[..usize::from(rec.mem_len).min(8)];
+            Call::Open {
+                fds: mem
+                    .chunks_exact(4)
+                    .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+                connected: true,
+            }
+        }
         nr::WRITE | nr::WRITEV | nr::SENDTO | nr::SENDMSG if ret > 0 => Call::Send {
             fd,
             sizes: vec![ret as u64],

@@ -1,0 +1,61 @@
+//! The plug between the probe layer and a capture: a [`RecordSink`] that feeds every record
+//! to a [`Capture`] and its events to an [`EventSink`].
+
+use lbf_common::Record;
+
+use super::{Capture, EventSink, Summary};
+use crate::probe::{LostCounts, RecordSink};
+
+/// Feeds a live record stream into a capture; [`CaptureSink::into_parts`] gives back the
+/// event sink and the summary once the probe layer has called `finish`.
+pub struct CaptureSink<S: EventSink> {
+    capture: Option<Capture>,
+    events: S,
+    summary: Option<Summary>,
+}
+
+impl<S: EventSink> CaptureSink<S> {
+    /// Sends the events `capture` makes of the records to `events`.
+    pub fn new(capture: Capture, events: S) -> Self {
+        CaptureSink {
+            capture: Some(capture),
+            events,
+            summary: None,
+        }
+    }
+
+    /// The event sink, and the summary if the stream has finished.
+    pub fn into_parts(self) -> (S, Option<Summary>) {
+        (self.events, self.summary)
+    }
+}
+
+impl<S: EventSink> RecordSink for CaptureSink<S> {
+    fn record(&mut self, record: &Record) -> anyhow::Result<()> {
+        if let Some(capture) = &mut self.capture {
+            capture.record(record, &mut self.events);
+        }
+        Ok(())
+    }
+
+    /// Finishes the capture; records the kernel side dropped are noted as anomalies.
+    fn finish(&mut self, lost: &LostCounts) -> anyhow::Result<()> {
+        if let Some(capture) = self.capture.take() {
+            let mut summary = capture.finish(&mut self.events);
+            for (what, n) in [
+                ("records lost: ring buffer full", lost.ringbuf_full),
+                (
+                    "records lost: call exit without its entry",
+                    lost.exit_without_entry,
+                ),
+            ] {
+                if n > 0 {
+                    summary.anomalies.insert(what.to_string(), n);
+                }
+            }
+            summary.lost_records = lost.ringbuf_full + lost.exit_without_entry;
+            self.summary = Some(summary);
+        }
+        Ok(())
+    }
+}

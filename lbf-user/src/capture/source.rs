@@ -1,0 +1,23 @@
+//! [`RecordCapture`]: what every event source's capture (MPI, sockets, PVM) offers the live
+//! record stream, so that `live::CaptureSink` and `lbf-trace` drive any of them alike.
+
+use lbf_common::Record;
+
+use super::{Capture, EventSink, Summary};
+
+/// Something that turns raw records into events: one per event source.
+pub trait RecordCapture {
+    /// Consumes one record, handing any events it completes to `sink`.
+    fn record(&mut self, rec: &Record, sink: &mut dyn EventSink);
+    /// Ends the capture: hands out what is left and summarises.
+    fn finish(self: Box<Self>, sink: &mut dyn EventSink) -> Summary;
+}
+
+impl RecordCapture for Capture {
+    fn record(&mut self, rec: &Record, sink: &mut dyn EventSink) {
+        Capture::record(self, rec, sink);
+    }
+    fn finish(self: Box<Self>, sink: &mut dyn EventSink) -> Summary {
+        Capture::finish(*self, sink)
+    }
+}

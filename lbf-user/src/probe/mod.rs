@@ -25,6 +25,7 @@ mod procfs;
 mod reader;
 mod session;
 mod symbols;
+mod syscalls;
 mod tracefs;
 mod tracer;
 

@@ -80,7 +80,8 @@ impl LostCounts {
 
 /// The loaded kernel side: scheduler hooks attached, MPI libraries probed on demand.
 pub struct Tracer {
-    ebpf: Ebpf,
+    /// The loaded object; `super::syscalls` attaches its system call hooks.
+    pub(super) ebpf: Ebpf,
     libraries: Vec<AttachedLibrary>,
 }
 

@@ -39,6 +39,7 @@
 pub mod call;
 pub mod comms;
 pub mod library;
+pub mod live;
 pub mod matching;
 pub mod mpich;
 pub mod openmpi;
@@ -60,10 +61,14 @@ use self::procfs::ProcessInspector;
 use crate::event::{CollOp, Event, EventKind, ProcInfo};
 
 pub use self::library::Library;
+pub use self::live::CaptureSink;
 
 /// Receives what a capture produces, in order per process.
+///
+/// Every rank of `MPI_COMM_WORLD` is announced, in rank order, before the first event of any
+/// of them, so a sink can write a trace header listing them all.
 pub trait EventSink {
-    /// A new process; called once, before its first event.
+    /// A process; called once per process, before any event.
     fn process(&mut self, info: &ProcInfo);
     /// The next event of `event.proc`.
     fn event(&mut self, event: &Event);
@@ -141,6 +146,8 @@ pub struct Summary {
     pub unmatched_recvs: u64,
     /// Things the capture could not model, with how often they happened.
     pub anomalies: BTreeMap<String, u64>,
+    /// Records the kernel side dropped (set by [`live::CaptureSink`]).
+    pub lost_records: u64,
 }
 
 /// Turns records into events; see the module documentation.
@@ -151,6 +158,8 @@ pub struct Capture {
     /// Processes that call MPI but could not be inspected, and duplicate ranks.
     rejected: HashSet<u32>,
     rank_owner: HashMap<u32, u32>,
+    /// Whether every world rank is known and announced, so events may flow.
+    started: bool,
     matcher: Matcher,
     comms: Comms,
     /// Where each pending `RecvEnd` waits: (tgid, slot).
@@ -170,6 +179,7 @@ impl Capture {
             procs: HashMap::new(),
             rejected: HashSet::new(),
             rank_owner: HashMap::new(),
+            started: false,
             matcher: Matcher::new(),
             comms: Comms::new(),
             recv_slots: HashMap::new(),
@@ -209,9 +219,35 @@ impl Capture {
                 }
             }
         }
+        if !self.started {
+            let size = self.comms.size(comms::WORLD);
+            if size.is_some_and(|n| self.rank_owner.len() as u32 >= n) {
+                self.start(sink);
+            }
+            return;
+        }
         for tgid in touched {
             if let Some(p) = self.procs.get_mut(&tgid) {
-                p.flush(&self.host, sink);
+                p.flush(sink);
+            }
+        }
+    }
+
+    /// Announces every rank, in rank order, and lets their events flow.
+    fn start(&mut self, sink: &mut dyn EventSink) {
+        self.started = true;
+        let mut ranks: Vec<(u32, u32)> = self.rank_owner.iter().map(|(&r, &t)| (r, t)).collect();
+        ranks.sort_unstable();
+        for &(rank, _) in &ranks {
+            sink.process(&ProcInfo {
+                id: rank,
+                name: format!("rank {rank}"),
+                host: self.host.clone(),
+            });
+        }
+        for (_, tgid) in ranks {
+            if let Some(p) = self.procs.get_mut(&tgid) {
+                p.flush(sink);
             }
         }
     }
@@ -219,6 +255,19 @@ impl Capture {
     /// Ends the capture: gives up on receives never matched, closes processes without an
     /// exit, hands out what is left and summarises.
     pub fn finish(mut self, sink: &mut dyn EventSink) -> Summary {
+        if !self.started {
+            if self
+                .comms
+                .size(comms::WORLD)
+                .is_some_and(|n| n as usize > self.rank_owner.len())
+            {
+                note(
+                    &mut self.anomalies,
+                    "fewer ranks seen than MPI_COMM_WORLD has",
+                );
+            }
+            self.start(sink);
+        }
         let mut tgids: Vec<u32> = self.procs.keys().copied().collect();
         tgids.sort_by_key(|t| self.procs[t].rank);
         let mut summary = Summary::default();
@@ -240,7 +289,7 @@ impl Capture {
                 );
                 continue;
             };
-            p.flush(&self.host, sink);
+            p.flush(sink);
             summary.procs.push(ProcInfo {
                 id: rank,
                 name: format!("rank {rank}"),

@@ -1,5 +1,6 @@
 //! The MPI functions lbf probes, numbered. The kernel side tags each call record with one of
-//! these ids; user space attaches one probe per function and decodes its arguments.
+//! these ids; user space attaches the probes (the id in each one's [`cookie`]) and decodes the
+//! arguments.
 
 /// Declares the probed functions: each gets an id constant and a symbol name in [`NAMES`].
 macro_rules! mpi_functions {
@@ -16,9 +17,8 @@ macro_rules! mpi_functions {
 
 /// Calls the macro `$callback` with the whole list of probed functions, one
 /// `NAME = id => "PMPI_symbol",` line each. This is the single place the list is written:
-/// [`NAMES`] and the id constants come from it here, and the eBPF crate (`lbf-ebpf`) generates
-/// one entry and one exit program per function from it (aya 0.13 cannot give a uprobe an attach
-/// cookie, so each program carries its function id as a constant).
+/// [`NAMES`] and the id constants come from it here. (The eBPF side needs no list: its one
+/// entry and one exit program learn the function from the attach [`cookie`].)
 #[macro_export]
 macro_rules! with_mpi_functions {
     ($callback:ident) => {
@@ -72,3 +72,29 @@ macro_rules! with_mpi_functions {
 }
 
 with_mpi_functions!(mpi_functions);
+
+/// The attach cookie of the MPI probes on function `fn_id` of the library in slot `slot`: the
+/// kernel hands it to the probe program (`bpf_get_attach_cookie`), so one entry and one exit
+/// program serve every function and library. Low 16 bits: `fn_id`; next 16: `slot`.
+pub const fn cookie(fn_id: u16, slot: u32) -> u64 {
+    ((slot as u64 & 0xffff) << 16) | fn_id as u64
+}
+
+/// `(fn_id, slot)` from a [`cookie`].
+pub const fn split_cookie(cookie: u64) -> (u16, u32) {
+    (cookie as u16, (cookie >> 16) as u16 as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cookie_round_trips() {
+        for &(id, _) in NAMES {
+            for slot in 0..crate::maps::MAX_LIBS {
+                assert_eq!(split_cookie(cookie(id, slot)), (id, slot));
+            }
+        }
+    }
+}

@@ -1,9 +1,11 @@
-//! MPI call probes: one entry uprobe and one exit uretprobe per function of
-//! `lbf_common::mpi`, generated from its list. aya 0.13 cannot attach a uprobe with a cookie,
-//! so each program carries its function id as a constant and is named after it:
-//! `mpi_enter_<id>` and `mpi_exit_<id>`. `PMPI_Init` and `PMPI_Init_thread` also have one
-//! entry program per library slot, `mpi_enter_<id>_lib<slot>`, which record the caller's
-//! library slot so that later calls read memory with that library's layout.
+//! MPI call probes: one entry program and one exit program for every probed function of every
+//! library, told apart by the attach cookie (`lbf_common::mpi::cookie`: function id and library
+//! slot). `mpi_enter`/`mpi_exit` are `uprobe.multi` programs: user space attaches each with one
+//! uprobe_multi link per library, which the kernel removes in one go at the end (perf-event
+//! uprobes are removed one RCU grace period each). `mpi_enter_pp`/`mpi_exit_pp` are the same
+//! code as classic per-point programs, for kernels without uprobe_multi (before 6.6). The entry
+//! of `PMPI_Init` and `PMPI_Init_thread` records the caller's library slot, so that later calls
+//! read memory with that library's layout.
 //!
 //! Entry: records the 6 register arguments and the first 2 stack arguments, reads the user
 //! memory the function's entry [`lbf_common::MemRead`] asks for, and keeps the arguments until
@@ -13,13 +15,13 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    helpers::bpf_probe_read_user,
+    helpers::{bpf_probe_read_user, gen::bpf_get_attach_cookie},
     programs::{ProbeContext, RetProbeContext},
 };
 use lbf_common::{
     counter,
     maps::MAX_LIBS,
-    mpi::{INIT, INIT_THREAD},
+    mpi::{split_cookie, INIT, INIT_THREAD},
     FnReads, RecordKind, ARG_WORDS, MAX_FNS,
 };
 
@@ -36,16 +38,25 @@ fn reads_for(tgid: u32, fn_id: u16) -> Option<FnReads> {
     FN_READS.get(slot * MAX_FNS + fn_id as u32).copied()
 }
 
-/// Entry of function `fn_id`; `slot` is set for the per-library `PMPI_Init*` programs.
+/// The function id and library slot the probe that fired was attached with.
 #[inline(always)]
-fn on_entry(ctx: &ProbeContext, fn_id: u16, slot: Option<u32>) {
+fn attach_cookie(ctx: *mut c_void) -> (u16, u32) {
+    // SAFETY: `ctx` is the probe program's context.
+    split_cookie(unsafe { bpf_get_attach_cookie(ctx) })
+}
+
+/// Entry of a probed function (which one: the attach cookie).
+#[inline(always)]
+fn on_entry(ctx: *mut c_void) {
     let (tgid, tid) = current_ids();
     if !is_traced(tgid) {
         return;
     }
-    if let Some(slot) = slot {
+    let (fn_id, slot) = attach_cookie(ctx);
+    if fn_id == INIT || fn_id == INIT_THREAD {
         let _ = LIB_OF.insert(&tgid, &slot, 0);
     }
+    let ctx = ProbeContext::new(ctx);
     let regs = ctx.regs;
     // SAFETY: `regs` is the probe's register context.
     let (mut args, sp) = unsafe {
@@ -80,14 +91,16 @@ fn on_entry(ctx: &ProbeContext, fn_id: u16, slot: Option<u32>) {
     }
 }
 
-/// Return of function `fn_id`. Without kept entry arguments (entry missed) nothing is
-/// recorded and `EXIT_WITHOUT_ENTRY` is counted.
+/// Return of a probed function (which one: the attach cookie). Without kept entry arguments
+/// (entry missed) nothing is recorded and `EXIT_WITHOUT_ENTRY` is counted.
 #[inline(always)]
-fn on_exit(ctx: &RetProbeContext, fn_id: u16) {
+fn on_exit(ctx: *mut c_void) {
     let (tgid, tid) = current_ids();
     if !is_traced(tgid) {
         return;
     }
+    let (fn_id, _) = attach_cookie(ctx);
+    let ctx = RetProbeContext::new(ctx);
     let key = in_flight_key(tid, fn_id);
     // SAFETY: the value is copied out at once.
     let Some(entry) = (unsafe { IN_FLIGHT.get(&key).copied() }) else {
@@ -112,51 +125,49 @@ fn on_exit(ctx: &RetProbeContext, fn_id: u16) {
     }
 }
 
-/// One entry and one exit program per function of the list.
-macro_rules! mpi_probes {
-    ($($id:ident = $num:literal => $sym:literal,)*) => {$(
-        #[allow(non_snake_case)]
-        mod $id {
-            use super::*;
-
-            #[unsafe(export_name = concat!("mpi_enter_", $num))]
-            #[unsafe(link_section = "uprobe")]
-            fn enter(ctx: *mut c_void) -> u32 {
-                on_entry(&ProbeContext::new(ctx), $num, None);
-                0
-            }
-
-            #[unsafe(export_name = concat!("mpi_exit_", $num))]
-            #[unsafe(link_section = "uretprobe")]
-            fn exit(ctx: *mut c_void) -> u32 {
-                on_exit(&RetProbeContext::new(ctx), $num);
-                0
-            }
-        }
-    )*};
+/// Entry of any probed function, through a uprobe_multi link.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "uprobe.multi")]
+fn mpi_enter(ctx: *mut c_void) -> u32 {
+    on_entry(ctx);
+    0
 }
 
-lbf_common::with_mpi_functions!(mpi_probes);
-
-/// Per-library-slot entry programs of the `PMPI_Init*` functions.
-macro_rules! init_probes {
-    ($($module:ident: $num:literal, $slot:literal;)*) => {$(
-        mod $module {
-            use super::*;
-
-            #[unsafe(export_name = concat!("mpi_enter_", $num, "_lib", $slot))]
-            #[unsafe(link_section = "uprobe")]
-            fn enter(ctx: *mut c_void) -> u32 {
-                on_entry(&ProbeContext::new(ctx), $num, Some($slot));
-                0
-            }
-        }
-    )*};
+/// Return of any probed function, through a uprobe_multi link.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "uretprobe.multi")]
+fn mpi_exit(ctx: *mut c_void) -> u32 {
+    on_exit(ctx);
+    0
 }
 
-const _: () = assert!(INIT == 1 && INIT_THREAD == 2 && MAX_LIBS == 4);
+/// [`mpi_enter`] for one perf-event uprobe per function (kernels without uprobe_multi).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "uprobe")]
+fn mpi_enter_pp(ctx: *mut c_void) -> u32 {
+    on_entry(ctx);
+    0
+}
 
-init_probes! {
-    init_lib0: 1, 0; init_lib1: 1, 1; init_lib2: 1, 2; init_lib3: 1, 3;
-    init_thread_lib0: 2, 0; init_thread_lib1: 2, 1; init_thread_lib2: 2, 2; init_thread_lib3: 2, 3;
+/// [`mpi_exit`] for one perf-event uretprobe per function (kernels without uprobe_multi).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "uretprobe")]
+fn mpi_exit_pp(ctx: *mut c_void) -> u32 {
+    on_exit(ctx);
+    0
+}
+
+/// An entry probe that does nothing, attached like [`mpi_enter`]: the baseline against which
+/// `cargo xtask bench-probe` states what lbf's own work adds to a uprobe's cost.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "uprobe.multi")]
+fn empty_enter(_ctx: *mut c_void) -> u32 {
+    0
+}
+
+/// A return probe that does nothing, attached like [`mpi_exit`] (see [`empty_enter`]).
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "uretprobe.multi")]
+fn empty_exit(_ctx: *mut c_void) -> u32 {
+    0
 }

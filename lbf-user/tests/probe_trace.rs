@@ -115,6 +115,8 @@ fn check_mpi_run(
     assert_eq!(ranks.len(), 2, "two ranks reported");
     assert_eq!(lost["ringbuf_full"], 0);
     assert_eq!(lost["exit_without_entry"], 0);
+    check_calls_are_the_ranks_own(records, ranks);
+    check_exits_carry_their_entry_args(records);
     for (rank, kv) in ranks {
         let pid = kv["pid"];
         let sends = if *rank == 0 { SENDS } else { 0 };
@@ -174,6 +176,51 @@ fn check_mpi_run(
             .unwrap();
         assert_eq!(exit["args"][0].as_u64().unwrap() as u32, 0);
     }
+}
+
+/// The kernel-side process filter: every call record comes from a rank of this run, although
+/// the probes fire in every process using the library (other tests run MPI programs at once).
+fn check_calls_are_the_ranks_own(records: &[Value], ranks: &HashMap<u64, HashMap<String, u64>>) {
+    let pids: Vec<u64> = ranks.values().map(|kv| kv["pid"]).collect();
+    for r in records {
+        if r["kind"] == "CallEntry" || r["kind"] == "CallExit" {
+            let tgid = r["tgid"].as_u64().unwrap();
+            assert!(pids.contains(&tgid), "call record of untraced {tgid}: {r}");
+        }
+    }
+}
+
+/// Each exit repeats the arguments its entry kept for the thread (`args[1..8]` = the entry's
+/// `args[0..7]`): the return probe found the entry's saved arguments under the same tid and
+/// function (the attach cookie).
+fn check_exits_carry_their_entry_args(records: &[Value]) {
+    let mut open: HashMap<(u64, String), &Value> = HashMap::new();
+    let mut exits = 0;
+    for r in records {
+        let key = || (r["tid"].as_u64().unwrap(), r["fn"].to_string());
+        if r["kind"] == "CallEntry" {
+            open.insert(key(), r);
+        } else if r["kind"] == "CallExit" {
+            let Some(entry) = open.remove(&key()) else {
+                continue; // entered before an attach (-p): no entry record
+            };
+            let args = |v: &Value| -> Vec<u64> {
+                v["args"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_u64().unwrap())
+                    .collect()
+            };
+            assert_eq!(
+                args(r)[1..8],
+                args(entry)[0..7],
+                "exit {r} of entry {entry}"
+            );
+            exits += 1;
+        }
+    }
+    assert!(exits > 0, "no exit with its entry");
 }
 
 #[test]
@@ -314,11 +361,42 @@ fn attach_to_running_mpich_ranks() {
     // Let MPI_Init finish so the library is mapped.
     thread::sleep(Duration::from_millis(300));
     let dump = dir.join("raw.jsonl");
+    // An untraced run of the same program while the probes are attached: the kernel-side
+    // filter must keep its calls out.
+    let untraced = {
+        let exe = exe.clone();
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(1500));
+            Command::new("mpirun.mpich")
+                .args(["-n", "2"])
+                .arg(&exe)
+                .args(["3", "0"])
+                .output()
+                .unwrap()
+        })
+    };
     let out = lbf_trace(&["-p", &pids.join(",")], &dump, &[]);
     assert!(out.status.success(), "lbf-trace -p failed");
     let job = job.wait_with_output().unwrap();
     assert!(job.status.success());
+    let untraced = untraced.join().unwrap();
+    assert!(untraced.status.success());
     let (records, lost) = read_dump(&dump);
+    let untraced_pids: Vec<u64> = rank_lines(&untraced.stdout)
+        .values()
+        .map(|kv| kv["pid"])
+        .collect();
+    assert_eq!(
+        untraced_pids.len(),
+        2,
+        "the untraced run's two ranks reported"
+    );
+    for pid in untraced_pids {
+        assert!(
+            !records.iter().any(|r| r["tgid"] == pid),
+            "records of untraced process {pid}"
+        );
+    }
     check_mpi_run(&records, &lost, &rank_lines(&job.stdout), false);
     fs::remove_dir_all(dir).ok();
 }

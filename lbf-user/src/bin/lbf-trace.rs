@@ -11,12 +11,16 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use lbf::capture::select::{self, Source};
+use lbf::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use lbf::capture::{procfs::ProcFs, Capture, CaptureSink, EventSink, Library};
 use lbf::event::{Event, ProcInfo};
-use lbf::probe::{self, HeldChild, JsonLinesSink, RecordSink, Tracer, TracerOptions};
+use lbf::probe::{self, AttachMode, HeldChild, JsonLinesSink, RecordSink, Tracer, TracerOptions};
 use lbf::trace::{Header, Summary, TraceWriter};
 
-/// Trace an MPI program's calls, process lifecycle and exact CPU time with eBPF.
+/// Trace a distributed program's messages, process lifecycle and exact CPU time with eBPF:
+/// MPI programs by their MPI calls, PVM programs by their PVM calls, anything else by its
+/// TCP, UDP and UNIX socket system calls.
 ///
 /// Either run a command under tracing (`lbf-trace [OPTIONS] -- mpirun -np 4 ./prog`), which
 /// traces the command and every process it starts from its first instruction, or attach to
@@ -26,9 +30,16 @@ use lbf::trace::{Header, Summary, TraceWriter};
 ///
 /// Needs root (CAP_BPF, CAP_PERFMON). MPI libraries are found in the traced processes' memory
 /// maps and, for programs started later, through `ldconfig -p` (Open MPI's libmpi.so.40,
-/// MPICH's libmpich.so.12), unless --mpi-lib names them. Expect about 20 s after the end of
-/// the capture while the kernel removes the uprobes (one RCU grace period each). Only MPI
-/// programs are supported by this version (not yet sockets or PVM).
+/// MPICH's libmpich.so.12), unless --mpi-lib names them. The probes of a library are one
+/// uprobe_multi link per direction, removed at once at the end; kernels before 6.6 have no
+/// such links and get one uprobe per function instead, whose removal then takes about 20 s
+/// (one RCU grace period each; -v says which).
+///
+/// One source per capture (--source, chosen automatically by default): MPI if the program
+/// is started by mpirun/mpiexec or links an MPI library, else PVM if it links libpvm3, else
+/// sockets. So an MPI program on the TCP transport is captured once, by its MPI calls (its
+/// launcher's control connections are not application messages). With sockets, the
+/// processes that never send or receive on a socket are left out of the trace.
 ///
 /// Records the kernel side had to drop (ring buffer full) are reported at the end; a larger
 /// --ringbuf-size helps.
@@ -61,6 +72,11 @@ struct Cli {
     /// `lbf-gag` to replay.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<PathBuf>,
+
+    /// Where messages are captured: MPI calls, PVM calls or socket system calls. Default:
+    /// chosen from the program (see above).
+    #[arg(long, value_enum, value_name = "SOURCE")]
+    source: Option<Source>,
 
     /// Say what is probed and how the capture went.
     #[arg(short, long)]
@@ -116,7 +132,21 @@ fn run(cli: Cli) -> Result<i32> {
     let mut tracer = Tracer::load(&TracerOptions {
         ringbuf_bytes: cli.ringbuf_size,
     })?;
-    attach_libraries(&mut tracer, &cli)?;
+    let source = cli.source.unwrap_or_else(|| {
+        if cli.command.is_empty() {
+            select::for_pids(&cli.pids)
+        } else {
+            select::for_command(&cli.command)
+        }
+    });
+    if cli.verbose {
+        eprintln!("lbf-trace: capturing {source} messages");
+    }
+    match source {
+        Source::Mpi => attach_libraries(&mut tracer, &cli)?,
+        Source::Sockets => tracer.record_syscalls(&syscall::traced())?,
+        Source::Pvm => bail!("capturing PVM programs is not supported by this version yet"),
+    }
     let raw: Box<dyn RecordSink> = match &cli.raw_dump {
         Some(path) => {
             let file = File::create(path)
@@ -126,15 +156,21 @@ fn run(cli: Cli) -> Result<i32> {
         None => Box::new(CountingSink),
     };
     let trace = cli.output.as_ref().map(|path| {
-        CaptureSink::new(
-            Capture::new(Box::new(ProcFs::new()), hostname()),
-            TraceFile {
-                path: path.clone(),
-                procs: Vec::new(),
-                writer: None,
-                error: None,
-            },
-        )
+        let file = TraceFile {
+            path: path.clone(),
+            procs: Vec::new(),
+            writer: None,
+            error: None,
+        };
+        match source {
+            Source::Sockets => CaptureSink::new(
+                SocketCapture::new(Box::new(ProcResolver::new()), hostname()),
+                file,
+            ),
+            Source::Mpi | Source::Pvm => {
+                CaptureSink::new(Capture::new(Box::new(ProcFs::new()), hostname()), file)
+            }
+        }
     });
     let mut sink = Tee { raw, trace };
     let mut reader = tracer.records()?;
@@ -160,12 +196,19 @@ fn run(cli: Cli) -> Result<i32> {
         let summary = summary.expect("the capture loop finishes its sink");
         let path = file.path.clone();
         file.finish(summary.measured_seconds, summary.lost_records)?;
+        if summary.procs.is_empty() {
+            let why: Vec<&str> = summary.anomalies.keys().map(String::as_str).collect();
+            if why.is_empty() {
+                bail!("nothing to predict: no traced process sent or received a {source} message");
+            }
+            bail!("nothing to predict: {}", why.join("; "));
+        }
         for (what, n) in &summary.anomalies {
             eprintln!("lbf-trace: warning: {what} ({n}x)");
         }
         if cli.verbose {
             eprintln!(
-                "lbf-trace: wrote {} ranks to {}; measured {:.3} s",
+                "lbf-trace: wrote {} processes to {}; measured {:.3} s",
                 summary.procs.len(),
                 path.display(),
                 summary.measured_seconds
@@ -222,6 +265,10 @@ fn attach_libraries(tracer: &mut Tracer, cli: &Cli) -> Result<()> {
         }
         installed
     };
+    let how = match tracer.attach_mode() {
+        AttachMode::Multi => "uprobe_multi links",
+        AttachMode::PerPoint => "one uprobe per function",
+    };
     for path in paths {
         let reads = Library::from_path(&path.to_string_lossy())
             .map(Library::fn_reads)
@@ -229,10 +276,11 @@ fn attach_libraries(tracer: &mut Tracer, cli: &Cli) -> Result<()> {
         let lib = tracer.attach_mpi_library(&path, &reads)?;
         if cli.verbose {
             eprintln!(
-                "lbf-trace: probing {} functions in {} (slot {}){}",
+                "lbf-trace: probing {} functions in {} (slot {}, {}){}",
                 lib.probed.len(),
                 lib.path.display(),
                 lib.slot,
+                how,
                 if lib.missing.is_empty() {
                     String::new()
                 } else {

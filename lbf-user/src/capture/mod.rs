@@ -45,6 +45,7 @@ pub mod mpich;
 pub mod openmpi;
 pub mod process;
 pub mod procfs;
+pub mod select;
 pub mod sockets;
 pub mod source;
 

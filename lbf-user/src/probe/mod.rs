@@ -17,6 +17,7 @@
 //! name, NUL-terminated. `Exit`: the last thread of the group ended. Bytes of `mem` past
 //! `mem_len` are unspecified.
 
+mod baseline;
 mod btf;
 mod child;
 mod dump;
@@ -29,9 +30,10 @@ mod syscalls;
 mod tracefs;
 mod tracer;
 
+pub use baseline::EmptyProbes;
 pub use child::HeldChild;
 pub use dump::{record_json, JsonLinesSink};
 pub use libraries::{installed as installed_mpi_libraries, mapped_by as mpi_libraries_mapped_by};
 pub use reader::{decode, RecordReader, RecordSink};
 pub use session::{run, CaptureEnd};
-pub use tracer::{AttachedLibrary, LostCounts, Tracer, TracerOptions};
+pub use tracer::{AttachMode, AttachedLibrary, LostCounts, Tracer, TracerOptions};

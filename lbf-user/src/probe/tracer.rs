@@ -9,7 +9,11 @@ use std::{
 use anyhow::{bail, ensure, Context, Result};
 use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
-    programs::{TracePoint, UProbe},
+    programs::{
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        TracePoint, UProbe,
+    },
+    sys::{is_uprobe_multi_supported, UProbeMultiFeature},
     Ebpf, EbpfLoader,
 };
 use lbf_common::{
@@ -21,7 +25,8 @@ use lbf_common::{
 use super::{procfs, reader::RecordReader, symbols, tracefs};
 
 /// The eBPF object, built by `lbf-user/build.rs` from `lbf-ebpf`.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lbf.bpf.o"));
+pub(super) static OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lbf.bpf.o"));
 
 /// How to load the tracer.
 #[derive(Clone, Debug)]
@@ -78,10 +83,39 @@ impl LostCounts {
     }
 }
 
+/// How the MPI probes are attached, chosen at load from what the kernel supports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    /// One uprobe_multi link per library for all entries and one for all returns (Linux 6.6
+    /// and later). Ending a capture costs about two RCU grace periods per library.
+    Multi,
+    /// One perf-event uprobe per function and direction. Ending a capture costs about one RCU
+    /// grace period (0.1-0.2 s) per probe, some 20 s for a library.
+    PerPoint,
+}
+
+impl AttachMode {
+    /// The names of the entry and the exit program (see `lbf-ebpf/src/mpi.rs`).
+    fn programs(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Multi => ("mpi_enter", "mpi_exit"),
+            Self::PerPoint => ("mpi_enter_pp", "mpi_exit_pp"),
+        }
+    }
+
+    /// uprobe_multi if the running kernel can create such links, else per point.
+    pub(super) fn detect() -> Result<Self> {
+        let multi = is_uprobe_multi_supported(UProbeMultiFeature::LinkCreation)
+            .context("probing the kernel for uprobe_multi links")?;
+        Ok(if multi { Self::Multi } else { Self::PerPoint })
+    }
+}
+
 /// The loaded kernel side: scheduler hooks attached, MPI libraries probed on demand.
 pub struct Tracer {
     /// The loaded object; `super::syscalls` attaches its system call hooks.
     pub(super) ebpf: Ebpf,
+    mode: AttachMode,
     libraries: Vec<AttachedLibrary>,
 }
 
@@ -93,8 +127,8 @@ impl Tracer {
         let offsets = tracefs::offsets()?;
         let ring = ringbuf_size(options.ringbuf_bytes);
         let mut ebpf = EbpfLoader::new()
-            .set_max_entries(maps::EVENTS, ring)
-            .set_global(maps::KERNEL_OFFSETS, &offsets, true)
+            .map_max_entries(maps::EVENTS, ring)
+            .override_global(maps::KERNEL_OFFSETS, &offsets, true)
             .load(OBJECT)
             .context("loading lbf's eBPF object into the kernel")?;
         for (category, name) in [
@@ -109,20 +143,23 @@ impl Tracer {
             prog.attach(category, name)
                 .with_context(|| format!("attaching to tracepoint {category}/{name}"))?;
         }
-        let names: Vec<String> = ebpf
-            .programs()
-            .map(|(n, _)| n.to_string())
-            .filter(|n| n.starts_with("mpi_"))
-            .collect();
-        for name in names {
-            let prog: &mut UProbe = program(&mut ebpf, &name)?;
+        let mode = AttachMode::detect()?;
+        let (enter, exit) = mode.programs();
+        for name in [enter, exit] {
+            let prog: &mut UProbe = program(&mut ebpf, name)?;
             prog.load()
                 .with_context(|| format!("verifying eBPF program {name}"))?;
         }
         Ok(Self {
             ebpf,
+            mode,
             libraries: Vec::new(),
         })
+    }
+
+    /// How the MPI probes are attached on this kernel.
+    pub fn attach_mode(&self) -> AttachMode {
+        self.mode
     }
 
     /// Starts tracing process `pid` (and, from now on, its descendants): adds it to the
@@ -144,19 +181,19 @@ impl Tracer {
                     switched_in_ns: now,
                 };
                 clocks
-                    .insert(tid, clock, 0)
+                    .insert(&tid, &clock, 0)
                     .context("seeding a CPU clock")?;
             }
         }
         if let Some(slot) = self.slot_of_process(pid) {
             let mut lib_of: HashMap<&mut MapData, u32, u32> =
                 HashMap::try_from(self.ebpf.map_mut(maps::LIB_OF).context("map LIB_OF")?)?;
-            lib_of.insert(pid, slot, 0)?;
+            lib_of.insert(&pid, &slot, 0)?;
         }
         let mut traced: HashMap<&mut MapData, u32, u8> =
             HashMap::try_from(self.ebpf.map_mut(maps::TRACED).context("map TRACED")?)?;
         traced
-            .insert(pid, 1, 0)
+            .insert(&pid, &1, 0)
             .with_context(|| format!("tracing PID {pid}"))?;
         Ok(())
     }
@@ -164,8 +201,10 @@ impl Tracer {
     /// Probes the MPI library (or MPI executable) at `path` for every process that runs it,
     /// the kernel filtering by traced process: an entry and an exit probe on each
     /// `lbf_common::mpi::NAMES` symbol resolved from its dynamic symbol table (one probe per
-    /// address; absent names are listed in `missing`). `reads` are this library's memory
-    /// reads. A file already attached is not attached twice; its reads are replaced.
+    /// address, its cookie naming the function and the library's slot; absent names are listed
+    /// in `missing`), as one link per direction in [`AttachMode::Multi`]. `reads` are this
+    /// library's memory reads. A file already attached is not attached twice; its reads are
+    /// replaced.
     pub fn attach_mpi_library(
         &mut self,
         path: &Path,
@@ -189,6 +228,7 @@ impl Tracer {
         let offsets = symbols::dynamic_function_offsets(path, &wanted)?;
         let mut probed = Vec::new();
         let mut missing = Vec::new();
+        let mut points = Vec::new();
         let mut seen_offsets = Vec::new();
         for &(id, name) in mpi::NAMES {
             let Some(&offset) = offsets.get(name) else {
@@ -199,15 +239,10 @@ impl Tracer {
                 continue;
             }
             seen_offsets.push(offset);
-            // The exit probe first: a call entered between the two attaches then yields an
-            // exit without entry (counted), never an entry whose exit is lost.
-            self.attach_uprobe(&format!("mpi_exit_{id}"), path, offset)?;
-            let entry = if id == mpi::INIT || id == mpi::INIT_THREAD {
-                format!("mpi_enter_{id}_lib{slot}")
-            } else {
-                format!("mpi_enter_{id}")
-            };
-            self.attach_uprobe(&entry, path, offset)?;
+            points.push(UProbeAttachPoint {
+                location: UProbeAttachLocation::AbsoluteOffset(offset),
+                cookie: Some(mpi::cookie(id, slot)),
+            });
             probed.push((id, name));
         }
         ensure!(
@@ -215,6 +250,15 @@ impl Tracer {
             "{} defines none of the MPI functions lbf probes (PMPI_Init, PMPI_Send, ...)",
             path.display()
         );
+        // A bare file name would be looked up in the linker cache: attach by absolute path.
+        let target = path
+            .canonicalize()
+            .with_context(|| format!("MPI library {}", path.display()))?;
+        // The exit probes first: a call entered between the two attaches then yields an exit
+        // without entry (counted), never an entry whose exit is lost.
+        let (enter, exit) = self.mode.programs();
+        self.attach_uprobes(exit, &target, &points)?;
+        self.attach_uprobes(enter, &target, &points)?;
         self.libraries.push(AttachedLibrary {
             path: path.to_path_buf(),
             slot,
@@ -238,14 +282,14 @@ impl Tracer {
         let mut table: Array<&mut MapData, FnReads> =
             Array::try_from(self.ebpf.map_mut(maps::FN_READS).context("map FN_READS")?)?;
         for id in 0..MAX_FNS {
-            table.set(slot * MAX_FNS + id, FnReads::default(), 0)?;
+            table.set(slot * MAX_FNS + id, &FnReads::default(), 0)?;
         }
         for &(id, r) in reads {
             ensure!(
                 (id as u32) < MAX_FNS,
                 "function id {id} out of range (max {MAX_FNS})"
             );
-            table.set(slot * MAX_FNS + id as u32, r, 0)?;
+            table.set(slot * MAX_FNS + id as u32, &r, 0)?;
         }
         Ok(())
     }
@@ -301,17 +345,29 @@ impl Tracer {
         })
     }
 
-    /// Attaches the loaded uprobe program `name` at `offset` in `path`, for all processes.
-    fn attach_uprobe(&mut self, name: &str, path: &Path, offset: u64) -> Result<()> {
+    /// Attaches the loaded uprobe program `name` at `points` of `path`, for all processes.
+    fn attach_uprobes(
+        &mut self,
+        name: &str,
+        path: &Path,
+        points: &[UProbeAttachPoint<'static>],
+    ) -> Result<()> {
+        let mode = self.mode;
         let prog: &mut UProbe = program(&mut self.ebpf, name)?;
-        prog.attach(None, offset, path, None)
-            .with_context(|| format!("attaching {name} at {}+{offset:#x}", path.display()))?;
+        prog.attach(points, path, UProbeScope::AllProcesses)
+            .with_context(|| {
+                format!(
+                    "attaching {name} ({mode:?}) to {} functions of {}",
+                    points.len(),
+                    path.display()
+                )
+            })?;
         Ok(())
     }
 }
 
 /// The program `name` of the object as type `T`.
-fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
+pub(super) fn program<'a, T>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut T>
 where
     &'a mut T: TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
 {

@@ -1,24 +1,26 @@
 //! The plug between the probe layer and a capture: a [`RecordSink`] that feeds every record
-//! to a [`Capture`] and its events to an [`EventSink`].
+//! to a [`RecordCapture`] (the MPI capture, the socket capture, ...) and its events to an
+//! [`EventSink`].
 
 use lbf_common::Record;
 
-use super::{Capture, EventSink, Summary};
+use super::source::RecordCapture;
+use super::{EventSink, Summary};
 use crate::probe::{LostCounts, RecordSink};
 
 /// Feeds a live record stream into a capture; [`CaptureSink::into_parts`] gives back the
 /// event sink and the summary once the probe layer has called `finish`.
 pub struct CaptureSink<S: EventSink> {
-    capture: Option<Capture>,
+    capture: Option<Box<dyn RecordCapture>>,
     events: S,
     summary: Option<Summary>,
 }
 
 impl<S: EventSink> CaptureSink<S> {
     /// Sends the events `capture` makes of the records to `events`.
-    pub fn new(capture: Capture, events: S) -> Self {
+    pub fn new(capture: impl RecordCapture + 'static, events: S) -> Self {
         CaptureSink {
-            capture: Some(capture),
+            capture: Some(Box::new(capture)),
             events,
             summary: None,
         }

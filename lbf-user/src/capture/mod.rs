@@ -46,6 +46,7 @@ pub mod openmpi;
 pub mod process;
 pub mod procfs;
 pub mod select;
+pub mod select;
 pub mod sockets;
 pub mod source;
 

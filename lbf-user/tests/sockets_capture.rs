@@ -1,0 +1,97 @@
+//! The socket capture end to end, under the real eBPF tracer: the SPA client/server and the
+//! TSP-like master/worker of `tests/workloads/sockets`, over UNIX sockets, TCP on loopback
+//! (IPv4 and IPv6), and TCP between two network namespaces joined by a veth pair. Each run
+//! must match every message, agree with the programs' own counts and CPU times, and predict
+//! its own configuration's run time. Needs root; skips otherwise.
+
+mod traced;
+
+use lbf::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
+use lbf::capture::{CaptureSink, EventLog};
+use traced::{can_trace, check, trace, workload, NetnsPair, Traced};
+
+/// Runs `command` with the socket capture.
+fn trace_sockets(label: &str, command: &str) -> Traced {
+    let sink = CaptureSink::new(
+        SocketCapture::new(Box::new(ProcResolver::new()), "localhost"),
+        EventLog::default(),
+    );
+    trace(
+        label,
+        command,
+        |t| {
+            t.record_syscalls(&syscall::traced())
+                .expect("system call hooks")
+        },
+        sink,
+        |s| {
+            let (log, summary) = s.into_parts();
+            (log, summary.expect("finished"))
+        },
+    )
+}
+
+/// A TCP port for this test process's runs.
+fn port(offset: u32) -> u32 {
+    20000 + std::process::id() % 20000 + offset
+}
+
+#[test]
+fn spa_over_unix_sockets() {
+    if !can_trace() {
+        return;
+    }
+    let spa = workload("sockets", "spa", &[]);
+    let path = std::env::temp_dir().join(format!("lbf-spa-{}.sock", std::process::id()));
+    let t = trace_sockets(
+        "spa-unix",
+        &format!("{} all unix:{} 20 5", spa.display(), path.display()),
+    );
+    check(&t, 4);
+}
+
+#[test]
+fn spa_over_tcp_between_two_network_namespaces() {
+    if !can_trace() {
+        return;
+    }
+    let spa = workload("sockets", "spa", &[]);
+    let ns = NetnsPair::new(1);
+    let endpoint = format!("tcp:{}:{}", ns.addrs[0], port(1));
+    let (a, b, spa) = (&ns.names[0], &ns.names[1], spa.display());
+    let command = format!(
+        "ip netns exec {a} {spa} server {endpoint} 3 20 5 & \
+         for id in 0 1 2; do ip netns exec {b} {spa} client {endpoint} $id 20 5 & done; wait"
+    );
+    let t = trace_sockets("spa-netns", &command);
+    check(&t, 4);
+}
+
+#[test]
+fn tsp_over_tcp_on_ipv6_loopback() {
+    if !can_trace() {
+        return;
+    }
+    let tsp = workload("sockets", "tsp", &[]);
+    let t = trace_sockets(
+        "tsp-ipv6",
+        &format!("{} all tcp:[::1]:{} 3 24 4", tsp.display(), port(2)),
+    );
+    check(&t, 4);
+}
+
+#[test]
+fn a_program_without_sockets_is_named() {
+    if !can_trace() {
+        return;
+    }
+    let t = trace_sockets("no-sockets", "echo hello");
+    assert!(t.summary.procs.is_empty());
+    let note = t
+        .summary
+        .anomalies
+        .keys()
+        .find(|k| k.starts_with("no traced process used"))
+        .expect("a note saying no process used sockets");
+    assert!(note.contains("sh["), "{note}");
+}

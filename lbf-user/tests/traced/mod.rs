@@ -1,0 +1,344 @@
+//! Shared by the socket and PVM integration tests: builds the C workloads of
+//! `tests/workloads/{sockets,pvm}` (cached by modification time), runs a shell command under
+//! the eBPF tracer with a capture, parses the programs' `LBF-CHECK` lines, and checks a
+//! capture against them: messages, bytes, CPU per process, and the prediction for the
+//! configuration the run had.
+
+#![allow(dead_code)] // each test crate uses its own part
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
+
+use lbf::capture::{EventLog, Summary};
+use lbf::engine::Engine;
+use lbf::event::EventKind;
+use lbf::probe::{self, HeldChild, RecordSink, Tracer, TracerOptions};
+use lbf::target::{Network, Node, Target};
+
+/// One traced run at a time: the machine has 2 cores and the CPU checks need them.
+static TRACING: Mutex<()> = Mutex::new(());
+
+/// Relative tolerance between the CPU a process measured and the CPU of its events.
+pub const CPU_TOLERANCE: f64 = 0.05;
+/// Relative tolerance between the predicted and the measured run time.
+pub const TIME_TOLERANCE: f64 = 0.10;
+/// Share of the machine's CPU other processes may use during a run for its prediction to be
+/// checked.
+pub const BUSY_MACHINE: f64 = 0.10;
+
+/// Whether this process may load eBPF programs; the tests skip (and say so) otherwise.
+pub fn can_trace() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipping: tracing needs root");
+    }
+    root
+}
+
+fn modified(path: &Path) -> std::time::SystemTime {
+    path.metadata()
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Workload `name` of `tests/workloads/<family>` built with gcc and `libs`, rebuilt when a
+/// file of that folder is newer than the binary.
+pub fn workload(family: &str, name: &str, libs: &[&str]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/workloads")
+        .join(family);
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{family}-workloads"));
+    std::fs::create_dir_all(&out_dir).expect("creating the workload build directory");
+    let bin = out_dir.join(name);
+    let newest = std::fs::read_dir(&dir)
+        .expect("the workload folder")
+        .map(|e| modified(&e.expect("a folder entry").path()))
+        .max()
+        .expect("a workload");
+    if !(bin.exists() && modified(&bin) > newest) {
+        let src = dir.join(format!("{name}.c"));
+        let status = Command::new("gcc")
+            .args(["-O1", "-g", "-Wall", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .args(libs)
+            .status()
+            .expect("running gcc");
+        assert!(status.success(), "gcc failed on {}", src.display());
+    }
+    bin
+}
+
+/// One `LBF-CHECK` line: `key=value` fields.
+#[derive(Clone, Debug)]
+pub struct Check(pub HashMap<String, String>);
+
+impl Check {
+    /// Field `key` as a number.
+    pub fn num(&self, key: &str) -> u64 {
+        self.0
+            .get(key)
+            .unwrap_or_else(|| panic!("LBF-CHECK without {key}: {:?}", self.0))
+            .parse()
+            .expect("a number")
+    }
+}
+
+/// The `LBF-CHECK` lines anywhere in `output` (PVM prefixes its workers' lines).
+pub fn parse_checks(output: &str) -> Vec<Check> {
+    output
+        .lines()
+        .filter_map(|l| l.split_once("LBF-CHECK ").map(|(_, rest)| rest))
+        .map(|fields| {
+            Check(
+                fields
+                    .split_whitespace()
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// What a traced run produced.
+pub struct Traced {
+    /// The events.
+    pub log: EventLog,
+    /// The capture's summary.
+    pub summary: Summary,
+    /// The programs' own accounts.
+    pub checks: Vec<Check>,
+    /// CPU seconds the whole machine used while the command ran (every process, traced or
+    /// not), to tell whether other work competed with the run.
+    pub machine_cpu_seconds: f64,
+}
+
+/// CPU seconds the machine has used since boot (all CPUs, idle and I/O wait excluded).
+fn machine_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").expect("reading /proc/stat");
+    let line = stat.lines().next().expect("the cpu line");
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    let busy: f64 = ticks
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// Runs `command` (a shell command line) under a tracer prepared by `prepare`, feeding
+/// `sink`; returns the command's output once `finish` has turned the sink into a run.
+pub fn trace<S: RecordSink>(
+    label: &str,
+    command: &str,
+    prepare: impl FnOnce(&mut Tracer),
+    mut sink: S,
+    finish: impl FnOnce(S) -> (EventLog, Summary),
+) -> Traced {
+    let _one = TRACING.lock().unwrap_or_else(|e| e.into_inner());
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{label}.out"));
+    let command = format!("( {command} ) > {} 2>&1", out.display());
+    let mut tracer = Tracer::load(&TracerOptions::default()).expect("loading the eBPF tracer");
+    prepare(&mut tracer);
+    let mut reader = tracer.records().expect("ring buffer");
+    let mut child =
+        HeldChild::spawn(&["sh".into(), "-c".into(), command.clone()]).expect("spawning");
+    tracer.trace_pid(child.pid()).expect("tracing the command");
+    child.release().expect("starting the command");
+    let stop = AtomicBool::new(false);
+    let cpu_before = machine_cpu_seconds();
+    let end = probe::run(&mut tracer, &mut reader, &mut sink, &stop).expect("capturing");
+    let machine_cpu_seconds = machine_cpu_seconds() - cpu_before;
+    let status = child.wait().expect("waiting for the command");
+    let output = std::fs::read_to_string(&out).expect("reading the program's output");
+    assert_eq!(status, 0, "`{command}` failed:\n{output}");
+    assert!(
+        !end.lost.any(),
+        "the kernel side lost records: {:?}",
+        end.lost
+    );
+    let (log, summary) = finish(sink);
+    Traced {
+        log,
+        summary,
+        checks: parse_checks(&output),
+        machine_cpu_seconds,
+    }
+}
+
+/// Checks a run against its programs' accounts (processes are told apart by the `pid` field:
+/// trace names end in `[PID]`), and its prediction against its run time unless other work
+/// competed for the machine.
+pub fn check(t: &Traced, expected_procs: usize) {
+    let s = &t.summary;
+    eprintln!("anomalies: {:?}", s.anomalies);
+    assert!(s.anomalies.is_empty(), "anomalies: {:?}", s.anomalies);
+    assert_eq!(
+        t.checks.len(),
+        expected_procs,
+        "one LBF-CHECK line per process"
+    );
+    assert_eq!(
+        s.procs.len(),
+        expected_procs,
+        "traced processes: {:?}",
+        s.procs
+    );
+    // Every message sent once and received once.
+    let mut sent: HashMap<u64, u32> = HashMap::new();
+    let mut received: HashMap<u64, u32> = HashMap::new();
+    for e in &t.log.events {
+        match e.kind {
+            EventKind::Send { msg, .. } => *sent.entry(msg).or_default() += 1,
+            EventKind::RecvEnd { msg } => *received.entry(msg).or_default() += 1,
+            _ => {}
+        }
+    }
+    assert!(sent.values().all(|&n| n == 1) && received.values().all(|&n| n == 1));
+    assert_eq!(sent.len(), received.len(), "sends and receives pair up");
+    assert!(sent.keys().all(|m| received.contains_key(m)));
+    assert_eq!((s.unmatched_sends, s.unmatched_recvs), (0, 0));
+    for c in &t.checks {
+        let pid = c.num("pid");
+        let i = s
+            .procs
+            .iter()
+            .position(|p| p.name.ends_with(&format!("[{pid}]")))
+            .unwrap_or_else(|| panic!("process {pid} not in the trace: {:?}", s.procs));
+        let st = &s.stats[i];
+        eprintln!("{}: program {:?}\n    capture {st:?}", s.procs[i].name, c.0);
+        assert_eq!(
+            (st.sends, st.send_bytes, st.recvs, st.recv_bytes),
+            (
+                c.num("sends"),
+                c.num("send_bytes"),
+                c.num("recvs"),
+                c.num("recv_bytes")
+            ),
+            "{} messages and bytes",
+            s.procs[i].name
+        );
+        let cpu = c.num("cpu_ns") as f64;
+        let err = (st.cpu_ns as f64 - cpu).abs() / cpu;
+        assert!(
+            err <= CPU_TOLERANCE,
+            "{} CPU: capture {} ns, program {cpu} ns",
+            s.procs[i].name,
+            st.cpu_ns
+        );
+    }
+    let predicted = predict_as_run(t);
+    let measured = s.measured_seconds;
+    eprintln!(
+        "measured {measured:.4} s, predicted {predicted:.4} s for the run's own configuration"
+    );
+    // The prediction is for the machine as the run had it: with other work competing for
+    // the cores (a busy shared machine), the run is slower than any placement predicts.
+    let ours: f64 = s.stats.iter().map(|st| st.cpu_ns as f64 * 1e-9).sum();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let others = (t.machine_cpu_seconds - ours).max(0.0) / (cores * measured);
+    if others > BUSY_MACHINE {
+        eprintln!(
+            "NOT CHECKED: other processes used {:.0} % of the machine's CPU during the run, \
+             so the run's configuration is not the one predicted",
+            others * 100.0
+        );
+        return;
+    }
+    assert!(
+        (predicted - measured).abs() <= TIME_TOLERANCE * measured,
+        "predicted {predicted:.4} s, measured {measured:.4} s"
+    );
+}
+
+/// The engine's prediction for the configuration the run had: every process on one node
+/// with this machine's cores, messages free (loopback and veth cost microseconds).
+pub fn predict_as_run(t: &Traced) -> f64 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let target = Target {
+        name: "as run".into(),
+        nodes: vec![Node {
+            procs: (0..t.summary.procs.len() as u32).collect(),
+            cores,
+            speed: 1.0,
+        }],
+        network: Network::default(),
+    };
+    let mut engine = Engine::new(t.summary.procs.len(), vec![target]).expect("a valid target");
+    for (i, e) in t.log.events.iter().enumerate() {
+        engine
+            .push(*e, i as u64 + 1)
+            .expect("the engine takes the events");
+    }
+    engine.finish().expect("the prediction")[0].predicted_seconds
+}
+
+/// Two network namespaces joined by a veth pair, `10.231.N.1` and `10.231.N.2`, removed on
+/// drop. Names carry this process's PID so that parallel test runs do not collide.
+pub struct NetnsPair {
+    /// The namespaces' names.
+    pub names: [String; 2],
+    /// Their addresses.
+    pub addrs: [String; 2],
+}
+
+fn ip(args: &[&str]) {
+    let status = Command::new("ip").args(args).status().expect("running ip");
+    assert!(status.success(), "ip {}", args.join(" "));
+}
+
+impl NetnsPair {
+    /// Creates the pair; `n` (0-255) tells pairs of one process apart.
+    pub fn new(n: u8) -> Self {
+        let pid = std::process::id();
+        let names = [format!("lbf{pid}-{n}a"), format!("lbf{pid}-{n}b")];
+        let veth = [format!("lv{pid}{n}a"), format!("lv{pid}{n}b")];
+        let addrs = [format!("10.231.{n}.1"), format!("10.231.{n}.2")];
+        let pair = NetnsPair {
+            names: names.clone(),
+            addrs: addrs.clone(),
+        };
+        for name in &names {
+            ip(&["netns", "add", name]);
+        }
+        ip(&[
+            "link", "add", &veth[0], "netns", &names[0], "type", "veth", "peer", "name", &veth[1],
+            "netns", &names[1],
+        ]);
+        for i in 0..2 {
+            ip(&[
+                "-n",
+                &names[i],
+                "addr",
+                "add",
+                &format!("{}/24", addrs[i]),
+                "dev",
+                &veth[i],
+            ]);
+            ip(&["-n", &names[i], "link", "set", &veth[i], "up"]);
+            ip(&["-n", &names[i], "link", "set", "lo", "up"]);
+        }
+        pair
+    }
+}
+
+impl Drop for NetnsPair {
+    fn drop(&mut self) {
+        for name in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", name]).status();
+        }
+    }
+}

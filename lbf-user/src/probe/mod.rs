@@ -23,6 +23,7 @@ mod child;
 mod dump;
 mod libraries;
 mod procfs;
+mod pvm;
 mod reader;
 mod session;
 mod symbols;

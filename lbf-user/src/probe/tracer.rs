@@ -254,11 +254,7 @@ impl Tracer {
         let target = path
             .canonicalize()
             .with_context(|| format!("MPI library {}", path.display()))?;
-        // The exit probes first: a call entered between the two attaches then yields an exit
-        // without entry (counted), never an entry whose exit is lost.
-        let (enter, exit) = self.mode.programs();
-        self.attach_uprobes(exit, &target, &points)?;
-        self.attach_uprobes(enter, &target, &points)?;
+        self.attach_entry_exit(&target, &points)?;
         self.libraries.push(AttachedLibrary {
             path: path.to_path_buf(),
             slot,
@@ -346,6 +342,20 @@ impl Tracer {
     }
 
     /// Attaches the loaded uprobe program `name` at `points` of `path`, for all processes.
+    /// Attaches the entry and the exit program at `points` of the file at `path` (absolute),
+    /// each point's cookie naming its function. The exit probes first: a call entered between
+    /// the two attaches then yields an exit without entry (counted), never an entry whose exit
+    /// is lost.
+    pub(super) fn attach_entry_exit(
+        &mut self,
+        path: &Path,
+        points: &[UProbeAttachPoint<'static>],
+    ) -> Result<()> {
+        let (enter, exit) = self.mode.programs();
+        self.attach_uprobes(exit, path, points)?;
+        self.attach_uprobes(enter, path, points)
+    }
+
     fn attach_uprobes(
         &mut self,
         name: &str,

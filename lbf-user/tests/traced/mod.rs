@@ -170,8 +170,11 @@ pub fn trace<S: RecordSink>(
     let status = child.wait().expect("waiting for the command");
     let output = std::fs::read_to_string(&out).expect("reading the program's output");
     assert_eq!(status, 0, "`{command}` failed:\n{output}");
-    assert!(
-        !end.lost.any(),
+    // Failed memory reads are allowed: they concern calls of other processes (the PVM
+    // console packing strings), and the programs' own counts are checked below.
+    assert_eq!(
+        (end.lost.ringbuf_full, end.lost.exit_without_entry),
+        (0, 0),
         "the kernel side lost records: {:?}",
         end.lost
     );
@@ -281,6 +284,7 @@ pub fn predict_as_run(t: &Traced) -> f64 {
             speed: 1.0,
         }],
         network: Network::default(),
+        spin: 0.0,
     };
     let mut engine = Engine::new(t.summary.procs.len(), vec![target]).expect("a valid target");
     for (i, e) in t.log.events.iter().enumerate() {

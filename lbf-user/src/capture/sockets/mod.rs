@@ -4,8 +4,8 @@
 //!
 //! [`syscall`] decodes the records, [`resolve`] tells which descriptors are sockets and names
 //! the channels both ends share (through `/proc` and [`sock_diag`]), [`channels`] matches
-//! sends to receives by byte offsets, [`timeline`] keeps each process's events in order until
-//! their messages are known.
+//! sends to receives by byte offsets, [`super::timeline`] keeps each process's events in order
+//! until their messages are known.
 //!
 //! # Events from calls
 //!
@@ -34,7 +34,6 @@ pub mod channels;
 pub mod resolve;
 pub mod sock_diag;
 pub mod syscall;
-pub mod timeline;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -43,10 +42,10 @@ use lbf_common::{Record, RecordKind};
 use self::channels::{Channel, Channels, Outcome};
 use self::resolve::{SocketChannels, SocketResolver};
 use self::syscall::Call;
-use self::timeline::Timeline;
 use super::source::RecordCapture;
+use super::timeline::{self, Timeline};
 use super::{EventSink, ProcStats, Summary};
-use crate::event::{Event, EventKind, ProcInfo};
+use crate::event::EventKind;
 
 /// What a descriptor of a process is, as far as the capture is concerned.
 #[derive(Clone, Copy, Debug)]
@@ -352,16 +351,9 @@ impl SocketCapture {
     pub fn finish(mut self, sink: &mut dyn EventSink) -> Summary {
         let outcomes = self.channels.finish();
         self.apply(outcomes);
-        let mut summary = Summary::default();
-        for (id, tgid) in self.order.iter().enumerate() {
+        let mut members = Vec::with_capacity(self.order.len());
+        for tgid in &self.order {
             let p = self.procs.get_mut(tgid).expect("member");
-            let info = ProcInfo {
-                id: id as u32,
-                name: p.name.clone().unwrap_or_default(),
-                host: self.host.clone(),
-            };
-            sink.process(&info);
-            summary.procs.push(info);
             if !p.exited {
                 p.exited = true;
                 p.timeline.emit(0, 0, EventKind::Exit);
@@ -371,22 +363,12 @@ impl SocketCapture {
                 );
             }
         }
-        for (id, tgid) in self.order.iter().enumerate() {
-            let p = self.procs.get_mut(tgid).expect("member");
-            let mut stats = p.stats;
-            p.timeline.drain(|cpu_ns, kind| {
-                stats.cpu_ns += cpu_ns;
-                if matches!(kind, EventKind::RecvEnd { .. }) {
-                    stats.wait_ns += cpu_ns;
-                }
-                sink.event(&Event {
-                    proc: id as u32,
-                    cpu_ns,
-                    kind,
-                });
-            });
-            summary.stats.push(stats);
+        for tgid in &self.order {
+            let p = self.procs.remove(tgid).expect("member");
+            members.push((p.name.unwrap_or_default(), p.timeline, p.stats));
         }
+        let mut summary = Summary::default();
+        (summary.procs, summary.stats) = timeline::hand_out(members, &self.host, sink);
         summary.unmatched_sends = self.unmatched_sends;
         summary.unmatched_recvs = self.unmatched_recvs;
         let end = self.last_exit_ts.unwrap_or(self.last_ts);
@@ -397,14 +379,17 @@ impl SocketCapture {
                 &mut self.anomalies,
                 &format!(
                     "no traced process used a TCP, UDP or UNIX socket (processes seen: {})",
-                    if seen.is_empty() { "none".to_string() } else { seen.join(", ") }
+                    if seen.is_empty() {
+                        "none".to_string()
+                    } else {
+                        seen.join(", ")
+                    }
                 ),
             );
         }
         summary.anomalies = self.anomalies;
         summary
     }
-
 }
 
 impl RecordCapture for SocketCapture {

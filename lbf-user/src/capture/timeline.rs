@@ -4,7 +4,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::event::EventKind;
+use super::{EventSink, ProcStats};
+use crate::event::{Event, EventKind, ProcInfo};
 
 /// A queued event, or several once a send is cut into messages (`None` until settled).
 #[derive(Debug)]
@@ -89,4 +90,44 @@ impl Timeline {
         self.queue.push_back(Slot { cpu_ns, kinds });
         self.base + self.queue.len() as u64 - 1
     }
+}
+
+/// Announces `members` (name, events, what their calls moved) as processes `0, 1, ...` on
+/// `host`, then hands out each one's events in order; returns the processes and their totals
+/// (`stats` completed with the CPU of the events and the part spent waiting in receives).
+/// For captures whose set of processes is known only at the end.
+pub fn hand_out(
+    members: Vec<(String, Timeline, ProcStats)>,
+    host: &str,
+    sink: &mut dyn EventSink,
+) -> (Vec<ProcInfo>, Vec<ProcStats>) {
+    let procs: Vec<ProcInfo> = members
+        .iter()
+        .enumerate()
+        .map(|(id, (name, _, _))| ProcInfo {
+            id: id as u32,
+            name: name.clone(),
+            host: host.to_string(),
+            ..Default::default()
+        })
+        .collect();
+    for p in &procs {
+        sink.process(p);
+    }
+    let mut totals = Vec::with_capacity(members.len());
+    for (id, (_, mut timeline, mut stats)) in members.into_iter().enumerate() {
+        timeline.drain(|cpu_ns, kind| {
+            stats.cpu_ns += cpu_ns;
+            if matches!(kind, EventKind::RecvEnd { .. }) {
+                stats.wait_ns += cpu_ns;
+            }
+            sink.event(&Event {
+                proc: id as u32,
+                cpu_ns,
+                kind,
+            });
+        });
+        totals.push(stats);
+    }
+    (procs, totals)
 }

@@ -1,0 +1,383 @@
+//! PVM 3 capture: turns the probe records of `libpvm3` calls into the engine's events, for
+//! unmodified PVM programs. Only task-to-task messages of the `pvm_*` API become messages,
+//! whether PVM routes them through pvmd (the default) or directly (`PvmRouteDirect`): pvmd's
+//! own traffic is never looked at.
+//!
+//! # ABI (PVM 3.4, x86-64)
+//!
+//! Task ids come from the return of `pvm_mytid`. A send's size is the sum of what was packed
+//! into the active buffer since `pvm_initsend` (`pvm_pk*`: items times the item size;
+//! `pvm_pkstr`: the string's length plus its NUL), or `len` times the datatype's size for
+//! `pvm_psend`. PVM delivers a pair of tasks' messages in order, and a receive takes the first
+//! message in its queue that matches its source and tag (-1: any); the capture does the same
+//! over the messages in the order their sends began (sends are registered at their entry, so
+//! before any receive of them returns). `pvm_precv` reports the sender, which is used.
+//!
+//! # Events from calls
+//!
+//! | call | events |
+//! | --- | --- |
+//! | `pvm_send`, `pvm_psend` | `Send` at the entry |
+//! | `pvm_mcast` | one `Send` per destination at the entry (the record holds 64) |
+//! | `pvm_recv`, `pvm_precv` | `RecvStart` at the entry, `RecvEnd` at the return |
+//! | `pvm_nrecv`, `pvm_trecv` returning a message | `RecvStart` at the entry, `RecvEnd` at the return; nothing otherwise |
+//! | process exit | `Exit` |
+//!
+//! A process appears in the trace once it sends or receives; pvmd, the console and shells do
+//! not. Process ids follow the order of first message, and events are handed out at the end
+//! (as for sockets). Group calls (`libgpvm3`) are not modelled yet: they are counted as
+//! anomalies when probed.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use lbf_common::{pvm, FnReads, MemRead, Record, RecordKind};
+
+use super::source::RecordCapture;
+use super::timeline::{self, Timeline};
+use super::{EventSink, ProcStats, Summary};
+use crate::event::{EventKind, MsgId};
+
+/// Most destinations of one `pvm_mcast` a record holds (256 bytes of 4-byte task ids).
+const MCAST_MAX: usize = 64;
+
+/// The memory reads of the probed PVM functions: the string of `pvm_pkstr`, the task ids of
+/// `pvm_mcast` (at entry) and the sender of `pvm_precv` (at the return).
+pub fn fn_reads() -> Vec<(u16, FnReads)> {
+    let at_entry = |ptr_arg, count_arg, len| FnReads {
+        entry: MemRead {
+            ptr_arg,
+            count_arg,
+            len,
+        },
+        exit: MemRead::default(),
+    };
+    vec![
+        (pvm::PKSTR, at_entry(1, 0, 256)),
+        (pvm::MCAST, at_entry(1, 2, 4)),
+        (
+            pvm::PRECV,
+            FnReads {
+                entry: MemRead::default(),
+                exit: MemRead {
+                    ptr_arg: 6,
+                    count_arg: 0,
+                    len: 4,
+                },
+            },
+        ),
+    ]
+}
+
+/// Bytes per item of a `pvm_pk*` function, or of a `pvm_psend` datatype code.
+fn item_size(fn_id: u16) -> Option<u64> {
+    Some(match fn_id {
+        pvm::PKBYTE => 1,
+        pvm::PKSHORT | pvm::PKUSHORT => 2,
+        pvm::PKINT | pvm::PKUINT | pvm::PKFLOAT => 4,
+        pvm::PKLONG | pvm::PKULONG | pvm::PKDOUBLE | pvm::PKCPLX => 8,
+        pvm::PKDCPLX => 16,
+        _ => return None,
+    })
+}
+
+/// Bytes per item of `pvm_psend`'s `datatype` (`PVM_STR` 0 ... `PVM_ULONG` 11).
+fn datatype_size(code: u64) -> u64 {
+    match code {
+        0 | 1 => 1,
+        2 | 9 => 2,
+        3 | 4 | 10 => 4,
+        5 | 6 | 8 | 11 => 8,
+        7 => 16,
+        _ => 1,
+    }
+}
+
+/// A message sent and not yet received.
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    msg: MsgId,
+    src: i32,
+    tag: i32,
+    bytes: u64,
+}
+
+/// A call entered and not yet returned.
+#[derive(Clone, Copy, Debug)]
+struct Open {
+    fn_id: u16,
+    args: [u64; 8],
+    cpu_ns: u64,
+    /// Made inside another probed call (PVM calls itself): ignored.
+    nested: bool,
+}
+
+/// One traced process.
+#[derive(Debug, Default)]
+struct Task {
+    timeline: Timeline,
+    name: Option<String>,
+    tid: Option<i32>,
+    packed: u64,
+    /// Something packed since `pvm_initsend` has an unknown size (a string the record could
+    /// not hold).
+    packed_unknown: bool,
+    calls: HashMap<u32, Vec<Open>>,
+    exited: bool,
+    stats: ProcStats,
+}
+
+/// Turns PVM call records into events; see the module documentation.
+pub struct PvmCapture {
+    host: String,
+    tasks: HashMap<u32, Task>,
+    order: Vec<u32>,
+    /// Messages not yet received, per destination task id, in order of sending.
+    queues: HashMap<i32, VecDeque<Pending>>,
+    next_msg: MsgId,
+    first_ts: Option<u64>,
+    last_ts: u64,
+    last_exit_ts: Option<u64>,
+    anomalies: BTreeMap<String, u64>,
+    unmatched_recvs: u64,
+}
+
+impl PvmCapture {
+    /// A capture naming `host` as its processes' host.
+    pub fn new(host: impl Into<String>) -> Self {
+        PvmCapture {
+            host: host.into(),
+            tasks: HashMap::new(),
+            order: Vec::new(),
+            queues: HashMap::new(),
+            next_msg: 1,
+            first_ts: None,
+            last_ts: 0,
+            last_exit_ts: None,
+            anomalies: BTreeMap::new(),
+            unmatched_recvs: 0,
+        }
+    }
+
+    fn note(&mut self, what: &str) {
+        *self.anomalies.entry(what.to_string()).or_default() += 1;
+    }
+
+    /// Task `tgid`, made part of the trace.
+    fn member(&mut self, tgid: u32) -> &mut Task {
+        let t = self.tasks.entry(tgid).or_default();
+        if t.name.is_none() {
+            let comm = std::fs::read_to_string(format!("/proc/{tgid}/comm")).unwrap_or_default();
+            t.name = Some(format!("{}[{tgid}]", comm.trim()));
+            self.order.push(tgid);
+        }
+        t
+    }
+
+    /// Consumes one record.
+    pub fn record(&mut self, rec: &Record) {
+        self.first_ts.get_or_insert(rec.ts_ns);
+        self.last_ts = self.last_ts.max(rec.ts_ns);
+        match RecordKind::from_raw(rec.kind) {
+            Some(RecordKind::CallEntry) => self.entry(rec),
+            Some(RecordKind::CallExit) => self.exit(rec),
+            Some(RecordKind::Exit) => {
+                self.last_exit_ts = Some(rec.ts_ns);
+                if let Some(t) = self.tasks.get_mut(&rec.tgid) {
+                    if t.name.is_some() && !t.exited {
+                        t.exited = true;
+                        t.timeline.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn entry(&mut self, rec: &Record) {
+        let t = self.tasks.entry(rec.tgid).or_default();
+        let stack = t.calls.entry(rec.tid).or_default();
+        let nested = !stack.is_empty();
+        stack.push(Open {
+            fn_id: rec.fn_id,
+            args: rec.args,
+            cpu_ns: rec.cpu_ns,
+            nested,
+        });
+        if nested {
+            return;
+        }
+        let packed = t.packed;
+        let mem = &rec.mem[..usize::from(rec.mem_len).min(rec.mem.len())];
+        let a = rec.args;
+        let mut pack = |n: u64| {
+            if let Some(t) = self.tasks.get_mut(&rec.tgid) {
+                t.packed += n;
+            }
+        };
+        match rec.fn_id {
+            id if item_size(id).is_some() => {
+                pack((a[1] as u32 as u64) * item_size(id).unwrap_or(0));
+            }
+            pvm::PKSTR => match mem.iter().position(|&b| b == 0) {
+                Some(n) => pack(n as u64 + 1),
+                None => {
+                    if let Some(t) = self.tasks.get_mut(&rec.tgid) {
+                        t.packed_unknown = true;
+                    }
+                }
+            },
+            pvm::SEND => self.send(rec, &[a[0] as i32], a[1] as i32, packed),
+            pvm::PSEND => {
+                let bytes = (a[3] as u32 as u64) * datatype_size(a[4] as u32 as u64);
+                self.send(rec, &[a[0] as i32], a[1] as i32, bytes);
+            }
+            pvm::MCAST => {
+                let n = a[1] as u32 as usize;
+                if n > MCAST_MAX {
+                    self.note("pvm_mcast to more tasks than a record holds (64)");
+                }
+                let tids: Vec<i32> = mem
+                    .chunks_exact(4)
+                    .take(n)
+                    .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect();
+                self.send(rec, &tids, a[2] as i32, packed);
+            }
+            pvm::BCAST | pvm::BARRIER | pvm::JOINGROUP => {
+                self.note("PVM group call (not modelled)");
+            }
+            _ => {}
+        }
+    }
+
+    /// Emits one `Send` per destination at the entry `rec` and queues the messages.
+    fn send(&mut self, rec: &Record, dsts: &[i32], tag: i32, bytes: u64) {
+        let src = self.tasks.get(&rec.tgid).and_then(|t| t.tid).unwrap_or(-1);
+        if self.tasks.get(&rec.tgid).is_some_and(|t| t.packed_unknown) {
+            self.note("PVM send of unknown size (a packed string longer than 255 bytes)");
+        }
+        if src < 0 {
+            self.note("PVM send by a task whose id is unknown (no pvm_mytid seen)");
+        }
+        for &dst in dsts {
+            let msg = self.next_msg;
+            self.next_msg += 1;
+            let t = self.member(rec.tgid);
+            t.stats.sends += 1;
+            t.stats.send_bytes += bytes;
+            t.timeline
+                .emit(rec.tid, rec.cpu_ns, EventKind::Send { msg, bytes });
+            self.queues.entry(dst).or_default().push_back(Pending {
+                msg,
+                src,
+                tag,
+                bytes,
+            });
+        }
+    }
+
+    fn exit(&mut self, rec: &Record) {
+        let Some(t) = self.tasks.get_mut(&rec.tgid) else {
+            return;
+        };
+        let Some(open) = t.calls.get_mut(&rec.tid).and_then(Vec::pop) else {
+            return;
+        };
+        if open.nested || open.fn_id != rec.fn_id {
+            return;
+        }
+        let ret = rec.args[0] as i64 as i32;
+        let a = open.args;
+        match open.fn_id {
+            pvm::MYTID if ret > 0 => t.tid = Some(ret),
+            pvm::INITSEND => {
+                t.packed = 0;
+                t.packed_unknown = false;
+            }
+            pvm::RECV | pvm::PRECV => {
+                let from = if open.fn_id == pvm::PRECV && rec.mem_len >= 4 {
+                    i32::from_le_bytes([rec.mem[0], rec.mem[1], rec.mem[2], rec.mem[3]])
+                } else {
+                    a[0] as i32
+                };
+                let ok = if open.fn_id == pvm::RECV {
+                    ret > 0
+                } else {
+                    ret >= 0
+                };
+                if ok {
+                    self.receive(rec, open.cpu_ns, from, a[1] as i32);
+                }
+            }
+            pvm::NRECV | pvm::TRECV if ret > 0 => {
+                self.receive(rec, open.cpu_ns, a[0] as i32, a[1] as i32);
+            }
+            _ => {}
+        }
+    }
+
+    /// A receive of a message from `from` with `tag` (-1: any) returned at `rec`; it began
+    /// at the thread's CPU clock `entry_cpu`.
+    fn receive(&mut self, rec: &Record, entry_cpu: u64, from: i32, tag: i32) {
+        let me = self.tasks.get(&rec.tgid).and_then(|t| t.tid);
+        let found = me.and_then(|me| {
+            let q = self.queues.get_mut(&me)?;
+            let i = q
+                .iter()
+                .position(|m| (from == -1 || m.src == from) && (tag == -1 || m.tag == tag))?;
+            q.remove(i)
+        });
+        if me.is_none() {
+            self.note("PVM receive by a task whose id is unknown (no pvm_mytid seen)");
+        }
+        let t = self.member(rec.tgid);
+        t.timeline.recv_start(rec.tid, entry_cpu);
+        match found {
+            Some(m) => {
+                t.stats.recvs += 1;
+                t.stats.recv_bytes += m.bytes;
+                t.timeline
+                    .emit(rec.tid, rec.cpu_ns, EventKind::RecvEnd { msg: m.msg });
+            }
+            None => {
+                t.timeline.emit(rec.tid, rec.cpu_ns, EventKind::Keepalive);
+                self.unmatched_recvs += 1;
+            }
+        }
+    }
+
+    /// Ends the capture: announces the tasks that sent or received, in order of first
+    /// message, and hands out their events.
+    pub fn finish(mut self, sink: &mut dyn EventSink) -> Summary {
+        let mut members = Vec::with_capacity(self.order.len());
+        for tgid in std::mem::take(&mut self.order) {
+            let mut t = self.tasks.remove(&tgid).expect("member");
+            if !t.exited {
+                t.timeline.emit(0, 0, EventKind::Exit);
+                self.note("task still running at the end of the capture");
+            }
+            members.push((t.name.unwrap_or_default(), t.timeline, t.stats));
+        }
+        let mut summary = Summary::default();
+        (summary.procs, summary.stats) = timeline::hand_out(members, &self.host, sink);
+        summary.unmatched_sends = self.queues.values().map(|q| q.len() as u64).sum();
+        summary.unmatched_recvs = self.unmatched_recvs;
+        if summary.procs.is_empty() {
+            self.note("no traced process sent or received a PVM message");
+        }
+        let end = self.last_exit_ts.unwrap_or(self.last_ts);
+        summary.measured_seconds = end.saturating_sub(self.first_ts.unwrap_or(end)) as f64 * 1e-9;
+        summary.anomalies = self.anomalies;
+        summary
+    }
+}
+
+impl RecordCapture for PvmCapture {
+    /// Events wait for [`PvmCapture::finish`]: the set of tasks is known only then.
+    fn record(&mut self, rec: &Record, _: &mut dyn EventSink) {
+        PvmCapture::record(self, rec);
+    }
+    fn finish(self: Box<Self>, sink: &mut dyn EventSink) -> Summary {
+        PvmCapture::finish(*self, sink)
+    }
+}

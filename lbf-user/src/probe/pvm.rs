@@ -1,0 +1,56 @@
+//! Probing PVM 3: the task library `libpvm3.so.3` and the group library `libgpvm3.so.3`, with
+//! the same entry and exit programs as MPI (the function id travels in the attach cookie,
+//! library slot 0), and their memory reads set in slot 0 of the read table.
+
+use std::path::Path;
+
+use anyhow::{ensure, Context, Result};
+use aya::{
+    maps::{Array, MapData},
+    programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint},
+};
+use lbf_common::{maps, mpi, FnReads, MAX_FNS};
+
+use super::{symbols, Tracer};
+
+impl Tracer {
+    /// Probes the functions `names` (`(fn_id, symbol)`, e.g. `lbf_common::pvm::NAMES`) of the
+    /// PVM library at `path` for every traced process, with memory reads `reads`. Returns the
+    /// symbols the file does not define (not probed); an error if it defines none.
+    pub fn attach_pvm_library(
+        &mut self,
+        path: &Path,
+        names: &[(u16, &'static str)],
+        reads: &[(u16, FnReads)],
+    ) -> Result<Vec<&'static str>> {
+        let target = path
+            .canonicalize()
+            .with_context(|| format!("PVM library {}", path.display()))?;
+        let wanted: Vec<&str> = names.iter().map(|(_, n)| *n).collect();
+        let offsets = symbols::dynamic_function_offsets(&target, &wanted)?;
+        let mut points = Vec::new();
+        let mut missing = Vec::new();
+        for &(id, name) in names {
+            match offsets.get(name) {
+                Some(&offset) => points.push(UProbeAttachPoint {
+                    location: UProbeAttachLocation::AbsoluteOffset(offset),
+                    cookie: Some(mpi::cookie(id, 0)),
+                }),
+                None => missing.push(name),
+            }
+        }
+        ensure!(
+            !points.is_empty(),
+            "{} defines none of the PVM functions lbf probes (pvm_send, pvm_recv, ...)",
+            path.display()
+        );
+        let mut table: Array<&mut MapData, FnReads> =
+            Array::try_from(self.ebpf.map_mut(maps::FN_READS).context("map FN_READS")?)?;
+        for &(id, r) in reads {
+            ensure!((id as u32) < MAX_FNS, "function id {id} out of range");
+            table.set(id as u32, &r, 0)?;
+        }
+        self.attach_entry_exit(&target, &points)?;
+        Ok(missing)
+    }
+}

@@ -1,0 +1,75 @@
+//! The PVM capture end to end, under the real eBPF tracer: the master/worker of
+//! `tests/workloads/pvm`, with messages routed through pvmd (PVM's default) and task to task
+//! (`PvmRouteDirect`). pvmd is started by the traced command, so the tasks it spawns are
+//! traced too. Each run must match every message once, agree with the programs' own counts
+//! and CPU times, and predict its own configuration. Needs root and PVM; skips otherwise.
+
+mod traced;
+
+use std::path::Path;
+
+use lbf::capture::pvm::{fn_reads, PvmCapture};
+use lbf::capture::{CaptureSink, EventLog};
+use lbf_common::pvm;
+use traced::{can_trace, check, trace, workload, Traced};
+
+/// The PVM task library.
+const LIBPVM: &str = "/usr/lib/x86_64-linux-gnu/libpvm3.so.3";
+
+/// Runs the master/worker with `workers` workers, `iters` and `compute_ms`, `route` being
+/// "" (through pvmd) or "direct", under a pvmd the command starts and halts.
+fn trace_pvm(label: &str, args: &str) -> Traced {
+    let bin = workload("pvm", "master_worker", &["-lpvm3"]);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pvm-run");
+    std::fs::create_dir_all(&dir).expect("the PVM run directory");
+    let bin_dir = bin.parent().expect("a folder").display().to_string();
+    std::fs::write(
+        dir.join("hostfile"),
+        format!("* ep={bin_dir}:/usr/bin wd={}\n", dir.display()),
+    )
+    .expect("writing the hostfile");
+    let command = format!(
+        "export PVM_ALLOW_ROOT=1; cd {dir}; rm -f /tmp/pvmd.0 /tmp/pvml.0; \
+         (echo conf; echo quit) | pvm hostfile > /dev/null; \
+         {bin} {args}; status=$?; echo halt | pvm > /dev/null 2>&1; \
+         rm -f /tmp/pvmd.0 /tmp/pvml.0; exit $status",
+        dir = dir.display(),
+        bin = bin.display(),
+    );
+    let sink = CaptureSink::new(PvmCapture::new("localhost"), EventLog::default());
+    trace(
+        label,
+        &command,
+        |t| {
+            t.attach_pvm_library(Path::new(LIBPVM), pvm::NAMES, &fn_reads())
+                .expect("probing libpvm3");
+        },
+        sink,
+        |s| {
+            let (log, summary) = s.into_parts();
+            (log, summary.expect("finished"))
+        },
+    )
+}
+
+fn can_run_pvm() -> bool {
+    let there = Path::new(LIBPVM).exists() && Path::new("/usr/bin/pvm").exists();
+    if !there {
+        eprintln!("skipping: PVM is not installed");
+    }
+    there && can_trace()
+}
+
+#[test]
+fn master_worker_through_pvmd() {
+    if can_run_pvm() {
+        check(&trace_pvm("pvm-default", "3 4 5"), 4);
+    }
+}
+
+#[test]
+fn master_worker_task_to_task() {
+    if can_run_pvm() {
+        check(&trace_pvm("pvm-direct", "3 4 5 direct"), 4);
+    }
+}

@@ -1,0 +1,126 @@
+/* A PVM 3 master/worker: the master spawns WORKERS copies of this program, hands out
+ * 4*WORKERS*ITERS tasks (one int each) with pvm_send, collects results with pvm_recv from any
+ * worker (sender from pvm_bufinfo) and sends the next task or a stop; workers compute 1-3 x
+ * COMPUTE_MS per task and answer with 1-4 doubles. With ROUTE=direct, messages go task to
+ * task (PvmRouteDirect) instead of through pvmd. Needs a running pvmd whose hostfile's `ep=`
+ * lists this program's directory.
+ *
+ * Every task prints an LBF-CHECK line (the workers' through the master, pvm_catchout): pid, tid, role, sends, send_bytes (packed payload),
+ * recvs, recv_bytes, cpu_ns (CLOCK_PROCESS_CPUTIME_ID at the end), work_ns, wall_ns.
+ *
+ * Usage: master_worker WORKERS ITERS COMPUTE_MS [direct] */
+#include <stdint.h>
+#include <stdio.h> /* before pvm3.h, which declares pvm_catchout(FILE *) */
+#include <pvm3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { TAG_TASK = 1, TAG_STOP = 2, TAG_RESULT = 3, MAX_WORKERS = 16 };
+
+static long long sends, send_bytes, recvs, recv_bytes;
+static int64_t work_ns, wall_start;
+
+static int64_t clock_ns(clockid_t c) {
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void compute(double ms) {
+    int64_t start = clock_ns(CLOCK_THREAD_CPUTIME_ID), goal = start + (int64_t)(ms * 1e6);
+    volatile uint64_t x = 1;
+    while (clock_ns(CLOCK_THREAD_CPUTIME_ID) < goal)
+        for (int i = 0; i < 1000; i++) x = x * 6364136223846793005ULL + 1;
+    work_ns += clock_ns(CLOCK_THREAD_CPUTIME_ID) - start;
+}
+
+/* Receives a message (tag -1: any) from `from`; returns its tag, sets *sender, counts it. */
+static int receive(int from, int *sender) {
+    int buf = pvm_recv(from, -1);
+    int bytes, tag;
+    pvm_bufinfo(buf, &bytes, &tag, sender);
+    recvs++;
+    recv_bytes += bytes;
+    return tag;
+}
+
+static void send_ints(int to, int tag, int value) {
+    pvm_initsend(PvmDataRaw);
+    pvm_pkint(&value, 1, 1);
+    pvm_send(to, tag);
+    sends++;
+    send_bytes += sizeof(int);
+}
+
+static void finish(const char *role) {
+    printf("LBF-CHECK pid=%d tid=%d role=%s sends=%lld send_bytes=%lld recvs=%lld "
+           "recv_bytes=%lld cpu_ns=%lld work_ns=%lld wall_ns=%lld\n",
+           (int)getpid(), pvm_mytid(), role, sends, send_bytes, recvs, recv_bytes,
+           (long long)clock_ns(CLOCK_PROCESS_CPUTIME_ID), (long long)work_ns,
+           (long long)(clock_ns(CLOCK_MONOTONIC) - wall_start));
+    fflush(stdout);
+    pvm_exit();
+}
+
+int main(int argc, char **argv) {
+    wall_start = clock_ns(CLOCK_MONOTONIC);
+    int me = pvm_mytid();
+    if (me < 0) {
+        fprintf(stderr, "no pvmd: start one first\n");
+        return 2;
+    }
+    if (argc > 4 && strcmp(argv[4], "direct") == 0) pvm_setopt(PvmRoute, PvmRouteDirect);
+    int parent = pvm_parent();
+    if (parent == PvmNoParent) {
+        if (argc < 4) {
+            fprintf(stderr, "usage: master_worker WORKERS ITERS COMPUTE_MS [direct]\n");
+            pvm_exit();
+            return 2;
+        }
+        int workers = atoi(argv[1]), iters = atoi(argv[2]);
+        if (workers > MAX_WORKERS) workers = MAX_WORKERS;
+        int tids[MAX_WORKERS];
+        pvm_catchout(stdout); /* the workers' LBF-CHECK lines come out here */
+        char *wargv[] = {argv[1], argv[2], argv[3], argc > 4 ? argv[4] : NULL, NULL};
+        if (pvm_spawn(argv[0], wargv, PvmTaskDefault, "", workers, tids) != workers) {
+            fprintf(stderr, "pvm_spawn failed\n");
+            pvm_exit();
+            return 2;
+        }
+        int tasks = 4 * workers * iters, next = 0, done = 0;
+        for (int w = 0; w < workers; w++) {
+            send_ints(tids[w], next < tasks ? TAG_TASK : TAG_STOP, next);
+            if (next < tasks) next++;
+        }
+        while (done < next) {
+            int sender;
+            receive(-1, &sender);
+            double r[4];
+            pvm_upkdouble(r, 1, 1);
+            done++;
+            send_ints(sender, next < tasks ? TAG_TASK : TAG_STOP, next);
+            if (next < tasks) next++;
+        }
+        finish("master");
+    } else {
+        double ms = atof(argv[3]);
+        for (;;) {
+            int sender, task;
+            int tag = receive(parent, &sender);
+            pvm_upkint(&task, 1, 1);
+            if (tag == TAG_STOP) break;
+            compute(ms * (1 + task % 3));
+            double r[4] = {task, me, 0, 0};
+            int n = 1 + task % 4;
+            pvm_initsend(PvmDataRaw);
+            pvm_pkdouble(r, n, 1);
+            pvm_send(parent, TAG_RESULT);
+            sends++;
+            send_bytes += n * sizeof(double);
+        }
+        finish("worker");
+    }
+    return 0;
+}

@@ -20,7 +20,7 @@ pub type MsgId = u64;
 pub type CollId = u64;
 
 /// A process as described in a trace header.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcInfo {
     /// Dense id, the index into the header's list.
     pub id: ProcId,
@@ -30,6 +30,16 @@ pub struct ProcInfo {
     /// The host the process ran on in the measured run.
     #[serde(default)]
     pub host: String,
+    /// When the process started, in nanoseconds after the capture started (the launcher's
+    /// start, for a job started by `mpirun`). The engine starts the process this late, so the
+    /// prediction covers the launcher's start-up as the measured time does. 0 if unknown.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub start_ns: u64,
+}
+
+/// For serde: a zero start is not written.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The kind of a collective operation; selects the cost model's number of rounds.

@@ -138,6 +138,12 @@ pub struct Target {
     pub nodes: Vec<Node>,
     /// The communication costs.
     pub network: Network,
+    /// How much a waiting process loads its node, from 0 to 1. MPI libraries poll while they
+    /// wait: on a node with more runnable processes than cores, a polling process takes CPU
+    /// from those with work to do. 0 is the paper's model (a waiting process uses no CPU); 1 a
+    /// process that polls as hard as a computing one; in between, one that yields the CPU now
+    /// and then. Matters only on oversubscribed nodes.
+    pub spin: f64,
 }
 
 #[cfg(test)]

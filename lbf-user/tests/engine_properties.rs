@@ -96,8 +96,11 @@ fn interleave(streams: &[Vec<Event>], choices: &[usize]) -> Vec<Event> {
     }
 }
 
-fn predict(n: usize, targets: &[Target], events: &[Event]) -> Vec<f64> {
+fn predict(n: usize, targets: &[Target], events: &[Event], starts: &[f64]) -> Vec<f64> {
     let mut engine = Engine::new(n, targets.to_vec()).unwrap();
+    for (p, &t) in starts.iter().enumerate() {
+        engine.set_start(p as u32, t);
+    }
     for (i, e) in events.iter().enumerate() {
         engine.push(*e, i as u64 + 1).unwrap();
     }
@@ -116,12 +119,13 @@ mod reference {
 
     #[derive(Clone, Copy, PartialEq)]
     enum St {
+        NotStarted,
         Run,
         Blocked,
         Done,
     }
 
-    pub fn simulate(target: &Target, streams: &[Vec<Event>]) -> f64 {
+    pub fn simulate(target: &Target, streams: &[Vec<Event>], starts: &[f64]) -> f64 {
         let n = streams.len();
         let mut node_of = vec![0; n];
         for (k, node) in target.nodes.iter().enumerate() {
@@ -138,7 +142,10 @@ mod reference {
         };
         let mut idx = vec![0usize; n];
         let mut remaining = vec![0f64; n];
-        let mut state = vec![St::Run; n];
+        let mut state: Vec<St> = starts
+            .iter()
+            .map(|&t| if t > 0.0 { St::NotStarted } else { St::Run })
+            .collect();
         let mut sent: std::collections::HashMap<u64, (f64, u64, usize)> = Default::default();
         // collective id -> (arrival times, nodes)
         let mut arrivals: std::collections::HashMap<u64, Vec<(f64, usize)>> = Default::default();
@@ -156,7 +163,10 @@ mod reference {
             while changed {
                 changed = false;
                 for p in 0..n {
-                    if state[p] == St::Done || remaining[p] > 1e-12 {
+                    if state[p] == St::NotStarted && now >= starts[p] {
+                        state[p] = St::Run;
+                    }
+                    if matches!(state[p], St::Done | St::NotStarted) || remaining[p] > 1e-12 {
                         continue;
                     }
                     let e = streams[p][idx[p]];
@@ -200,9 +210,15 @@ mod reference {
                     .filter(|&p| state[p] == St::Run && node_of[p] == k && remaining[p] > 1e-12)
                     .count()
             };
+            let polling_on = |k: usize| {
+                (0..n)
+                    .filter(|&p| state[p] == St::Blocked && node_of[p] == k)
+                    .count()
+            };
             let rate = |k: usize| {
                 let node = &target.nodes[k];
-                node.speed * f64::min(1.0, node.cores as f64 / runnable_on(k).max(1) as f64)
+                let load = runnable_on(k) as f64 + target.spin * polling_on(k) as f64;
+                node.speed * f64::min(1.0, node.cores as f64 / load.max(1.0))
             };
             let mut next = f64::INFINITY;
             for p in 0..n {
@@ -225,6 +241,7 @@ mod reference {
                             next = next.min(t.max(now));
                         }
                     }
+                    St::NotStarted => next = next.min(starts[p]),
                     _ => {}
                 }
             }
@@ -359,8 +376,9 @@ fn target(n: usize) -> impl Strategy<Value = Target> {
         proptest::collection::vec((1u32..3, prop_oneof![Just(0.5), Just(1.0), Just(2.0)]), n),
         table(),
         table(),
+        prop_oneof![Just(0.0), Just(0.5), Just(1.0)],
     )
-        .prop_map(move |(place, shapes, local, remote)| {
+        .prop_map(move |(place, shapes, local, remote, spin)| {
             let nodes = (0..n)
                 .map(|k| Node {
                     procs: (0..n)
@@ -375,6 +393,7 @@ fn target(n: usize) -> impl Strategy<Value = Target> {
                 name: "random".into(),
                 nodes,
                 network: Network { local, remote },
+                spin,
             }
         })
 }
@@ -386,6 +405,7 @@ type Case = (
     Vec<Target>,
     Vec<usize>,
     Vec<usize>,
+    Vec<f64>,
 );
 
 fn case() -> impl Strategy<Value = Case> {
@@ -397,6 +417,7 @@ fn case() -> impl Strategy<Value = Case> {
             proptest::collection::vec(target(n), 1..4),
             proptest::collection::vec(0usize..1000, 1..50),
             proptest::collection::vec(0usize..1000, 1..50),
+            proptest::collection::vec(prop_oneof![Just(0.0), 0.0f64..0.005], n),
         )
     })
 }
@@ -410,44 +431,46 @@ proptest! {
 
     #[test]
     fn any_interleaving_gives_the_reference_prediction(
-        (n, actions, exit_cpu, targets, order_a, order_b) in case()
+        (n, actions, exit_cpu, targets, order_a, order_b, starts) in case()
     ) {
         let s = streams(n, &actions, &exit_cpu);
-        let a = predict(n, &targets, &interleave(&s, &order_a));
-        let b = predict(n, &targets, &interleave(&s, &order_b));
+        let a = predict(n, &targets, &interleave(&s, &order_a), &starts);
+        let b = predict(n, &targets, &interleave(&s, &order_b), &starts);
         prop_assert_eq!(&a, &b, "interleavings disagree");
         for (t, got) in targets.iter().zip(&a) {
-            let want = reference::simulate(t, &s);
+            let want = reference::simulate(t, &s, &starts);
             prop_assert!(close(*got, want), "engine {} vs reference {} for {:?}", got, want, t);
         }
     }
 
     #[test]
     fn one_process_per_node_on_a_free_network_is_the_longest_path(
-        (n, actions, exit_cpu, _, order, _) in case()
+        (n, actions, exit_cpu, _, order, _, _) in case()
     ) {
         let s = streams(n, &actions, &exit_cpu);
         let t = Target {
             name: "spread".into(),
             nodes: (0..n as u32).map(|p| Node::new(vec![p])).collect(),
             network: Network::default(),
+            spin: 0.0,
         };
-        let got = predict(n, &[t], &interleave(&s, &order))[0];
+        let got = predict(n, &[t], &interleave(&s, &order), &[])[0];
         let want = longest_path(n, &actions, &exit_cpu);
         prop_assert!(close(got, want), "engine {} vs longest path {}", got, want);
     }
 
     #[test]
     fn one_node_on_a_free_network_is_the_sum_of_work(
-        (n, actions, exit_cpu, _, order, _) in case()
+        (n, actions, exit_cpu, _, order, _, _) in case()
     ) {
         let s = streams(n, &actions, &exit_cpu);
         let t = Target {
             name: "packed".into(),
             nodes: vec![Node::new((0..n as u32).collect())],
             network: Network::default(),
+            spin: 0.0,
         };
-        let got = predict(n, &[t], &interleave(&s, &order))[0];
+        let got = predict(n, &[t], &interleave(&s, &order), &[])[0];
         let want: f64 = s.iter().flatten().map(|e| match e.kind {
             EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } => 0.0,
             _ => e.cpu_ns as f64 * 1e-9,

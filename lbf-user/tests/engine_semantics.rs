@@ -23,6 +23,7 @@ fn target(name: &str, nodes: Vec<Vec<ProcId>>) -> Target {
         name: name.into(),
         nodes: nodes.into_iter().map(Node::new).collect(),
         network: Network::default(),
+        spin: 0.0,
     }
 }
 

@@ -33,6 +33,7 @@ pub fn targets() -> Vec<Target> {
             layout: Layout::Block,
             speed: 1.0,
             network,
+            spin: 0.0,
         };
         short_form(&form, PROCS as usize).expect("a valid short form")
     })

@@ -131,6 +131,17 @@ struct Predict {
     )]
     speed: f64,
 
+    /// Short form: how much a waiting process loads its node, 0 to 1. MPI libraries poll while
+    /// they wait, taking CPU from working processes on an oversubscribed node: 0 (the default,
+    /// the paper's model) ignores that, 1 counts a waiting process like a computing one.
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        requires = "nodes",
+        help_heading = "Short-form target"
+    )]
+    spin: f64,
+
     /// Short form: network preset (zero, shm, gige, 10gige, ib-edr, ib-hdr).
     #[arg(
         long,
@@ -240,7 +251,7 @@ fn predict(args: &Predict) -> Result<()> {
         ),
         _ => None,
     };
-    let mut engine = Engine::new(header.procs.len(), targets)?;
+    let mut engine = Engine::for_procs(&header.procs, targets)?;
     if let (Some(timeline), Some(i)) = (&timeline, timeline_index) {
         engine.set_schedule_sink(i, timeline.sink());
     }
@@ -281,6 +292,7 @@ fn targets(args: &Predict, header: &Header) -> Result<Vec<Target>> {
             layout: args.layout,
             speed: args.speed,
             network: args.network,
+            spin: args.spin,
         };
         targets.push(short_form(&form, procs)?);
     }

@@ -168,6 +168,8 @@ pub struct Capture {
     /// Where each pending `RecvEnd` waits: (tgid, slot).
     recv_slots: HashMap<RecvId, (u32, u64)>,
     first_ts: Option<u64>,
+    /// When each process last called exec: its start, as far as its CPU clock goes.
+    exec_ts: HashMap<u32, u64>,
     last_ts: u64,
     last_exit_ts: Option<u64>,
     anomalies: BTreeMap<String, u64>,
@@ -187,6 +189,7 @@ impl Capture {
             comms: Comms::new(),
             recv_slots: HashMap::new(),
             first_ts: None,
+            exec_ts: HashMap::new(),
             last_ts: 0,
             last_exit_ts: None,
             anomalies: BTreeMap::new(),
@@ -210,7 +213,10 @@ impl Capture {
                     }
                 }
             }
-            Some(RecordKind::Fork | RecordKind::Exec | RecordKind::Syscall) => {}
+            Some(RecordKind::Exec) => {
+                self.exec_ts.insert(rec.tgid, rec.ts_ns);
+            }
+            Some(RecordKind::Fork | RecordKind::Syscall) => {}
             None => note(&mut self.anomalies, "record of unknown kind"),
         }
         let mut touched = vec![rec.tgid];
@@ -236,17 +242,29 @@ impl Capture {
         }
     }
 
+    /// How rank `rank` (process `tgid`) appears in the trace: named after its rank, starting
+    /// when it was exec'd relative to the capture's first record (the launcher's start-up is
+    /// part of the measured time, so the prediction must include it too).
+    fn proc_info(&self, rank: u32, tgid: u32) -> ProcInfo {
+        let start_ns = match (self.exec_ts.get(&tgid), self.first_ts) {
+            (Some(&exec), Some(first)) => exec.saturating_sub(first),
+            _ => 0,
+        };
+        ProcInfo {
+            id: rank,
+            name: format!("rank {rank}"),
+            host: self.host.clone(),
+            start_ns,
+        }
+    }
+
     /// Announces every rank, in rank order, and lets their events flow.
     fn start(&mut self, sink: &mut dyn EventSink) {
         self.started = true;
         let mut ranks: Vec<(u32, u32)> = self.rank_owner.iter().map(|(&r, &t)| (r, t)).collect();
         ranks.sort_unstable();
-        for &(rank, _) in &ranks {
-            sink.process(&ProcInfo {
-                id: rank,
-                name: format!("rank {rank}"),
-                host: self.host.clone(),
-            });
+        for &(rank, tgid) in &ranks {
+            sink.process(&self.proc_info(rank, tgid));
         }
         for (_, tgid) in ranks {
             if let Some(p) = self.procs.get_mut(&tgid) {
@@ -293,12 +311,9 @@ impl Capture {
                 continue;
             };
             p.flush(sink);
-            summary.procs.push(ProcInfo {
-                id: rank,
-                name: format!("rank {rank}"),
-                host: self.host.clone(),
-            });
-            summary.stats.push(p.stats);
+            let stats = p.stats;
+            summary.procs.push(self.proc_info(rank, tgid));
+            summary.stats.push(stats);
         }
         summary.unmatched_sends = self.matcher.unmatched_sends();
         let open = self.comms.open_collectives();

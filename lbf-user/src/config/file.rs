@@ -11,6 +11,8 @@ use std::path::Path;
 #[serde(deny_unknown_fields)]
 struct TargetFile {
     name: Option<String>,
+    #[serde(default)]
+    spin: f64,
     node: Vec<NodeFile>,
     network: Option<NetworkFile>,
 }
@@ -83,6 +85,7 @@ pub fn parse_target(
         name,
         nodes,
         network,
+        spin: file.spin,
     };
     validate(&target, num_procs).map_err(fail)?;
     Ok(target)

@@ -45,6 +45,13 @@ impl std::error::Error for ConfigError {}
 /// Checks what the engine relies on: every process `0..num_procs` on exactly one node, every
 /// node with at least one core and a positive, finite speed. The message names the culprit.
 fn validate(target: &Target, num_procs: usize) -> Result<(), String> {
+    if !(0.0..=1.0).contains(&target.spin) {
+        return Err(format!(
+            "spin is {}; it must be between 0 (waiting uses no CPU) and 1 (waiting polls \
+             as hard as computing)",
+            target.spin
+        ));
+    }
     let mut home: Vec<Option<usize>> = vec![None; num_procs];
     for (index, node) in target.nodes.iter().enumerate() {
         if node.cores == 0 {

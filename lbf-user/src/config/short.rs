@@ -25,6 +25,8 @@ pub struct ShortForm {
     pub speed: f64,
     /// The network.
     pub network: &'static NetworkPreset,
+    /// Load of a waiting process on its node, 0 to 1 (see [`Target::spin`]).
+    pub spin: f64,
 }
 
 /// The target `form` describes for a trace of `num_procs` processes, named after the form,
@@ -54,9 +56,14 @@ pub fn short_form(form: &ShortForm, num_procs: usize) -> Result<Target, ConfigEr
     } else {
         format!(" speed {}", form.speed)
     };
+    let spin = if form.spin == 0.0 {
+        String::new()
+    } else {
+        format!(" spin {}", form.spin)
+    };
     let target = Target {
         name: format!(
-            "{}x{} {layout} {}{speed}",
+            "{}x{} {layout} {}{speed}{spin}",
             form.nodes, form.cores, form.network.name
         ),
         nodes: procs
@@ -68,8 +75,10 @@ pub fn short_form(form: &ShortForm, num_procs: usize) -> Result<Target, ConfigEr
             })
             .collect(),
         network: form.network.network(),
+        spin: form.spin,
     };
-    validate(&target, num_procs).map_err(|m| ConfigError::new("--nodes/--cores/--speed", m))?;
+    validate(&target, num_procs)
+        .map_err(|m| ConfigError::new("--nodes/--cores/--speed/--spin", m))?;
     Ok(target)
 }
 
@@ -84,6 +93,7 @@ mod tests {
             cores,
             layout,
             speed: 1.0,
+            spin: 0.0,
             network: preset("gige").unwrap(),
         }
     }

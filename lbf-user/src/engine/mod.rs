@@ -14,7 +14,7 @@ mod sim;
 mod streams;
 mod time;
 
-use crate::event::{Event, EventKind, ProcId};
+use crate::event::{Event, EventKind, ProcId, ProcInfo};
 use crate::target::Target;
 
 /// Receives the predicted schedule of one target as it is computed, for timelines.
@@ -178,6 +178,7 @@ impl std::error::Error for EngineError {}
 ///     name: "1 node".into(),
 ///     nodes: vec![Node::new(vec![0, 1])],
 ///     network: Network::default(),
+///     spin: 0.0,
 /// };
 /// let mut engine = Engine::new(2, vec![both_on_one]).unwrap();
 /// for p in 0..2 {
@@ -206,6 +207,32 @@ impl Engine {
             sims,
             failed: None,
         })
+    }
+
+    /// An engine for the processes `procs` (the trace header's list, ids `0..procs.len()`),
+    /// starting each at its `start_ns`; see [`Engine::new`] and [`Engine::set_start`].
+    pub fn for_procs(procs: &[ProcInfo], targets: Vec<Target>) -> Result<Self, EngineError> {
+        let mut engine = Engine::new(procs.len(), targets)?;
+        for p in procs.iter().filter(|p| p.start_ns > 0) {
+            engine.set_start(p.id, p.start_ns as f64 * 1e-9);
+        }
+        Ok(engine)
+    }
+
+    /// Makes process `proc` start `seconds` after the run's start instead of at once, in every
+    /// target: a job's launcher starts its ranks late, and the measured time includes that.
+    /// Must precede `proc`'s first event.
+    ///
+    /// # Panics
+    /// If `proc` is not a process of the trace, or `seconds` is negative or not finite.
+    pub fn set_start(&mut self, proc: ProcId, seconds: f64) {
+        assert!(
+            seconds.is_finite() && seconds >= 0.0,
+            "start time {seconds}"
+        );
+        for sim in &mut self.sims {
+            sim.set_start(proc as usize, seconds);
+        }
     }
 
     /// Records the predicted schedule of target number `target` into `sink`.

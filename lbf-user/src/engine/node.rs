@@ -23,6 +23,9 @@ pub(super) struct NodeState {
     speed: f64,
     /// `(finish virtual time, process)`, smallest first.
     runnable: BinaryHeap<Reverse<(Time, ProcId)>>,
+    /// Load of the waiting processes that poll: the number of polling processes times the
+    /// target's spin weight. They share the cores but make no progress.
+    polling: f64,
     /// Virtual clock at real time `synced_at`.
     virtual_now: f64,
     /// Real time at which `virtual_now` was last brought up to date.
@@ -36,18 +39,25 @@ impl NodeState {
             cores: node.cores,
             speed: node.speed,
             runnable: BinaryHeap::new(),
+            polling: 0.0,
             virtual_now: 0.0,
             synced_at: 0.0,
         }
     }
 
-    /// Per-process rate with the current number of runnable processes.
+    /// Per-process rate with the current number of runnable and polling processes.
     pub(super) fn rate(&self) -> f64 {
-        let n = self.runnable.len();
-        if n == 0 {
+        let load = self.runnable.len() as f64 + self.polling;
+        if load <= self.cores as f64 {
             return self.speed;
         }
-        self.speed * f64::min(1.0, self.cores as f64 / n as f64)
+        self.speed * self.cores as f64 / load
+    }
+
+    /// Adds `delta` (positive or negative) to the polling load at real time `now`.
+    pub(super) fn add_polling(&mut self, now: f64, delta: f64) {
+        self.sync(now);
+        self.polling = (self.polling + delta).max(0.0);
     }
 
     /// The runnable processes, in no particular order.
@@ -118,6 +128,16 @@ mod tests {
         assert_eq!(n.next_finish(), Some(2.0));
         assert_eq!(n.pop_finished(2.0), 1);
         assert_eq!(n.next_finish(), Some(2.5));
+    }
+
+    #[test]
+    fn polling_processes_take_a_share_without_progress() {
+        let mut n = node(1, 1.0);
+        n.join(0.0, 0, 1.0);
+        n.add_polling(0.0, 1.0); // one process polls as hard as it can
+        assert_eq!(n.next_finish(), Some(2.0));
+        n.add_polling(1.0, -1.0); // at 1.0 it stops: half the work is left
+        assert_eq!(n.next_finish(), Some(1.5));
     }
 
     #[test]

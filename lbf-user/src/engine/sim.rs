@@ -36,6 +36,8 @@ pub(super) type SimResult<T> = Result<T, Box<EngineError>>;
 enum State {
     /// Its next event has not arrived.
     Starved,
+    /// Its first event is known but it starts later (see [`Sim::set_start`]).
+    NotStarted,
     /// Doing the CPU work before its current event.
     Computing,
     /// At a recv_end, waiting for the message.
@@ -58,6 +60,8 @@ struct Proc {
     last_origin: u64,
     /// When the current wait began (for timelines).
     wait_since: f64,
+    /// When the process starts; it does nothing before.
+    start: f64,
 }
 
 /// A message between its send and its receive.
@@ -73,6 +77,8 @@ enum Msg {
 pub(super) struct Sim {
     name: String,
     network: Network,
+    /// The target's spin weight: the load a waiting process puts on its node.
+    spin: f64,
     node_of: Vec<usize>,
     nodes: Vec<NodeState>,
     /// Next work completion time of each node, up to date except for the nodes in `dirty`.
@@ -104,6 +110,12 @@ impl Sim {
             target: target.name.clone(),
             reason,
         };
+        if !(0.0..=1.0).contains(&target.spin) {
+            return Err(bad(format!(
+                "spin is {}; it must be between 0 and 1",
+                target.spin
+            )));
+        }
         let mut node_of = vec![usize::MAX; num_procs];
         for (n, node) in target.nodes.iter().enumerate() {
             if node.cores == 0 {
@@ -140,6 +152,7 @@ impl Sim {
                 cursor: 0,
                 last_origin: 0,
                 wait_since: 0.0,
+                start: 0.0,
             })
             .collect();
         Ok(Sim {
@@ -150,6 +163,7 @@ impl Sim {
             slice_start: vec![0.0; target.nodes.len()],
             name: target.name,
             network: target.network,
+            spin: target.spin,
             node_of,
             timers: BinaryHeap::new(),
             now: 0.0,
@@ -165,6 +179,11 @@ impl Sim {
     /// Records the predicted schedule into `sink` from now on.
     pub(super) fn set_sink(&mut self, sink: Box<dyn ScheduleSink>) {
         self.sink = Some(sink);
+    }
+
+    /// Makes process `p` start at `seconds` instead of 0. Must precede `p`'s first event.
+    pub(super) fn set_start(&mut self, p: usize, seconds: f64) {
+        self.procs[p].start = seconds;
     }
 
     /// Absolute index of the next event this simulation will read from process `p`.
@@ -221,6 +240,11 @@ impl Sim {
     /// collective has ended.
     fn wake(&mut self, t: f64, p: usize, streams: &Streams) -> SimResult<()> {
         self.now = t;
+        if self.procs[p].state == State::NotStarted {
+            self.procs[p].start = t;
+            return self.advance_proc(p, streams);
+        }
+        self.stop_polling(p);
         let current = self.procs[p]
             .current
             .expect("a waiting process has a current event");
@@ -249,6 +273,12 @@ impl Sim {
                 self.starved += 1;
                 return Ok(());
             };
+            if proc.cursor == 0 && proc.start > self.now {
+                proc.state = State::NotStarted;
+                self.timers
+                    .push(Reverse((Time::new(proc.start), p as ProcId)));
+                return Ok(());
+            }
             proc.cursor += 1;
             proc.current = Some(q);
             proc.last_origin = q.origin;
@@ -385,9 +415,26 @@ impl Sim {
         }
     }
 
+    /// Process `p` starts waiting now; if waiting processes poll, it loads its node.
     fn start_wait(&mut self, p: usize, state: State) {
         self.procs[p].state = state;
         self.procs[p].wait_since = self.now;
+        self.change_polling(p, self.spin);
+    }
+
+    /// Process `p` stops waiting now: it no longer loads its node.
+    fn stop_polling(&mut self, p: usize) {
+        self.change_polling(p, -self.spin);
+    }
+
+    /// Adds `delta` to the polling load of `p`'s node, if waiting processes poll at all.
+    fn change_polling(&mut self, p: usize, delta: f64) {
+        if self.spin > 0.0 {
+            let n = self.node_of[p];
+            self.close_slices(n);
+            self.nodes[n].add_polling(self.now, delta);
+            self.mark_dirty(n);
+        }
     }
 
     fn enter_collective(

@@ -143,6 +143,7 @@ impl ServeConfig {
                 layout,
                 speed: s.speed,
                 network: preset(&s.network)?,
+                spin: 0.0,
             };
             targets.push(short_form(&form, procs.len())?);
         }
@@ -190,6 +191,7 @@ fn procs(job: &Job) -> Result<Vec<ProcInfo>> {
             id: id as u32,
             name,
             host: String::new(),
+            ..Default::default()
         })
         .collect())
 }

@@ -191,6 +191,7 @@ mod tests {
             name: "pair".into(),
             nodes: vec![Node::new(vec![0]), Node::new(vec![1])],
             network: Network::default(),
+            spin: 0.0,
         }
     }
 
@@ -200,11 +201,13 @@ mod tests {
                 id: 0,
                 name: "rank0".into(),
                 host: String::new(),
+                ..Default::default()
             },
             ProcInfo {
                 id: 1,
                 name: String::new(),
                 host: String::new(),
+                ..Default::default()
             },
         ]
     }

@@ -34,6 +34,7 @@ pub fn header(config: &Config) -> Header {
             id,
             name: format!("rank{id}"),
             host: "synthetic".into(),
+            ..Default::default()
         })
         .collect();
     Header { procs }

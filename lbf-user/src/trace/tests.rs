@@ -66,6 +66,7 @@ fn header() -> Header {
         id,
         name: format!("rank{id}"),
         host: host.into(),
+        ..Default::default()
     };
     Header {
         procs: vec![proc(0, "a"), proc(1, "b")],

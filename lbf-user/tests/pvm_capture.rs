@@ -1,6 +1,6 @@
 //! The PVM capture end to end, under the real eBPF tracer: the master/worker of
 //! `tests/workloads/pvm`, with messages routed through pvmd (PVM's default) and task to task
-//! (`PvmRouteDirect`). pvmd is started by the traced command, so the tasks it spawns are
+//! (`PvmRouteDirect`), and the group program (`pvm_joingroup`, `pvm_bcast`, `pvm_barrier`). pvmd is started by the traced command, so the tasks it spawns are
 //! traced too. Each run must match every message once, agree with the programs' own counts
 //! and CPU times, and predict its own configuration. Needs root and PVM; skips otherwise.
 
@@ -15,11 +15,12 @@ use traced::{can_trace, check, trace, workload, Traced};
 
 /// The PVM task library.
 const LIBPVM: &str = "/usr/lib/x86_64-linux-gnu/libpvm3.so.3";
+/// The PVM group library.
+const LIBGPVM: &str = "/usr/lib/x86_64-linux-gnu/libgpvm3.so.3";
 
-/// Runs the master/worker with `workers` workers, `iters` and `compute_ms`, `route` being
-/// "" (through pvmd) or "direct", under a pvmd the command starts and halts.
-fn trace_pvm(label: &str, args: &str) -> Traced {
-    let bin = workload("pvm", "master_worker", &["-lpvm3"]);
+/// Runs workload `name` with `args` under a pvmd the command starts and halts.
+fn trace_pvm(label: &str, name: &str, args: &str) -> Traced {
+    let bin = workload("pvm", name, &["-lgpvm3", "-lpvm3"]);
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pvm-run");
     std::fs::create_dir_all(&dir).expect("the PVM run directory");
     let bin_dir = bin.parent().expect("a folder").display().to_string();
@@ -43,6 +44,8 @@ fn trace_pvm(label: &str, args: &str) -> Traced {
         |t| {
             t.attach_pvm_library(Path::new(LIBPVM), pvm::NAMES, &fn_reads())
                 .expect("probing libpvm3");
+            t.attach_pvm_library(Path::new(LIBGPVM), pvm::GROUP_NAMES, &fn_reads())
+                .expect("probing libgpvm3");
         },
         sink,
         |s| {
@@ -53,7 +56,9 @@ fn trace_pvm(label: &str, args: &str) -> Traced {
 }
 
 fn can_run_pvm() -> bool {
-    let there = Path::new(LIBPVM).exists() && Path::new("/usr/bin/pvm").exists();
+    let there = [LIBPVM, LIBGPVM, "/usr/bin/pvm"]
+        .iter()
+        .all(|p| Path::new(p).exists());
     if !there {
         eprintln!("skipping: PVM is not installed");
     }
@@ -63,13 +68,20 @@ fn can_run_pvm() -> bool {
 #[test]
 fn master_worker_through_pvmd() {
     if can_run_pvm() {
-        check(&trace_pvm("pvm-default", "3 4 5"), 4);
+        check(&trace_pvm("pvm-default", "master_worker", "3 4 5"), 4);
     }
 }
 
 #[test]
 fn master_worker_task_to_task() {
     if can_run_pvm() {
-        check(&trace_pvm("pvm-direct", "3 4 5 direct"), 4);
+        check(&trace_pvm("pvm-direct", "master_worker", "3 4 5 direct"), 4);
+    }
+}
+
+#[test]
+fn group_broadcasts_and_barriers() {
+    if can_run_pvm() {
+        check(&trace_pvm("pvm-group", "group", "3 4 5"), 4);
     }
 }

@@ -23,10 +23,18 @@
 //! | `pvm_nrecv`, `pvm_trecv` returning a message | `RecvStart` at the entry, `RecvEnd` at the return; nothing otherwise |
 //! | process exit | `Exit` |
 //!
+//! | `pvm_joingroup` | nothing; the task is a member of the group from its return on |
+//! | `pvm_bcast` | one `Send` per other member of the group at the entry |
+//! | `pvm_barrier` | `CollStart` at the entry, `CollEnd` at the return (one collective per group and barrier number) |
+//!
+//! The group library talks to the group server (`pvmgs`) with `pvm_send`/`pvm_recv` from
+//! inside these calls: calls nested in a probed call are ignored, as are messages to and from
+//! the group server's task id (from group calls not probed, like `pvm_lvgroup`); `pvmgs`
+//! itself is not part of the trace.
+//!
 //! A process appears in the trace once it sends or receives; pvmd, the console and shells do
 //! not. Process ids follow the order of first message, and events are handed out at the end
-//! (as for sockets). Group calls (`libgpvm3`) are not modelled yet: they are counted as
-//! anomalies when probed.
+//! (as for sockets).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -35,10 +43,16 @@ use lbf_common::{pvm, FnReads, MemRead, Record, RecordKind};
 use super::source::RecordCapture;
 use super::timeline::{self, Timeline};
 use super::{EventSink, ProcStats, Summary};
-use crate::event::{EventKind, MsgId};
+use crate::event::{CollOp, EventKind, MsgId};
 
 /// Most destinations of one `pvm_mcast` a record holds (256 bytes of 4-byte task ids).
 const MCAST_MAX: usize = 64;
+
+/// Bytes of a group name read at the entry of a group call.
+const GROUP_NAME_BYTES: u16 = 64;
+
+/// The PVM group server, a task of PVM's own: never part of the trace.
+const GROUP_SERVER: &str = "pvmgs";
 
 /// The memory reads of the probed PVM functions: the string of `pvm_pkstr`, the task ids of
 /// `pvm_mcast` (at entry) and the sender of `pvm_precv` (at the return).
@@ -53,6 +67,20 @@ pub fn fn_reads() -> Vec<(u16, FnReads)> {
     };
     vec![
         (pvm::PKSTR, at_entry(1, 0, 256)),
+        // At the return: the library has read the name, so its page is resident.
+        (
+            pvm::JOINGROUP,
+            FnReads {
+                entry: MemRead::default(),
+                exit: MemRead {
+                    ptr_arg: 1,
+                    count_arg: 0,
+                    len: GROUP_NAME_BYTES,
+                },
+            },
+        ),
+        (pvm::BCAST, at_entry(1, 0, GROUP_NAME_BYTES)),
+        (pvm::BARRIER, at_entry(1, 0, GROUP_NAME_BYTES)),
         (pvm::MCAST, at_entry(1, 2, 4)),
         (
             pvm::PRECV,
@@ -78,6 +106,12 @@ fn item_size(fn_id: u16) -> Option<u64> {
         pvm::PKDCPLX => 16,
         _ => return None,
     })
+}
+
+/// The NUL-terminated group name at the start of `mem`.
+fn group_name(mem: &[u8]) -> Option<String> {
+    let end = mem.iter().position(|&b| b == 0)?;
+    Some(String::from_utf8_lossy(&mem[..end]).into_owned())
 }
 
 /// Bytes per item of `pvm_psend`'s `datatype` (`PVM_STR` 0 ... `PVM_ULONG` 11).
@@ -109,6 +143,8 @@ struct Open {
     cpu_ns: u64,
     /// Made inside another probed call (PVM calls itself): ignored.
     nested: bool,
+    /// The collective a `pvm_barrier` entered.
+    coll: Option<u64>,
 }
 
 /// One traced process.
@@ -124,6 +160,10 @@ struct Task {
     calls: HashMap<u32, Vec<Open>>,
     exited: bool,
     stats: ProcStats,
+    /// Barriers entered so far, per group.
+    barriers: HashMap<String, u64>,
+    /// The group server or another process that is never part of the trace.
+    excluded: bool,
 }
 
 /// Turns PVM call records into events; see the module documentation.
@@ -134,6 +174,14 @@ pub struct PvmCapture {
     /// Messages not yet received, per destination task id, in order of sending.
     queues: HashMap<i32, VecDeque<Pending>>,
     next_msg: MsgId,
+    /// Task ids of the group server, learnt from the sends inside group calls: messages to and
+    /// from it are PVM's, not the program's (the group calls not probed, like `pvm_lvgroup`,
+    /// talk to it with `pvm_send` too).
+    servers: Vec<i32>,
+    /// Task ids of each group's members.
+    groups: HashMap<String, Vec<i32>>,
+    /// Collective id of (group, barrier number).
+    barriers: HashMap<(String, u64), u64>,
     first_ts: Option<u64>,
     last_ts: u64,
     last_exit_ts: Option<u64>,
@@ -150,6 +198,9 @@ impl PvmCapture {
             order: Vec::new(),
             queues: HashMap::new(),
             next_msg: 1,
+            servers: Vec::new(),
+            groups: HashMap::new(),
+            barriers: HashMap::new(),
             first_ts: None,
             last_ts: 0,
             last_exit_ts: None,
@@ -194,19 +245,41 @@ impl PvmCapture {
     }
 
     fn entry(&mut self, rec: &Record) {
+        if !self.tasks.contains_key(&rec.tgid) {
+            let comm =
+                std::fs::read_to_string(format!("/proc/{}/comm", rec.tgid)).unwrap_or_default();
+            let t = self.tasks.entry(rec.tgid).or_default();
+            t.excluded = comm.trim() == GROUP_SERVER;
+        }
         let t = self.tasks.entry(rec.tgid).or_default();
+        if t.excluded {
+            return;
+        }
         let stack = t.calls.entry(rec.tid).or_default();
         let nested = !stack.is_empty();
+        // A group call sends to the group server: learn its task id.
+        let in_group_call = stack
+            .first()
+            .is_some_and(|o| matches!(o.fn_id, pvm::JOINGROUP | pvm::BCAST | pvm::BARRIER));
+        if in_group_call && rec.fn_id == pvm::SEND {
+            let server = rec.args[0] as i32;
+            if !self.servers.contains(&server) {
+                self.servers.push(server);
+            }
+        }
+        let t = self.tasks.get_mut(&rec.tgid).expect("inserted above");
+        let stack = t.calls.entry(rec.tid).or_default();
         stack.push(Open {
             fn_id: rec.fn_id,
             args: rec.args,
             cpu_ns: rec.cpu_ns,
             nested,
+            coll: None,
         });
         if nested {
             return;
         }
-        let packed = t.packed;
+        let (packed, me) = (t.packed, t.tid);
         let mem = &rec.mem[..usize::from(rec.mem_len).min(rec.mem.len())];
         let a = rec.args;
         let mut pack = |n: u64| {
@@ -243,10 +316,53 @@ impl PvmCapture {
                     .collect();
                 self.send(rec, &tids, a[2] as i32, packed);
             }
-            pvm::BCAST | pvm::BARRIER | pvm::JOINGROUP => {
-                self.note("PVM group call (not modelled)");
-            }
+            pvm::BCAST => match group_name(mem) {
+                Some(g) => {
+                    let others: Vec<i32> = self
+                        .groups
+                        .get(&g)
+                        .map(|m| m.iter().copied().filter(|&x| Some(x) != me).collect())
+                        .unwrap_or_default();
+                    self.send(rec, &others, a[1] as i32, packed);
+                }
+                None => self.note("pvm_bcast to an unreadable group name"),
+            },
+            pvm::BARRIER => match group_name(mem) {
+                Some(g) => self.barrier(rec, g, a[1] as i32),
+                None => self.note("pvm_barrier of an unreadable group name"),
+            },
             _ => {}
+        }
+    }
+
+    /// Enters barrier number n (this task's n-th) of group `g` with `count` participants
+    /// (-1: every member).
+    fn barrier(&mut self, rec: &Record, g: String, count: i32) {
+        let size = if count > 0 {
+            count as u32
+        } else {
+            self.groups.get(&g).map_or(1, |m| m.len() as u32)
+        };
+        let t = self.member(rec.tgid);
+        let seq = t.barriers.entry(g.clone()).or_default();
+        let key = (g, *seq);
+        *seq += 1;
+        let next = self.barriers.len() as u64 + 1;
+        let coll = *self.barriers.entry(key).or_insert(next);
+        let t = self.member(rec.tgid);
+        t.timeline.emit(
+            rec.tid,
+            rec.cpu_ns,
+            EventKind::CollStart {
+                coll,
+                op: CollOp::Barrier,
+                size,
+                bytes: 0,
+            },
+        );
+        t.stats.collectives += 1;
+        if let Some(open) = t.calls.get_mut(&rec.tid).and_then(|s| s.last_mut()) {
+            open.coll = Some(coll);
         }
     }
 
@@ -259,7 +375,12 @@ impl PvmCapture {
         if src < 0 {
             self.note("PVM send by a task whose id is unknown (no pvm_mytid seen)");
         }
-        for &dst in dsts {
+        let dsts: Vec<i32> = dsts
+            .iter()
+            .copied()
+            .filter(|d| !self.servers.contains(d))
+            .collect();
+        for dst in dsts {
             let msg = self.next_msg;
             self.next_msg += 1;
             let t = self.member(rec.tgid);
@@ -288,6 +409,9 @@ impl PvmCapture {
         }
         let ret = rec.args[0] as i64 as i32;
         let a = open.args;
+        if t.excluded {
+            return;
+        }
         match open.fn_id {
             pvm::MYTID if ret > 0 => t.tid = Some(ret),
             pvm::INITSEND => {
@@ -312,6 +436,24 @@ impl PvmCapture {
             pvm::NRECV | pvm::TRECV if ret > 0 => {
                 self.receive(rec, open.cpu_ns, a[0] as i32, a[1] as i32);
             }
+            pvm::JOINGROUP if ret >= 0 => {
+                let mem = &rec.mem[..usize::from(rec.mem_len).min(rec.mem.len())];
+                match (t.tid, group_name(mem)) {
+                    (Some(me), Some(g)) => {
+                        let members = self.groups.entry(g).or_default();
+                        if !members.contains(&me) {
+                            members.push(me);
+                        }
+                    }
+                    _ => self.note("pvm_joingroup by an unknown task or of an unreadable group"),
+                }
+            }
+            pvm::BARRIER => {
+                if let Some(coll) = open.coll {
+                    t.timeline
+                        .emit(rec.tid, rec.cpu_ns, EventKind::CollEnd { coll });
+                }
+            }
             _ => {}
         }
     }
@@ -319,6 +461,9 @@ impl PvmCapture {
     /// A receive of a message from `from` with `tag` (-1: any) returned at `rec`; it began
     /// at the thread's CPU clock `entry_cpu`.
     fn receive(&mut self, rec: &Record, entry_cpu: u64, from: i32, tag: i32) {
+        if self.servers.contains(&from) {
+            return;
+        }
         let me = self.tasks.get(&rec.tgid).and_then(|t| t.tid);
         let found = me.and_then(|me| {
             let q = self.queues.get_mut(&me)?;

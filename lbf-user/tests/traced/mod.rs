@@ -239,6 +239,14 @@ pub fn check(t: &Traced, expected_procs: usize) {
             "{} messages and bytes",
             s.procs[i].name
         );
+        if c.0.contains_key("colls") {
+            assert_eq!(
+                st.collectives,
+                c.num("colls"),
+                "{} collectives",
+                s.procs[i].name
+            );
+        }
         let cpu = c.num("cpu_ns") as f64;
         let err = (st.cpu_ns as f64 - cpu).abs() / cpu;
         assert!(
@@ -249,7 +257,9 @@ pub fn check(t: &Traced, expected_procs: usize) {
         );
     }
     let predicted = predict_as_run(t);
-    let measured = s.measured_seconds;
+    // The program's run time: the longest its processes measured themselves (the command
+    // around them, e.g. starting and halting pvmd, is no part of it).
+    let measured = t.checks.iter().map(|c| c.num("wall_ns")).max().unwrap_or(0) as f64 * 1e-9;
     eprintln!(
         "measured {measured:.4} s, predicted {predicted:.4} s for the run's own configuration"
     );
@@ -257,7 +267,7 @@ pub fn check(t: &Traced, expected_procs: usize) {
     // the cores (a busy shared machine), the run is slower than any placement predicts.
     let ours: f64 = s.stats.iter().map(|st| st.cpu_ns as f64 * 1e-9).sum();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-    let others = (t.machine_cpu_seconds - ours).max(0.0) / (cores * measured);
+    let others = (t.machine_cpu_seconds - ours).max(0.0) / (cores * s.measured_seconds);
     if others > BUSY_MACHINE {
         eprintln!(
             "NOT CHECKED: other processes used {:.0} % of the machine's CPU during the run, \

@@ -5,5 +5,5 @@ out=${1:?usage: build.sh OUT_DIR}
 src=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 for c in "$src"/*.c; do
-    gcc -O1 -g -Wall -Wextra -o "$out/$(basename "$c" .c)" "$c" -lpvm3
+    gcc -O1 -g -Wall -Wextra -o "$out/$(basename "$c" .c)" "$c" -lgpvm3 -lpvm3
 done

@@ -95,3 +95,45 @@ fn a_program_without_sockets_is_named() {
         .expect("a note saying no process used sockets");
     assert!(note.contains("sh["), "{note}");
 }
+
+/// Runs `lbf-trace -o FILE -- command...`; returns its exit status and standard error.
+fn lbf_trace(args: &[&str]) -> (i32, String) {
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bad-input.trace.jsonl");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lbf-trace"))
+        .arg("-o")
+        .arg(&out)
+        .args(args)
+        .output()
+        .expect("running lbf-trace");
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn lbf_trace_names_a_process_that_uses_no_sockets() {
+    if !can_trace() {
+        return;
+    }
+    let (code, err) = lbf_trace(&["--", "true"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("nothing to predict") && err.contains("true["),
+        "{err}"
+    );
+}
+
+#[test]
+fn lbf_trace_says_which_socket_family_it_does_not_capture() {
+    if !can_trace() {
+        return;
+    }
+    // `ip` talks to the kernel over a netlink socket only.
+    let (code, err) = lbf_trace(&["--source", "sockets", "--", "ip", "link", "show", "lo"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("socket of a family lbf does not capture"),
+        "{err}"
+    );
+}

@@ -254,7 +254,19 @@ impl SocketCapture {
                 .or_default()
                 .timeline
                 .waiting_since(d.entry_cpu),
-            Call::Open { fds, connected } => {
+            Call::Open {
+                family: Some(f), ..
+            } if !CAPTURED_FAMILIES.contains(&f) => {
+                note(
+                    &mut self.anomalies,
+                    &format!(
+                        "socket of a family lbf does not capture ({}; it captures TCP, UDP and \
+                         UNIX sockets)",
+                        family_name(f)
+                    ),
+                );
+            }
+            Call::Open { fds, connected, .. } => {
                 for fd in fds {
                     self.fds.insert((tgid, fd), Fd::Unresolved);
                     if connected {
@@ -400,6 +412,22 @@ impl RecordCapture for SocketCapture {
     fn finish(self: Box<Self>, sink: &mut dyn EventSink) -> Summary {
         SocketCapture::finish(*self, sink)
     }
+}
+
+/// Address families whose sockets are captured: `AF_UNIX`, `AF_INET`, `AF_INET6`.
+const CAPTURED_FAMILIES: [i32; 3] = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6];
+
+/// A family's name for messages, like `AF_NETLINK (16)`.
+fn family_name(family: i32) -> String {
+    let name = match family {
+        libc::AF_NETLINK => "AF_NETLINK",
+        libc::AF_PACKET => "AF_PACKET",
+        libc::AF_BLUETOOTH => "AF_BLUETOOTH",
+        libc::AF_VSOCK => "AF_VSOCK",
+        libc::AF_ALG => "AF_ALG",
+        _ => "address family",
+    };
+    format!("{name} ({family})")
 }
 
 /// Counts one occurrence of anomaly `what`.

@@ -92,6 +92,8 @@ pub enum Call {
         fds: Vec<i32>,
         /// Whether they are connected already.
         connected: bool,
+        /// The address family (`AF_*`) given to `socket`/`socketpair`; `None` for `accept`.
+        family: Option<i32>,
     },
     /// `fd` was connected (or is being connected, nonblocking).
     Connected {
@@ -157,10 +159,12 @@ pub fn decode(rec: &Record) -> Decoded {
         nr::SOCKET => Call::Open {
             fds: vec![ret as i32],
             connected: false,
+            family: Some(fd),
         },
         nr::ACCEPT | nr::ACCEPT4 => Call::Open {
             fds: vec![ret as i32],
             connected: true,
+            family: None,
         },
         nr::SOCKETPAIR => {
             let mem = &rec.mem[..usize::from(rec.mem_len).min(8)];
@@ -170,6 +174,7 @@ pub fn decode(rec: &Record) -> Decoded {
                     .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                     .collect(),
                 connected: true,
+                family: Some(fd),
             }
         }
         nr::WRITE | nr::WRITEV | nr::SENDTO | nr::SENDMSG if ret > 0 => Call::Send {

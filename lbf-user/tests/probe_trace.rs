@@ -402,7 +402,7 @@ fn attach_to_running_mpich_ranks() {
 }
 
 #[test]
-fn clear_errors_for_a_dead_pid_and_a_process_without_mpi() {
+fn clear_errors_for_a_dead_pid_and_an_mpi_capture_without_mpi() {
     let dir = scratch("errors");
     let dump = dir.join("raw.jsonl");
     let mut child = Command::new("true").spawn().unwrap();
@@ -416,12 +416,14 @@ fn clear_errors_for_a_dead_pid_and_a_process_without_mpi() {
         "{err}"
     );
 
+    // Without --source, a process without MPI is captured by its sockets.
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
-    let out = lbf_trace(&["-p", &sleeper.id().to_string()], &dump, &[]);
+    let pid = sleeper.id().to_string();
+    let out = lbf_trace(&["--source", "mpi", "-p", &pid], &dump, &[]);
     sleeper.kill().ok();
     sleeper.wait().ok();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("MPI programs only"), "{err}");
+    assert!(err.contains("has an MPI library mapped"), "{err}");
     fs::remove_dir_all(dir).ok();
 }

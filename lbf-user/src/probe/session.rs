@@ -10,8 +10,13 @@ use anyhow::Result;
 
 use super::{procfs, LostCounts, RecordReader, RecordSink, Tracer};
 
-/// How long one wait for records lasts (bounds the reaction to a stop request).
-const POLL: Duration = Duration::from_millis(50);
+/// How long one wait for records lasts: bounds the reaction to a stop request and how late
+/// records are read (the kernel side wakes the reader only when the ring buffer fills up).
+const POLL: Duration = Duration::from_millis(10);
+/// Pause after each drain, so that records are read in batches: without it the reader would
+/// find a record or two after every drain and compete with the traced program for the CPUs.
+/// The ring buffer must hold this long's records (16 MiB by default: 46,000).
+const BATCH: Duration = Duration::from_millis(5);
 /// How often the traced set is checked for ended processes.
 const LIVENESS: Duration = Duration::from_millis(200);
 
@@ -37,8 +42,10 @@ pub fn run(
     let mut records = 0;
     let mut last_check = Instant::now();
     let stopped = loop {
-        reader.wait(POLL)?;
-        records += reader.drain(sink)?;
+        if reader.wait(POLL)? {
+            records += reader.drain(sink)?;
+            std::thread::sleep(BATCH);
+        }
         if stop.load(Ordering::Relaxed) {
             break true;
         }

@@ -1,0 +1,260 @@
+//! `cargo xtask bench-probe`: what tracing costs the traced MPI program, measured with MPICH.
+//!
+//! 1. Per call: `tests/workloads/probe/call_loop.c` times a loop of `MPI_Comm_rank` calls
+//!    (its first instruction, `push`, is one the kernel emulates) untraced, under `lbf-trace`,
+//!    and under lbf's empty uprobe + uretprobe attached the same way (the `empty_probe`
+//!    example). (traced - untraced) / calls is lbf's cost per call; the same for the empty pair
+//!    is the bare cost of the two probes, so their ratio says how much lbf's own kernel-side
+//!    work adds.
+//! 2. Whole runs: communication-heavy (`ring`, `pingpong` without compute) and compute-heavy
+//!    (`halo`) workloads of `tests/workloads/mpi`, traced versus untraced, by their own
+//!    reported wall time (`wall_ns`, from before `MPI_Init` to after `MPI_Finalize`), so the
+//!    tracer's own start and end are not counted; those are printed separately.
+//!
+//! Each configuration runs `--runs` times, interleaved; medians are reported. Needs root.
+//! Prints numbers; asserts nothing.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Instant,
+};
+
+use anyhow::{bail, Context, Result};
+
+/// Options of `cargo xtask bench-probe`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// MPI_Comm_rank calls per run of the per-call loop.
+    #[arg(long, default_value_t = 200_000)]
+    calls: u64,
+    /// Runs of each configuration (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+}
+
+/// The MPICH library the workloads link against (Debian's path).
+const LIBMPICH: &str = "/usr/lib/x86_64-linux-gnu/libmpich.so.12";
+
+/// Binaries the benchmark runs.
+struct Tools {
+    lbf_trace: PathBuf,
+    empty_probe: PathBuf,
+    call_loop: PathBuf,
+    workloads: PathBuf,
+}
+
+/// Builds everything, runs the measurements and prints the results.
+pub fn run(root: &Path, args: &Args) -> Result<()> {
+    if !Path::new(LIBMPICH).exists() {
+        bail!("{LIBMPICH} not found: install MPICH (scripts/setup.sh)");
+    }
+    let tools = build(root)?;
+    let runs = args.runs.max(1);
+
+    println!(
+        "per-call cost: {} MPI_Comm_rank calls, {runs} runs each",
+        args.calls
+    );
+    let calls = args.calls.to_string();
+    let loop_cmd = |prefix: Vec<String>| -> Vec<String> {
+        let mut cmd = prefix;
+        cmd.extend(["mpirun.mpich", "-n", "1"].map(String::from));
+        cmd.push(tools.call_loop.display().to_string());
+        cmd.push(calls.clone());
+        cmd
+    };
+    let configs = [
+        ("untraced", loop_cmd(vec![])),
+        (
+            "empty uprobe+uretprobe",
+            loop_cmd(vec![
+                tools.empty_probe.display().to_string(),
+                LIBMPICH.into(),
+                "PMPI_Comm_rank".into(),
+                "--".into(),
+            ]),
+        ),
+        ("lbf-trace", loop_cmd(lbf_trace_prefix(&tools))),
+    ];
+    let mut loop_ns = vec![Vec::new(); configs.len()];
+    for _ in 0..runs {
+        for (i, (_, cmd)) in configs.iter().enumerate() {
+            let out = run_cmd(cmd)?;
+            loop_ns[i].push(field(&out.stdout, "LBF_LOOP", "ns")?);
+        }
+    }
+    let n = args.calls as f64;
+    let medians: Vec<f64> = loop_ns.iter_mut().map(|v| median(v)).collect();
+    for ((name, _), m) in configs.iter().zip(&medians) {
+        println!("  {name:<24} {:9.1} ns per call", m / n);
+    }
+    let empty = (medians[1] - medians[0]) / n;
+    let lbf = (medians[2] - medians[0]) / n;
+    println!("  added by an empty uprobe+uretprobe: {empty:8.1} ns per call");
+    println!("  added by lbf-trace:                 {lbf:8.1} ns per call");
+    println!(
+        "  lbf / empty: {:.3} (lbf's kernel-side work and the ring buffer: {:+.1} % of an \
+         empty probe pair's cost; target: within 20 %)",
+        lbf / empty,
+        (lbf / empty - 1.0) * 100.0
+    );
+
+    println!("\nwhole runs (2 ranks; wall time reported by the ranks), {runs} runs each");
+    let workloads = [
+        ("ring 20000 0", "communication-heavy"),
+        ("pingpong 500 0", "communication-heavy"),
+        ("halo 10 50", "compute-heavy"),
+    ];
+    for (workload, kind) in workloads {
+        let mut words = workload.split_whitespace();
+        let exe = tools.workloads.join(words.next().expect("a workload name"));
+        let mut cmd: Vec<String> = ["mpirun.mpich", "-n", "2"].map(String::from).to_vec();
+        cmd.push(exe.display().to_string());
+        cmd.extend(words.map(String::from));
+        let mut traced_cmd = lbf_trace_prefix(&tools);
+        traced_cmd.extend(cmd.iter().cloned());
+        let (mut plain, mut traced, mut plain_total, mut traced_total) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..runs {
+            for (cmd, wall, total) in [
+                (&cmd, &mut plain, &mut plain_total),
+                (&traced_cmd, &mut traced, &mut traced_total),
+            ] {
+                let start = Instant::now();
+                let out = run_cmd(cmd)?;
+                total.push(start.elapsed().as_secs_f64());
+                wall.push(max_field(&out.stdout, "LBF-CHECK", "wall_ns")? / 1e9);
+            }
+        }
+        let (p, t) = (median(&mut plain), median(&mut traced));
+        println!(
+            "  {workload:<16} ({kind}): untraced {p:7.3} s, traced {t:7.3} s, slowdown \
+             x{:.4} ({:+.2} %; target: under 3 %); whole command incl. lbf-trace start and \
+             end: {:.2} s vs {:.2} s",
+            t / p,
+            (t / p - 1.0) * 100.0,
+            median(&mut traced_total),
+            median(&mut plain_total)
+        );
+    }
+    Ok(())
+}
+
+/// `lbf-trace --mpi-lib LIBMPICH --`: the command prefix of a traced run.
+fn lbf_trace_prefix(tools: &Tools) -> Vec<String> {
+    vec![
+        tools.lbf_trace.display().to_string(),
+        "--mpi-lib".into(),
+        LIBMPICH.into(),
+        "--".into(),
+    ]
+}
+
+/// Builds lbf-trace and the empty-probe runner (release), `call_loop` and the MPI workloads.
+fn build(root: &Path) -> Result<Tools> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(&cargo)
+        .current_dir(root)
+        .args(["build", "--release", "-p", "lbf-user", "--bin", "lbf-trace"])
+        .args(["--example", "empty_probe"])
+        .status()
+        .context("cannot run cargo to build lbf-trace and the empty_probe example")?;
+    if !status.success() {
+        bail!("building lbf-trace and the empty_probe example failed");
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let out = target.join("bench-probe");
+    let call_loop = out.join("call_loop");
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    run_cmd(&[
+        "mpicc.mpich".into(),
+        "-O2".into(),
+        "-o".into(),
+        call_loop.display().to_string(),
+        root.join("tests/workloads/probe/call_loop.c")
+            .display()
+            .to_string(),
+    ])?;
+    let workloads = out.join("mpi");
+    run_cmd(&[
+        "bash".into(),
+        root.join("tests/workloads/mpi/build.sh")
+            .display()
+            .to_string(),
+        "mpich".into(),
+        workloads.display().to_string(),
+    ])?;
+    Ok(Tools {
+        lbf_trace: target.join("release/lbf-trace"),
+        empty_probe: target.join("release/examples/empty_probe"),
+        call_loop,
+        workloads,
+    })
+}
+
+/// Runs `cmd` (program and arguments) to completion; fails, with its output, unless it
+/// succeeded.
+pub(crate) fn run_cmd(cmd: &[String]) -> Result<std::process::Output> {
+    let (program, args) = cmd.split_first().context("an empty command")?;
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .with_context(|| format!("cannot run {program} (scripts/setup.sh installs MPICH)"))?;
+    if !out.status.success() {
+        bail!(
+            "`{}` failed ({}):\n{}{}",
+            cmd.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(out)
+}
+
+/// The numeric `key=` field of the output line starting with `tag` (the first such line).
+fn field(stdout: &[u8], tag: &str, key: &str) -> Result<f64> {
+    values(stdout, tag, key)?
+        .into_iter()
+        .next()
+        .with_context(|| format!("no {tag} line in the output"))
+}
+
+/// The largest `key=` value over the output lines starting with `tag` (one per rank).
+fn max_field(stdout: &[u8], tag: &str, key: &str) -> Result<f64> {
+    values(stdout, tag, key)?
+        .into_iter()
+        .reduce(f64::max)
+        .with_context(|| format!("no {tag} line in the output"))
+}
+
+/// The `key=` values of the output lines starting with `tag`.
+fn values(stdout: &[u8], tag: &str, key: &str) -> Result<Vec<f64>> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter(|l| l.starts_with(tag))
+        .map(|l| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+                .with_context(|| format!("no number {key}= in `{l}`"))
+        })
+        .collect()
+}
+
+/// The median of `v` (sorted in place); NaN if empty.
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}

@@ -1,6 +1,7 @@
 //! The socket capture end to end, under the real eBPF tracer: the SPA client/server and the
-//! TSP-like master/worker of `tests/workloads/sockets`, over UNIX sockets, TCP on loopback
-//! (IPv4 and IPv6), and TCP between two network namespaces joined by a veth pair. Each run
+//! TSP-like master/worker of `tests/workloads/sockets`, over UNIX sockets, TCP on IPv6
+//! loopback, and TCP between two network namespaces joined by a veth pair; and datagram
+//! ping-pong over UDP and a UNIX datagram socketpair (sendmmsg/recvmmsg). Each run
 //! must match every message, agree with the programs' own counts and CPU times, and predict
 //! its own configuration's run time. Needs root; skips otherwise.
 
@@ -78,6 +79,29 @@ fn tsp_over_tcp_on_ipv6_loopback() {
         &format!("{} all tcp:[::1]:{} 3 24 4", tsp.display(), port(2)),
     );
     check(&t, 4);
+}
+
+#[test]
+fn datagrams_over_udp() {
+    if !can_trace() {
+        return;
+    }
+    let dgram = workload("sockets", "dgram", &[]);
+    let t = trace_sockets(
+        "dgram-udp",
+        &format!("{} udp {} 30 4", dgram.display(), port(3)),
+    );
+    check(&t, 2);
+}
+
+#[test]
+fn datagrams_over_a_unix_socketpair_with_sendmmsg_and_recvmmsg() {
+    if !can_trace() {
+        return;
+    }
+    let dgram = workload("sockets", "dgram", &[]);
+    let t = trace_sockets("dgram-unix", &format!("{} unix 30 4", dgram.display()));
+    check(&t, 2);
 }
 
 #[test]

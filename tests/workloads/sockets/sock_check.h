@@ -29,19 +29,19 @@
 static long long sc_sends, sc_send_bytes, sc_recvs, sc_recv_bytes;
 static int64_t sc_work_ns, sc_wall_start;
 
-static int64_t sc_clock_ns(clockid_t clock) {
+static inline int64_t sc_clock_ns(clockid_t clock) {
     struct timespec ts;
     clock_gettime(clock, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-static void sc_die(const char *what) {
+static inline void sc_die(const char *what) {
     fprintf(stderr, "%s: %s\n", what, strerror(errno));
     exit(2);
 }
 
 /* Burns `ms` milliseconds of this thread's CPU time (not wall time). */
-static void sc_compute(double ms) {
+static inline void sc_compute(double ms) {
     int64_t start = sc_clock_ns(CLOCK_THREAD_CPUTIME_ID);
     int64_t goal = start + (int64_t)(ms * 1e6);
     volatile uint64_t x = 1;
@@ -51,10 +51,10 @@ static void sc_compute(double ms) {
     sc_work_ns += sc_clock_ns(CLOCK_THREAD_CPUTIME_ID) - start;
 }
 
-static void sc_start(void) { sc_wall_start = sc_clock_ns(CLOCK_MONOTONIC); }
+static inline void sc_start(void) { sc_wall_start = sc_clock_ns(CLOCK_MONOTONIC); }
 
 /* An address for `endpoint`; returns its length. */
-static socklen_t sc_address(const char *endpoint, struct sockaddr_storage *ss) {
+static inline socklen_t sc_address(const char *endpoint, struct sockaddr_storage *ss) {
     memset(ss, 0, sizeof *ss);
     if (strncmp(endpoint, "unix:", 5) == 0) {
         struct sockaddr_un *un = (struct sockaddr_un *)ss;
@@ -90,13 +90,13 @@ static socklen_t sc_address(const char *endpoint, struct sockaddr_storage *ss) {
     return sizeof *in;
 }
 
-static void sc_nodelay(int fd, int family) {
+static inline void sc_nodelay(int fd, int family) {
     int one = 1;
     if (family != AF_UNIX) setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
 /* A listening stream socket on `endpoint`. */
-static int sc_listen(const char *endpoint) {
+static inline int sc_listen(const char *endpoint) {
     struct sockaddr_storage ss;
     socklen_t len = sc_address(endpoint, &ss);
     if (ss.ss_family == AF_UNIX) unlink(((struct sockaddr_un *)&ss)->sun_path);
@@ -109,7 +109,7 @@ static int sc_listen(const char *endpoint) {
     return fd;
 }
 
-static int sc_accept(int lfd) {
+static inline int sc_accept(int lfd) {
     int fd = accept(lfd, NULL, NULL);
     if (fd < 0) sc_die("accept");
     struct sockaddr_storage ss;
@@ -120,7 +120,7 @@ static int sc_accept(int lfd) {
 }
 
 /* Connects to `endpoint`, retrying for up to 10 s while the server starts. */
-static int sc_connect(const char *endpoint) {
+static inline int sc_connect(const char *endpoint) {
     struct sockaddr_storage ss;
     socklen_t len = sc_address(endpoint, &ss);
     for (int attempt = 0; attempt < 1000; attempt++) {
@@ -138,7 +138,7 @@ static int sc_connect(const char *endpoint) {
 }
 
 /* Sends all of `buf` with one send() call per `chunk` bytes (0: one call), counting calls. */
-static void sc_send(int fd, const void *buf, size_t n, size_t chunk) {
+static inline void sc_send(int fd, const void *buf, size_t n, size_t chunk) {
     const char *p = buf;
     while (n > 0) {
         size_t want = chunk && chunk < n ? chunk : n;
@@ -153,7 +153,7 @@ static void sc_send(int fd, const void *buf, size_t n, size_t chunk) {
 
 /* Receives exactly `n` bytes, with as many read() calls as it takes, counting calls; returns 0
  * at end of stream before any byte. */
-static int sc_recv(int fd, void *buf, size_t n) {
+static inline int sc_recv(int fd, void *buf, size_t n) {
     char *p = buf;
     size_t got = 0;
     while (got < n) {
@@ -172,7 +172,7 @@ static int sc_recv(int fd, void *buf, size_t n) {
 }
 
 /* Prints this process's LBF-CHECK line. */
-static void sc_finish(const char *role) {
+static inline void sc_finish(const char *role) {
     int64_t wall = sc_clock_ns(CLOCK_MONOTONIC) - sc_wall_start;
     int64_t cpu = sc_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     printf("LBF-CHECK pid=%d role=%s sends=%lld send_bytes=%lld recvs=%lld recv_bytes=%lld "

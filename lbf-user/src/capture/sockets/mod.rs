@@ -57,6 +57,17 @@ enum Fd {
     Ignored,
 }
 
+/// Why a descriptor is looked up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lookup {
+    /// It was just made (connected) a socket: identify it while it is surely open.
+    Early,
+    /// A send or receive on a descriptor known to be a socket.
+    UseOfSocket,
+    /// A send or receive on a descriptor of a process attached while running.
+    UseOfAny,
+}
+
 /// One traced process.
 #[derive(Debug, Default)]
 struct Proc {
@@ -171,20 +182,27 @@ impl SocketCapture {
         match self.fds.get(&(tgid, fd)) {
             Some(&Fd::Socket(s)) => Some(s),
             Some(Fd::Ignored) => None,
-            Some(Fd::Unresolved) => self.identify(tgid, fd, true),
+            Some(Fd::Unresolved) => self.identify(tgid, fd, Lookup::UseOfSocket),
             None if self.born.contains(&tgid) => None,
-            None => self.identify(tgid, fd, false),
+            None => self.identify(tgid, fd, Lookup::UseOfAny),
         }
     }
 
-    /// Looks descriptor `fd` of `tgid` up and remembers what it is. Failing to look at a
-    /// descriptor known to be a socket is noted; at others (attached processes), it is not.
-    fn identify(&mut self, tgid: u32, fd: i32, known_socket: bool) -> Option<SocketChannels> {
+    /// Looks descriptor `fd` of `tgid` up and remembers what it is. `lookup` says why: a
+    /// socket just made or connected that cannot be looked at stays unresolved (its process
+    /// may have closed this copy and use another, e.g. a forked child's); one being used
+    /// that cannot be looked at is noted if it is known to be a socket.
+    fn identify(&mut self, tgid: u32, fd: i32, lookup: Lookup) -> Option<SocketChannels> {
         let (f, found) = match self.resolver.resolve(tgid, fd) {
             Ok(Some(s)) => (Fd::Socket(s), Some(s)),
             Ok(None) => (Fd::Ignored, None),
+            Err(why) if why.contains("family") => {
+                note(&mut self.anomalies, &why);
+                (Fd::Ignored, None)
+            }
+            Err(_) if lookup == Lookup::Early => (Fd::Unresolved, None),
             Err(why) => {
-                if known_socket || why.contains("family") {
+                if lookup == Lookup::UseOfSocket {
                     note(&mut self.anomalies, &why);
                 }
                 (Fd::Ignored, None)
@@ -270,12 +288,12 @@ impl SocketCapture {
                 for fd in fds {
                     self.fds.insert((tgid, fd), Fd::Unresolved);
                     if connected {
-                        self.identify(tgid, fd, true);
+                        self.identify(tgid, fd, Lookup::Early);
                     }
                 }
             }
             Call::Connected { fd } => {
-                self.identify(tgid, fd, true);
+                self.identify(tgid, fd, Lookup::Early);
             }
             Call::Close { fd } => {
                 self.fds.remove(&(tgid, fd));

@@ -1,0 +1,160 @@
+/* Datagram ping-pong: a client sends ROUNDS requests of 64 bytes, computing COMPUTE_MS before
+ * each, and a server answers each with 512 bytes after COMPUTE_MS/2 of work.
+ *
+ * udp:  UDP on 127.0.0.1:PORT; the server learns the client's address from its first
+ *       recvfrom() and connect()s to it; both then use send()/recv() on connected sockets.
+ * unix: a UNIX datagram socketpair; each round the client sends its request as two datagrams
+ *       with one sendmmsg() and the server takes both with one recvmmsg(); answers use
+ *       sendmsg()/recvmsg().
+ *
+ * Usage: dgram udp PORT ROUNDS COMPUTE_MS | dgram unix ROUNDS COMPUTE_MS */
+#include "sock_check.h" /* first: it defines _GNU_SOURCE (sendmmsg, recvmmsg) */
+
+#include <sys/wait.h>
+
+enum { REQUEST = 64, REPLY = 512 };
+
+static void dsend(int fd, const void *buf, size_t n) {
+    ssize_t k = send(fd, buf, n, 0);
+    if (k != (ssize_t)n) sc_die("send");
+    sc_sends++;
+    sc_send_bytes += k;
+}
+
+static void drecv(int fd, void *buf, size_t n) {
+    ssize_t k = recv(fd, buf, n, 0);
+    if (k <= 0) sc_die("recv");
+    sc_recvs++;
+    sc_recv_bytes += k;
+}
+
+static void udp_server(int fd, int rounds, double ms) {
+    char req[REQUEST], reply[REPLY];
+    memset(reply, 'r', sizeof reply);
+    struct sockaddr_in peer;
+    socklen_t len = sizeof peer;
+    ssize_t k = recvfrom(fd, req, sizeof req, 0, (struct sockaddr *)&peer, &len);
+    if (k <= 0) sc_die("recvfrom");
+    sc_recvs++;
+    sc_recv_bytes += k;
+    if (connect(fd, (struct sockaddr *)&peer, len) < 0) sc_die("connect");
+    for (int i = 0; i < rounds; i++) {
+        if (i > 0) drecv(fd, req, sizeof req);
+        sc_compute(ms / 2);
+        dsend(fd, reply, sizeof reply);
+    }
+}
+
+static void udp_client(int port, int rounds, double ms) {
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    if (connect(fd, (struct sockaddr *)&to, sizeof to) < 0) sc_die("connect");
+    char req[REQUEST], reply[REPLY];
+    memset(req, 'q', sizeof req);
+    for (int i = 0; i < rounds; i++) {
+        sc_compute(ms);
+        dsend(fd, req, sizeof req);
+        drecv(fd, reply, sizeof reply);
+    }
+}
+
+static void unix_server(int fd, int rounds, double ms) {
+    char a[REQUEST / 2], b[REQUEST / 2], reply[REPLY];
+    memset(reply, 'r', sizeof reply);
+    for (int i = 0; i < rounds; i++) {
+        struct iovec iov[2] = {{a, sizeof a}, {b, sizeof b}};
+        struct mmsghdr msgs[2] = {{.msg_hdr = {.msg_iov = &iov[0], .msg_iovlen = 1}},
+                                  {.msg_hdr = {.msg_iov = &iov[1], .msg_iovlen = 1}}};
+        int got = 0;
+        while (got < 2) {
+            int n = recvmmsg(fd, msgs + got, 2 - got, 0, NULL);
+            if (n <= 0) sc_die("recvmmsg");
+            for (int m = got; m < got + n; m++) {
+                sc_recvs++;
+                sc_recv_bytes += msgs[m].msg_len;
+            }
+            got += n;
+        }
+        sc_compute(ms / 2);
+        struct iovec out = {reply, sizeof reply};
+        struct msghdr mh = {.msg_iov = &out, .msg_iovlen = 1};
+        ssize_t k = sendmsg(fd, &mh, 0);
+        if (k != REPLY) sc_die("sendmsg");
+        sc_sends++;
+        sc_send_bytes += k;
+    }
+}
+
+static void unix_client(int fd, int rounds, double ms) {
+    char a[REQUEST / 2], b[REQUEST / 2], reply[REPLY];
+    memset(a, 'a', sizeof a);
+    memset(b, 'b', sizeof b);
+    for (int i = 0; i < rounds; i++) {
+        sc_compute(ms);
+        struct iovec iov[2] = {{a, sizeof a}, {b, sizeof b}};
+        struct mmsghdr msgs[2] = {{.msg_hdr = {.msg_iov = &iov[0], .msg_iovlen = 1}},
+                                  {.msg_hdr = {.msg_iov = &iov[1], .msg_iovlen = 1}}};
+        int sent = 0;
+        while (sent < 2) {
+            int n = sendmmsg(fd, msgs + sent, 2 - sent, 0);
+            if (n <= 0) sc_die("sendmmsg");
+            for (int m = sent; m < sent + n; m++) {
+                sc_sends++;
+                sc_send_bytes += msgs[m].msg_len;
+            }
+            sent += n;
+        }
+        struct iovec in = {reply, sizeof reply};
+        struct msghdr mh = {.msg_iov = &in, .msg_iovlen = 1};
+        ssize_t k = recvmsg(fd, &mh, 0);
+        if (k <= 0) sc_die("recvmsg");
+        sc_recvs++;
+        sc_recv_bytes += k;
+    }
+}
+
+int main(int argc, char **argv) {
+    sc_start();
+    int server_side, fds[2] = {-1, -1};
+    int udp = argc == 5 && strcmp(argv[1], "udp") == 0;
+    if (!udp && !(argc == 4 && strcmp(argv[1], "unix") == 0)) {
+        fprintf(stderr, "usage: dgram udp PORT ROUNDS COMPUTE_MS | dgram unix ROUNDS COMPUTE_MS\n");
+        return 2;
+    }
+    int rounds = atoi(argv[udp ? 3 : 2]);
+    double ms = atof(argv[udp ? 4 : 3]);
+    if (udp) {
+        /* Bound before the client exists, so that no request is lost. */
+        fds[0] = socket(AF_INET, SOCK_DGRAM, 0);
+        struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[2]))};
+        inet_pton(AF_INET, "127.0.0.1", &at.sin_addr);
+        if (bind(fds[0], (struct sockaddr *)&at, sizeof at) < 0) sc_die("bind");
+    } else if (socketpair(AF_UNIX, SOCK_DGRAM, 0, fds) < 0) {
+        sc_die("socketpair");
+    }
+    server_side = fork() != 0;
+    if (server_side) {
+        if (!udp) close(fds[1]);
+        if (udp)
+            udp_server(fds[0], rounds, ms);
+        else
+            unix_server(fds[0], rounds, ms);
+        sc_finish("server");
+        int status;
+        wait(&status);
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+    }
+    sc_start();
+    sc_sends = sc_send_bytes = sc_recvs = sc_recv_bytes = 0;
+    sc_work_ns = 0;
+    if (udp) {
+        close(fds[0]);
+        udp_client(atoi(argv[2]), rounds, ms);
+    } else {
+        close(fds[0]);
+        unix_client(fds[1], rounds, ms);
+    }
+    sc_finish("client");
+    return 0;
+}

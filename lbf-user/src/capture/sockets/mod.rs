@@ -102,6 +102,9 @@ pub struct SocketCapture {
     last_exit_ts: Option<u64>,
     last_ts: u64,
     anomalies: BTreeMap<String, u64>,
+    /// Sockets of families not captured, by family: normal in tools (`ip` uses netlink), so
+    /// reported only when no process used a captured socket.
+    other_families: BTreeMap<String, u64>,
     unmatched_sends: u64,
     unmatched_recvs: u64,
 }
@@ -124,6 +127,7 @@ impl SocketCapture {
             last_exit_ts: None,
             last_ts: 0,
             anomalies: BTreeMap::new(),
+            other_families: BTreeMap::new(),
             unmatched_sends: 0,
             unmatched_recvs: 0,
         }
@@ -276,7 +280,7 @@ impl SocketCapture {
                 family: Some(f), ..
             } if !CAPTURED_FAMILIES.contains(&f) => {
                 note(
-                    &mut self.anomalies,
+                    &mut self.other_families,
                     &format!(
                         "socket of a family lbf does not capture ({}; it captures TCP, UDP and \
                          UNIX sockets)",
@@ -416,6 +420,7 @@ impl SocketCapture {
                     }
                 ),
             );
+            self.anomalies.append(&mut self.other_families);
         }
         summary.anomalies = self.anomalies;
         summary

@@ -183,6 +183,7 @@ pub struct PvmCapture {
     /// Collective id of (group, barrier number).
     barriers: HashMap<(String, u64), u64>,
     first_ts: Option<u64>,
+    started: timeline::Starts,
     last_ts: u64,
     last_exit_ts: Option<u64>,
     anomalies: BTreeMap<String, u64>,
@@ -202,6 +203,7 @@ impl PvmCapture {
             groups: HashMap::new(),
             barriers: HashMap::new(),
             first_ts: None,
+            started: timeline::Starts::default(),
             last_ts: 0,
             last_exit_ts: None,
             anomalies: BTreeMap::new(),
@@ -227,10 +229,12 @@ impl PvmCapture {
     /// Consumes one record.
     pub fn record(&mut self, rec: &Record) {
         self.first_ts.get_or_insert(rec.ts_ns);
+        self.started.first(rec.ts_ns);
         self.last_ts = self.last_ts.max(rec.ts_ns);
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::CallEntry) => self.entry(rec),
             Some(RecordKind::CallExit) => self.exit(rec),
+            Some(RecordKind::Fork | RecordKind::Exec) => self.started.record(rec),
             Some(RecordKind::Exit) => {
                 self.last_exit_ts = Some(rec.ts_ns);
                 if let Some(t) = self.tasks.get_mut(&rec.tgid) {
@@ -501,7 +505,12 @@ impl PvmCapture {
                 t.timeline.emit(0, 0, EventKind::Exit);
                 self.note("task still running at the end of the capture");
             }
-            members.push((t.name.unwrap_or_default(), t.timeline, t.stats));
+            members.push(timeline::Member {
+                name: t.name.unwrap_or_default(),
+                start_ns: self.started.start_of(tgid),
+                timeline: t.timeline,
+                stats: t.stats,
+            });
         }
         let mut summary = Summary::default();
         (summary.procs, summary.stats) = timeline::hand_out(members, &self.host, sink);

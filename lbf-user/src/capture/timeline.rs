@@ -4,6 +4,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use lbf_common::{Record, RecordKind};
+
 use super::{EventSink, ProcStats};
 use crate::event::{Event, EventKind, ProcInfo};
 
@@ -92,30 +94,44 @@ impl Timeline {
     }
 }
 
-/// Announces `members` (name, events, what their calls moved) as processes `0, 1, ...` on
-/// `host`, then hands out each one's events in order; returns the processes and their totals
-/// (`stats` completed with the CPU of the events and the part spent waiting in receives).
-/// For captures whose set of processes is known only at the end.
+/// A process of a capture whose set of processes is known only at the end.
+#[derive(Debug)]
+pub struct Member {
+    /// Its name in the trace.
+    pub name: String,
+    /// When it started (its fork, or exec if it was not forked under the tracer), in
+    /// nanoseconds after the capture's first record: its CPU clock counts from there.
+    pub start_ns: u64,
+    /// Its events.
+    pub timeline: Timeline,
+    /// What its calls moved.
+    pub stats: ProcStats,
+}
+
+/// Announces `members` as processes `0, 1, ...` on `host`, then hands out each one's events
+/// in order; returns the processes and their totals (`stats` completed with the CPU of the
+/// events and the part spent waiting in receives).
 pub fn hand_out(
-    members: Vec<(String, Timeline, ProcStats)>,
+    members: Vec<Member>,
     host: &str,
     sink: &mut dyn EventSink,
 ) -> (Vec<ProcInfo>, Vec<ProcStats>) {
     let procs: Vec<ProcInfo> = members
         .iter()
         .enumerate()
-        .map(|(id, (name, _, _))| ProcInfo {
+        .map(|(id, m)| ProcInfo {
             id: id as u32,
-            name: name.clone(),
+            name: m.name.clone(),
             host: host.to_string(),
-            ..Default::default()
+            start_ns: m.start_ns,
         })
         .collect();
     for p in &procs {
         sink.process(p);
     }
     let mut totals = Vec::with_capacity(members.len());
-    for (id, (_, mut timeline, mut stats)) in members.into_iter().enumerate() {
+    for (id, m) in members.into_iter().enumerate() {
+        let (mut timeline, mut stats) = (m.timeline, m.stats);
         timeline.drain(|cpu_ns, kind| {
             stats.cpu_ns += cpu_ns;
             if matches!(kind, EventKind::RecvEnd { .. }) {
@@ -130,4 +146,40 @@ pub fn hand_out(
         totals.push(stats);
     }
     (procs, totals)
+}
+
+/// When each process started, from the lifecycle records: its fork under the tracer (where
+/// its CPU clock starts), or its exec if it was not forked under the tracer.
+#[derive(Debug, Default)]
+pub struct Starts {
+    first_ts: Option<u64>,
+    at: HashMap<u32, u64>,
+}
+
+impl Starts {
+    /// The capture's first record came at `ts`.
+    pub fn first(&mut self, ts: u64) {
+        self.first_ts.get_or_insert(ts);
+    }
+
+    /// Notes a `Fork` (the child starts) or `Exec` record.
+    pub fn record(&mut self, rec: &Record) {
+        match RecordKind::from_raw(rec.kind) {
+            Some(RecordKind::Fork) => {
+                self.at.insert(rec.args[0] as u32, rec.ts_ns);
+            }
+            Some(RecordKind::Exec) => {
+                self.at.entry(rec.tgid).or_insert(rec.ts_ns);
+            }
+            _ => {}
+        }
+    }
+
+    /// Nanoseconds from the first record to the start of `tgid` (0 if unknown).
+    pub fn start_of(&self, tgid: u32) -> u64 {
+        match (self.at.get(&tgid), self.first_ts) {
+            (Some(&at), Some(first)) => at.saturating_sub(first),
+            _ => 0,
+        }
+    }
 }

@@ -256,7 +256,10 @@ pub fn check(t: &Traced, expected_procs: usize) {
             st.cpu_ns
         );
     }
-    let predicted = predict_as_run(t);
+    // The engine starts each process when it started in the run (the traced shell first):
+    // measure the prediction from the program's first process, as the programs measure.
+    let first_start = s.procs.iter().map(|p| p.start_ns).min().unwrap_or(0) as f64 * 1e-9;
+    let predicted = predict_as_run(t) - first_start;
     // The program's run time: the longest its processes measured themselves (the command
     // around them, e.g. starting and halting pvmd, is no part of it).
     let measured = t.checks.iter().map(|c| c.num("wall_ns")).max().unwrap_or(0) as f64 * 1e-9;
@@ -283,7 +286,8 @@ pub fn check(t: &Traced, expected_procs: usize) {
 }
 
 /// The engine's prediction for the configuration the run had: every process on one node
-/// with this machine's cores, messages free (loopback and veth cost microseconds).
+/// with this machine's cores, starting when it started, messages free (loopback and veth
+/// cost microseconds).
 pub fn predict_as_run(t: &Traced) -> f64 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
     let target = Target {
@@ -296,7 +300,7 @@ pub fn predict_as_run(t: &Traced) -> f64 {
         network: Network::default(),
         spin: 0.0,
     };
-    let mut engine = Engine::new(t.summary.procs.len(), vec![target]).expect("a valid target");
+    let mut engine = Engine::for_procs(&t.summary.procs, vec![target]).expect("a valid target");
     for (i, e) in t.log.events.iter().enumerate() {
         engine
             .push(*e, i as u64 + 1)

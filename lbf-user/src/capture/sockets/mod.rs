@@ -99,6 +99,7 @@ pub struct SocketCapture {
     tokens: HashMap<u64, (u32, u64)>,
     next_token: u64,
     first_ts: Option<u64>,
+    started: timeline::Starts,
     last_exit_ts: Option<u64>,
     last_ts: u64,
     anomalies: BTreeMap<String, u64>,
@@ -124,6 +125,7 @@ impl SocketCapture {
             tokens: HashMap::new(),
             next_token: 0,
             first_ts: None,
+            started: timeline::Starts::default(),
             last_exit_ts: None,
             last_ts: 0,
             anomalies: BTreeMap::new(),
@@ -136,10 +138,12 @@ impl SocketCapture {
     /// Consumes one record.
     pub fn record(&mut self, rec: &Record) {
         self.first_ts.get_or_insert(rec.ts_ns);
+        self.started.first(rec.ts_ns);
         self.last_ts = self.last_ts.max(rec.ts_ns);
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::Syscall) => self.syscall(rec),
             Some(RecordKind::Fork) => {
+                self.started.record(rec);
                 // The child starts with its parent's descriptors.
                 let child = rec.args[0] as u32;
                 self.born.insert(child);
@@ -154,6 +158,7 @@ impl SocketCapture {
                 }
             }
             Some(RecordKind::Exec) => {
+                self.started.record(rec);
                 // The command lbf-trace started is first seen at its exec.
                 if !self.seen.contains_key(&rec.tgid) && !self.procs.contains_key(&rec.tgid) {
                     self.born.insert(rec.tgid);
@@ -399,7 +404,12 @@ impl SocketCapture {
         }
         for tgid in &self.order {
             let p = self.procs.remove(tgid).expect("member");
-            members.push((p.name.unwrap_or_default(), p.timeline, p.stats));
+            members.push(timeline::Member {
+                name: p.name.unwrap_or_default(),
+                start_ns: self.started.start_of(*tgid),
+                timeline: p.timeline,
+                stats: p.stats,
+            });
         }
         let mut summary = Summary::default();
         (summary.procs, summary.stats) = timeline::hand_out(members, &self.host, sink);

@@ -50,8 +50,9 @@ pub fn for_pids(pids: &[u32]) -> Source {
 }
 
 /// The source for a command about to start: MPI if it is an MPI launcher; otherwise MPI or
-/// PVM if the command or one of its arguments names an executable that links that library
-/// (its dynamic string table names it); otherwise sockets.
+/// PVM if the command, one of its arguments, or a word of one (a shell's `-c` script) names
+/// an executable that links that library (its dynamic string table names it); otherwise
+/// sockets.
 pub fn for_command(argv: &[String]) -> Source {
     let Some(program) = argv.first() else {
         return Source::Sockets;
@@ -65,7 +66,9 @@ pub fn for_command(argv: &[String]) -> Source {
     }
     let files: Vec<Vec<u8>> = argv
         .iter()
-        .filter_map(|a| executable(a))
+        .flat_map(|a| a.split(|c: char| c.is_whitespace() || ";|&()'\"`".contains(c)))
+        .filter(|w| !w.is_empty())
+        .filter_map(executable)
         .filter_map(|p| std::fs::read(p).ok())
         .collect();
     pick(|marker| {
@@ -102,6 +105,15 @@ mod tests {
 
     fn argv(words: &[&str]) -> Vec<String> {
         words.iter().map(|w| w.to_string()).collect()
+    }
+
+    #[test]
+    fn a_pvm_program_in_a_shell_script_is_found() {
+        if let Some(pvm) = executable("pvm") {
+            let real = std::fs::canonicalize(pvm).unwrap();
+            let script = format!("echo conf | {} hostfile; echo done", real.display());
+            assert_eq!(for_command(&argv(&["sh", "-c", &script])), Source::Pvm);
+        }
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //!    and under lbf's empty uprobe + uretprobe attached the same way (the `empty_probe`
 //!    example). (traced - untraced) / calls is lbf's cost per call; the same for the empty pair
 //!    is the bare cost of the two probes, so their ratio says how much lbf's own kernel-side
-//!    work adds.
+//!    work adds. One more run of each probed configuration with the kernel's eBPF statistics
+//!    on gives the programs' own run time per call, which other load does not inflate.
 //! 2. Whole runs: communication-heavy (`ring`, `pingpong` without compute) and compute-heavy
 //!    (`halo`) workloads of `tests/workloads/mpi`, traced versus untraced, by their own
 //!    reported wall time (`wall_ns`, from before `MPI_Init` to after `MPI_Finalize`), so the
@@ -22,6 +23,8 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
+
+mod bpf_stats;
 
 /// Options of `cargo xtask bench-probe`.
 #[derive(clap::Args)]
@@ -95,10 +98,25 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     println!("  added by an empty uprobe+uretprobe: {empty:8.1} ns per call");
     println!("  added by lbf-trace:                 {lbf:8.1} ns per call");
     println!(
-        "  lbf / empty: {:.3} (lbf's kernel-side work and the ring buffer: {:+.1} % of an \
-         empty probe pair's cost; target: within 20 %)",
+        "  lbf / empty: {:.3} ({:+.1} % of an empty probe pair's cost; target: within 20 %)",
         lbf / empty,
         (lbf / empty - 1.0) * 100.0
+    );
+    // The programs alone, by the kernel's statistics (one more run of each, statistics on).
+    let mut per_call = Vec::new();
+    for (name, cmd) in &configs[1..] {
+        let (_, ns, runs) = bpf_stats::program_run_time(cmd, args.calls / 2)?;
+        println!(
+            "  {name:<24} eBPF programs ran {:6.1} ns per call ({runs} runs)",
+            ns as f64 / n
+        );
+        per_call.push(ns as f64 / n);
+    }
+    println!(
+        "  lbf's programs add {:.1} ns per call to the empty pair's ({:+.1} % of the empty \
+         pair's whole added cost above)",
+        per_call[1] - per_call[0],
+        (per_call[1] - per_call[0]) / empty * 100.0
     );
 
     println!("\nwhole runs (2 ranks; wall time reported by the ranks), {runs} runs each");

@@ -24,6 +24,8 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
+use crate::cmd::run_cmd;
+
 mod bpf_stats;
 
 /// Options of `cargo xtask bench-probe`.
@@ -212,26 +214,6 @@ fn build(root: &Path) -> Result<Tools> {
         call_loop,
         workloads,
     })
-}
-
-/// Runs `cmd` (program and arguments) to completion; fails, with its output, unless it
-/// succeeded.
-pub(crate) fn run_cmd(cmd: &[String]) -> Result<std::process::Output> {
-    let (program, args) = cmd.split_first().context("an empty command")?;
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .with_context(|| format!("cannot run {program} (scripts/setup.sh installs MPICH)"))?;
-    if !out.status.success() {
-        bail!(
-            "`{}` failed ({}):\n{}{}",
-            cmd.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(out)
 }
 
 /// The numeric `key=` field of the output line starting with `tag` (the first such line).

@@ -3,6 +3,8 @@
 mod bench;
 mod bench_probe;
 mod build_ebpf;
+mod cmd;
+mod validate;
 
 use std::path::{Path, PathBuf};
 
@@ -27,6 +29,9 @@ enum Command {
     /// Measure what tracing costs an MPI program: per call (against an empty uprobe pair) and
     /// over whole runs (release build, MPICH, root).
     BenchProbe(bench_probe::Args),
+    /// Trace 4-rank MPI programs on one CPU and on two, predict each configuration from each
+    /// run, and print the errors against the measured times (release build, root, 2 CPUs).
+    Validate(validate::Args),
 }
 
 /// The workspace root (xtask lives one level below it).
@@ -46,6 +51,7 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Bench(args) => bench::run(&args)?,
         Command::BenchProbe(args) => bench_probe::run(&workspace_root(), &args)?,
+        Command::Validate(args) => validate::run(&workspace_root(), &args)?,
     }
     Ok(())
 }

@@ -1,0 +1,23 @@
+//! Running the commands that chores are made of.
+
+use anyhow::{bail, Context, Result};
+use std::process::{Command, Output};
+
+/// Runs `cmd` (program and arguments) to completion; fails, with its output, unless it
+/// succeeded.
+pub fn run_cmd(cmd: &[String]) -> Result<Output> {
+    let (program, args) = cmd.split_first().context("an empty command")?;
+    let out = Command::new(program).args(args).output().with_context(|| {
+        format!("cannot run {program} (scripts/setup.sh installs what is needed)")
+    })?;
+    if !out.status.success() {
+        bail!(
+            "`{}` failed ({}):\n{}{}",
+            cmd.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(out)
+}

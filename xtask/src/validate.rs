@@ -1,0 +1,199 @@
+//! `cargo xtask validate`: how close lbf's predictions come to real runs on this machine.
+//!
+//! For each MPI and workload, the same 4-rank program runs twice under `lbf-trace`: once with
+//! every rank on CPU 0 (a one-core "node") and once on CPUs 0-1 (a two-core node). Each trace
+//! predicts both configurations; the prediction for the configuration it ran in checks the
+//! model, the one for the other configuration is the "what if" the tool is for. Errors are
+//! printed against the measured time of the run in that configuration, for the paper's model
+//! (waiting costs no CPU) and for waiting processes that poll (spin 1). Needs root and 2 CPUs.
+//! Prints numbers; asserts nothing. The machine should be otherwise idle.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use crate::cmd::run_cmd;
+
+/// Options of `cargo xtask validate`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// MPI implementations to run (openmpi, mpich).
+    #[arg(long, value_delimiter = ',', default_value = "openmpi,mpich")]
+    mpi: Vec<String>,
+    /// Workloads of tests/workloads/mpi to run (4 ranks each).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "halo,ring,master_worker,collectives"
+    )]
+    workloads: Vec<String>,
+    /// Iterations passed to each workload.
+    #[arg(long, default_value_t = 40)]
+    iters: u32,
+    /// Milliseconds of computation per iteration passed to each workload.
+    #[arg(long, default_value_t = 10)]
+    compute_ms: u32,
+}
+
+/// The two configurations: a CPU list for `taskset` and the matching target.
+const CONFIGS: [(&str, &str, u32); 2] = [("1 core", "0", 1), ("2 cores", "0,1", 2)];
+
+/// Spin weights predicted with (see docs/targets.md).
+const SPINS: [f64; 2] = [0.0, 1.0];
+
+/// Runs every workload in both configurations and prints the errors.
+pub fn run(root: &Path, args: &Args) -> Result<()> {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        bail!("validate needs 2 CPUs (it compares a 1-core and a 2-core run)");
+    }
+    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    run_cmd(&[cargo, "build".into(), "--release".into(), "--bins".into()])?;
+    let bin = target_dir.join("release");
+    let out = target_dir.join("validate");
+    let targets = write_targets(&out)?;
+    println!(
+        "{:<14} {:<8} {:>9} {:>9}  {:>22}  {:>22}",
+        "workload", "mpi", "1 core", "2 cores", "1 core -> (err s0, s1)", "2 cores -> (err s0, s1)"
+    );
+    for mpi in &args.mpi {
+        let progs = out.join(mpi);
+        run_cmd(&[
+            "bash".into(),
+            root.join("tests/workloads/mpi/build.sh")
+                .display()
+                .to_string(),
+            mpi.clone(),
+            progs.display().to_string(),
+        ])?;
+        for workload in &args.workloads {
+            let mut runs = Vec::new();
+            for (label, cpus, _) in CONFIGS {
+                let trace = out.join(format!("{workload}-{mpi}-{}.jsonl", label.replace(' ', "")));
+                let mut cmd = vec![
+                    bin.join("lbf-trace").display().to_string(),
+                    "-o".into(),
+                    trace.display().to_string(),
+                    "--".into(),
+                    "taskset".into(),
+                    "-c".into(),
+                    cpus.into(),
+                ];
+                cmd.extend(launcher(mpi)?);
+                cmd.push(progs.join(workload).display().to_string());
+                cmd.push(args.iters.to_string());
+                cmd.push(args.compute_ms.to_string());
+                run_cmd(&cmd)?;
+                runs.push(trace);
+            }
+            report(&bin, workload, mpi, &runs, &targets)?;
+        }
+    }
+    Ok(())
+}
+
+/// The launcher command for 4 ranks of `mpi`, inheriting the CPU set it is started in.
+fn launcher(mpi: &str) -> Result<Vec<String>> {
+    let args: &[&str] = match mpi {
+        "openmpi" => &[
+            "mpirun.openmpi",
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "-np",
+            "4",
+        ],
+        "mpich" => &["mpirun.mpich", "-n", "4"],
+        other => bail!("unknown MPI `{other}`; use openmpi or mpich"),
+    };
+    Ok(args.iter().map(|s| s.to_string()).collect())
+}
+
+/// Writes one target file per configuration and spin; returns their paths, configuration-major.
+fn write_targets(dir: &Path) -> Result<Vec<Vec<PathBuf>>> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    CONFIGS
+        .iter()
+        .map(|&(label, _, cores)| {
+            SPINS
+                .iter()
+                .map(|spin| {
+                    let path = dir.join(format!("{}-spin{spin}.toml", label.replace(' ', "")));
+                    let text = format!(
+                        "name = \"{label} spin {spin}\"\nspin = {spin}\n\
+                         [[node]]\nprocs = [0, 1, 2, 3]\ncores = {cores}\n"
+                    );
+                    std::fs::write(&path, text)
+                        .with_context(|| format!("writing {}", path.display()))?;
+                    Ok(path)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Predicts every configuration from every run and prints one row of relative errors.
+fn report(
+    bin: &Path,
+    workload: &str,
+    mpi: &str,
+    runs: &[PathBuf],
+    targets: &[Vec<PathBuf>],
+) -> Result<()> {
+    let measured: Vec<f64> = runs.iter().map(|t| measured(t)).collect::<Result<_>>()?;
+    let mut cells = Vec::new();
+    for run in runs {
+        for (config, spins) in targets.iter().enumerate() {
+            let errors: Vec<String> = spins
+                .iter()
+                .map(|target| {
+                    let p = predict(bin, run, target)?;
+                    Ok(format!(
+                        "{:+.1}%",
+                        100.0 * (p - measured[config]) / measured[config]
+                    ))
+                })
+                .collect::<Result<_>>()?;
+            cells.push(format!("{}:{}", CONFIGS[config].0, errors.join(",")));
+        }
+    }
+    println!(
+        "{workload:<14} {mpi:<8} {:>8.3}s {:>8.3}s  {}  {}",
+        measured[0],
+        measured[1],
+        cells[..2].join(" "),
+        cells[2..].join(" ")
+    );
+    Ok(())
+}
+
+/// The measured run time in the summary line of a trace.
+fn measured(trace: &Path) -> Result<f64> {
+    let text =
+        std::fs::read_to_string(trace).with_context(|| format!("reading {}", trace.display()))?;
+    let last = text.lines().last().unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(last)
+        .with_context(|| format!("{}: the last line is not JSON", trace.display()))?;
+    v["summary"]["measured_seconds"]
+        .as_f64()
+        .with_context(|| format!("{}: no summary line (capture cut short?)", trace.display()))
+}
+
+/// `lbf-gag predict TRACE --target TARGET --json`'s predicted seconds.
+fn predict(bin: &Path, trace: &Path, target: &Path) -> Result<f64> {
+    let out = run_cmd(&[
+        bin.join("lbf-gag").display().to_string(),
+        "predict".into(),
+        trace.display().to_string(),
+        "--target".into(),
+        target.display().to_string(),
+        "--json".into(),
+    ])?;
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("lbf-gag --json")?;
+    v["predicted_seconds"]
+        .as_f64()
+        .context("lbf-gag --json printed no predicted_seconds")
+}

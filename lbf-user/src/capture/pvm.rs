@@ -480,7 +480,8 @@ impl PvmCapture {
             self.note("PVM receive by a task whose id is unknown (no pvm_mytid seen)");
         }
         let t = self.member(rec.tgid);
-        t.timeline.recv_start(rec.tid, entry_cpu);
+        // No poll-like waits are recorded for PVM: the receive is the wait.
+        let _ = t.timeline.recv_start(rec.tid, entry_cpu);
         match found {
             Some(m) => {
                 t.stats.recvs += 1;

@@ -24,14 +24,15 @@ pub struct Timeline {
     base: u64,
     /// CPU clock of each thread at this process's previous event.
     cpu_base: HashMap<u32, u64>,
-    /// CPU clock at the entry of a `poll`/`select`/`epoll_wait` the next receive continues.
-    wait_start: Option<u64>,
+    /// CPU clock at the entry and the return of the `poll`/`select`/`epoll_wait` (or run of
+    /// them) the next receive continues.
+    wait: Option<(u64, u64)>,
 }
 
 impl Timeline {
     /// Queues `kind`, happening when thread `tid`'s clock reads `cpu_at`.
     pub fn emit(&mut self, tid: u32, cpu_at: u64, kind: EventKind) {
-        self.wait_start = None;
+        self.wait = None;
         self.push(tid, cpu_at, Some(vec![kind]));
     }
 
@@ -52,20 +53,27 @@ impl Timeline {
         }
     }
 
-    /// Remembers that the process began waiting (a `poll`-like call) at `cpu_at`.
-    pub fn waiting_since(&mut self, cpu_at: u64) {
-        self.wait_start.get_or_insert(cpu_at);
+    /// Remembers that the process waited (a `poll`-like call) from `entry_cpu` to
+    /// `exit_cpu`; waits in a row make one.
+    pub fn waited(&mut self, entry_cpu: u64, exit_cpu: u64) {
+        let start = self.wait.map_or(entry_cpu, |(start, _)| start);
+        self.wait = Some((start, exit_cpu));
     }
 
-    /// Forgets a wait that no receive followed (the process sent instead).
+    /// Forgets a wait that no receive directly followed (the process did something else).
     pub fn not_waiting(&mut self) {
-        self.wait_start = None;
+        self.wait = None;
     }
 
-    /// Queues a `RecvStart` at `cpu_at`, or where a `poll`-like wait began.
-    pub fn recv_start(&mut self, tid: u32, cpu_at: u64) {
-        let at = self.wait_start.take().map_or(cpu_at, |w| w.min(cpu_at));
+    /// Queues a `RecvStart` for a receive entered at `cpu_at`, or where the `poll`-like wait
+    /// just before it began. Returns the wait's end in that case: the receive's `RecvEnd`
+    /// belongs there, so that the CPU after the wait (the receive call itself, and anything
+    /// the process did before it) is work.
+    pub fn recv_start(&mut self, tid: u32, cpu_at: u64) -> Option<u64> {
+        let wait = self.wait.take();
+        let at = wait.map_or(cpu_at, |(start, _)| start.min(cpu_at));
         self.push(tid, at, Some(vec![EventKind::RecvStart]));
+        wait.map(|(_, end)| end)
     }
 
     /// Hands out every event in order as `(cpu_ns, kind)`; a slot still open becomes a

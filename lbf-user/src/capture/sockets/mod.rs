@@ -13,7 +13,7 @@
 //! | --- | --- |
 //! | `write`, `writev`, `send`, `sendto`, `sendmsg` on a socket | `Send` at the return, one per message the bytes become (see [`channels`]), or a `Keepalive` when the bytes travel with a later message |
 //! | `sendmmsg` | as above, per message of the vector |
-//! | `read`, `readv`, `recv`, `recvfrom`, `recvmsg`, `recvmmsg` returning bytes | `RecvStart` at the entry (or at the entry of the `poll`, `select` or `epoll_wait` before it), `RecvEnd` at the return |
+//! | `read`, `readv`, `recv`, `recvfrom`, `recvmsg`, `recvmmsg` returning bytes | `RecvStart` at the entry and `RecvEnd` at the return; right after a `poll`, `select` or `epoll_wait`, `RecvStart` at the wait's entry and `RecvEnd` at its return |
 //! | receives returning nothing (end of stream, `EAGAIN`, `MSG_PEEK`) | none: their CPU goes to the next event |
 //! | process exit | `Exit` |
 //!
@@ -244,6 +244,11 @@ impl SocketCapture {
                 "sendmmsg/recvmmsg moved more messages than a record holds (4)",
             );
         }
+        if !matches!(d.call, Call::Wait | Call::Recv { .. }) {
+            if let Some(p) = self.procs.get_mut(&tgid) {
+                p.timeline.not_waiting();
+            }
+        }
         match d.call {
             Call::Send { fd, sizes } => {
                 let Some(s) = self.socket(tgid, fd) else {
@@ -256,7 +261,6 @@ impl SocketCapture {
                     );
                     return;
                 };
-                self.member(tgid).timeline.not_waiting();
                 for bytes in sizes {
                     let p = self.member(tgid);
                     p.stats.sends += 1;
@@ -269,18 +273,21 @@ impl SocketCapture {
             }
             Call::Recv { fd, sizes } => {
                 let Some(s) = self.socket(tgid, fd) else {
+                    if let Some(p) = self.procs.get_mut(&tgid) {
+                        p.timeline.not_waiting();
+                    }
                     return;
                 };
                 let p = self.member(tgid);
-                p.timeline.recv_start(tid, d.entry_cpu);
-                self.receive(tgid, tid, s.recv, d.exit_cpu, &sizes);
+                let end = p.timeline.recv_start(tid, d.entry_cpu);
+                self.receive(tgid, tid, s.recv, end.unwrap_or(d.exit_cpu), &sizes);
             }
             Call::Wait => self
                 .procs
                 .entry(tgid)
                 .or_default()
                 .timeline
-                .waiting_since(d.entry_cpu),
+                .waited(d.entry_cpu, d.exit_cpu),
             Call::Open {
                 family: Some(f), ..
             } if !CAPTURED_FAMILIES.contains(&f) => {

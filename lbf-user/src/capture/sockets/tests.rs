@@ -218,19 +218,31 @@ fn datagrams_are_whole_messages() {
 }
 
 #[test]
-fn a_poll_before_a_receive_starts_the_wait() {
+fn a_poll_before_a_receive_is_the_wait() {
     let (log, _) = run(&[
         call(1, nr::WRITE, 3, 10, 0, 1),
         call(2, nr::POLL, 99, 1, 4, 5),
         call(2, nr::READ, 3, 10, 7, 8),
+        exit(2, 20),
     ]);
+    use EventKind::*;
+    // Waiting from the poll's entry (CPU 4) to its return (5); the rest is work.
     assert_eq!(
-        of(&log, 1)[..2],
-        [
-            (4, EventKind::RecvStart),
-            (4, EventKind::RecvEnd { msg: 1 })
-        ]
+        of(&log, 1),
+        vec![(4, RecvStart), (1, RecvEnd { msg: 1 }), (15, Exit)]
     );
+}
+
+#[test]
+fn a_poll_followed_by_other_calls_is_no_wait_for_a_later_receive() {
+    let (log, _) = run(&[
+        call(1, nr::WRITE, 3, 10, 0, 1),
+        call(2, nr::POLL, 99, 1, 4, 5),
+        call(2, nr::WRITE, 1, 10, 6, 7),
+        call(2, nr::READ, 3, 10, 9, 10),
+    ]);
+    use EventKind::*;
+    assert_eq!(of(&log, 1)[..2], [(9, RecvStart), (1, RecvEnd { msg: 1 })]);
 }
 
 #[test]

@@ -1,8 +1,9 @@
 /* Datagram ping-pong: a client sends ROUNDS requests of 64 bytes, computing COMPUTE_MS before
  * each, and a server answers each with 512 bytes after COMPUTE_MS/2 of work.
  *
- * udp:  UDP on 127.0.0.1:PORT; the server learns the client's address from its first
- *       recvfrom() and connect()s to it; both then use send()/recv() on connected sockets.
+ * udp:  UDP; the server, bound to the wildcard address and port PORT, answers each
+ *       recvfrom() with a sendto() to the sender; the client sends to 127.0.0.1:PORT with
+ *       send()/recv() on a connected socket.
  * unix: a UNIX datagram socketpair; each round the client sends its request as two datagrams
  *       with one sendmmsg() and the server takes both with one recvmmsg(); answers use
  *       sendmsg()/recvmsg().
@@ -31,17 +32,18 @@ static void drecv(int fd, void *buf, size_t n) {
 static void udp_server(int fd, int rounds, double ms) {
     char req[REQUEST], reply[REPLY];
     memset(reply, 'r', sizeof reply);
-    struct sockaddr_in peer;
-    socklen_t len = sizeof peer;
-    ssize_t k = recvfrom(fd, req, sizeof req, 0, (struct sockaddr *)&peer, &len);
-    if (k <= 0) sc_die("recvfrom");
-    sc_recvs++;
-    sc_recv_bytes += k;
-    if (connect(fd, (struct sockaddr *)&peer, len) < 0) sc_die("connect");
     for (int i = 0; i < rounds; i++) {
-        if (i > 0) drecv(fd, req, sizeof req);
+        struct sockaddr_in peer;
+        socklen_t len = sizeof peer;
+        ssize_t k = recvfrom(fd, req, sizeof req, 0, (struct sockaddr *)&peer, &len);
+        if (k <= 0) sc_die("recvfrom");
+        sc_recvs++;
+        sc_recv_bytes += k;
         sc_compute(ms / 2);
-        dsend(fd, reply, sizeof reply);
+        k = sendto(fd, reply, sizeof reply, 0, (struct sockaddr *)&peer, len);
+        if (k != REPLY) sc_die("sendto");
+        sc_sends++;
+        sc_send_bytes += k;
     }
 }
 
@@ -128,7 +130,7 @@ int main(int argc, char **argv) {
         /* Bound before the client exists, so that no request is lost. */
         fds[0] = socket(AF_INET, SOCK_DGRAM, 0);
         struct sockaddr_in at = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[2]))};
-        inet_pton(AF_INET, "127.0.0.1", &at.sin_addr);
+        at.sin_addr.s_addr = htonl(INADDR_ANY);
         if (bind(fds[0], (struct sockaddr *)&at, sizeof at) < 0) sc_die("bind");
     } else if (socketpair(AF_UNIX, SOCK_DGRAM, 0, fds) < 0) {
         sc_die("socketpair");

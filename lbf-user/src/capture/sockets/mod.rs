@@ -24,8 +24,8 @@
 //!
 //! # Limits
 //!
-//! - UDP sends need a connected socket (the destination of `sendto` on an unconnected one is
-//!   not read), and a UDP receiver is named by the address it is bound to.
+//! - UDP receivers are told apart by port (see [`resolve::udp_channel`]); `sendmsg` with a
+//!   destination address on an unconnected UDP socket is not matched (`sendto` is).
 //! - Descriptors passed between processes over UNIX sockets, `fcntl(F_DUPFD)` and
 //!   `sendfile`/`splice` are not followed.
 //! - One host per capture: matching is central (see the trace format for ids).
@@ -250,11 +250,18 @@ impl SocketCapture {
             }
         }
         match d.call {
-            Call::Send { fd, sizes } => {
+            Call::Send { fd, sizes, to_port } => {
                 let Some(s) = self.socket(tgid, fd) else {
                     return;
                 };
-                let Some(channel) = s.send else {
+                let is_udp = matches!(
+                    s.recv,
+                    Channel::Datagram {
+                        to: channels::Endpoint::Inet { .. }
+                    }
+                );
+                let to = to_port.filter(|_| is_udp).map(resolve::udp_channel);
+                let Some(channel) = to.or(s.send) else {
                     note(
                         &mut self.anomalies,
                         "datagram sent on an unconnected socket",

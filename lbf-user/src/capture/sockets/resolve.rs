@@ -101,8 +101,8 @@ impl SocketResolver for ProcResolver {
                     }
                 } else {
                     SocketChannels {
-                        send: (remote.port() != 0).then_some(Channel::Datagram { to: r }),
-                        recv: Channel::Datagram { to: l },
+                        send: (remote.port() != 0).then(|| udp_channel(remote.port())),
+                        recv: udp_channel(local.port()),
                     }
                 }));
             }
@@ -133,6 +133,19 @@ impl SocketResolver for ProcResolver {
     fn name(&mut self, tgid: u32) -> String {
         let comm = std::fs::read_to_string(format!("/proc/{tgid}/comm")).unwrap_or_default();
         format!("{}[{tgid}]", comm.trim())
+    }
+}
+
+/// The datagram channel of the UDP sockets receiving on `port`. UDP receivers are told apart
+/// by port alone: a server bound to the wildcard address receives what a client sends to any
+/// of the host's addresses (two sockets of one machine bound to one port on different
+/// addresses, or in different namespaces, would be confused).
+pub fn udp_channel(port: u16) -> Channel {
+    Channel::Datagram {
+        to: Endpoint::Inet {
+            addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port),
+            netns: 0,
+        },
     }
 }
 

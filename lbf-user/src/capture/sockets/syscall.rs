@@ -11,12 +11,24 @@ const MMSGHDR_LEN_OFFSET: usize = 56;
 /// `MSG_PEEK`: a receive that leaves the bytes in the socket.
 const MSG_PEEK: u64 = 2;
 
+/// Bytes of a `sockaddr_in6`, the largest address `sendto` is read for.
+const SOCKADDR_BYTES: u16 = 28;
+
+/// The port of an `AF_INET` or `AF_INET6` socket address (network byte order at offset 2).
+fn inet_port(sockaddr: &[u8]) -> Option<u16> {
+    let &[f0, f1, p0, p1, ..] = sockaddr else {
+        return None;
+    };
+    let family = u16::from_le_bytes([f0, f1]) as i32;
+    (family == libc::AF_INET || family == libc::AF_INET6).then(|| u16::from_be_bytes([p0, p1]))
+}
+
 /// `EINPROGRESS`: a nonblocking `connect` under way.
 const EINPROGRESS: i64 = 115;
 
 /// The system calls to record, with their memory reads: the message vectors of `sendmmsg`
 /// and `recvmmsg` (as many `struct mmsghdr` as fit in a record: 4), the two descriptors of
-/// `socketpair`.
+/// `socketpair`, the destination address of `sendto`.
 pub fn traced() -> Vec<(u16, FnReads)> {
     let vector = FnReads {
         entry: MemRead::default(),
@@ -36,7 +48,6 @@ pub fn traced() -> Vec<(u16, FnReads)> {
         nr::SELECT,
         nr::DUP,
         nr::DUP2,
-        nr::SENDTO,
         nr::RECVFROM,
         nr::SENDMSG,
         nr::RECVMSG,
@@ -55,6 +66,16 @@ pub fn traced() -> Vec<(u16, FnReads)> {
     .map(|n| (n, FnReads::default()))
     .collect();
     table.push((nr::SENDMMSG, vector));
+    // sendto's destination address (sockaddr_in or sockaddr_in6), read at the return.
+    let address = FnReads {
+        entry: MemRead::default(),
+        exit: MemRead {
+            ptr_arg: 5,
+            count_arg: 0,
+            len: SOCKADDR_BYTES,
+        },
+    };
+    table.push((nr::SENDTO, address));
     table.push((nr::RECVMMSG, vector));
     let pair = FnReads {
         entry: MemRead::default(),
@@ -77,6 +98,8 @@ pub enum Call {
         fd: i32,
         /// Bytes of each message sent.
         sizes: Vec<u64>,
+        /// The destination port `sendto` named (IPv4 or IPv6), for unconnected UDP sockets.
+        to_port: Option<u16>,
     },
     /// Bytes arrived through `fd`: one entry per message received.
     Recv {
@@ -177,9 +200,15 @@ pub fn decode(rec: &Record) -> Decoded {
                 family: Some(fd),
             }
         }
-        nr::WRITE | nr::WRITEV | nr::SENDTO | nr::SENDMSG if ret > 0 => Call::Send {
+        nr::SENDTO if ret > 0 => Call::Send {
             fd,
             sizes: vec![ret as u64],
+            to_port: inet_port(&rec.mem[..usize::from(rec.mem_len).min(rec.mem.len())]),
+        },
+        nr::WRITE | nr::WRITEV | nr::SENDMSG if ret > 0 => Call::Send {
+            fd,
+            sizes: vec![ret as u64],
+            to_port: None,
         },
         nr::RECVFROM if arg(3) & MSG_PEEK != 0 => Call::Nothing,
         nr::RECVMSG if arg(2) & MSG_PEEK != 0 => Call::Nothing,
@@ -190,6 +219,7 @@ pub fn decode(rec: &Record) -> Decoded {
         nr::SENDMMSG if ret > 0 => Call::Send {
             fd,
             sizes: vector(),
+            to_port: None,
         },
         nr::RECVMMSG if ret > 0 && arg(3) & MSG_PEEK == 0 => Call::Recv {
             fd,

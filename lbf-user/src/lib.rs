@@ -15,6 +15,7 @@ pub mod config;
 pub mod engine;
 pub mod event;
 pub mod net;
+pub mod predict_live;
 pub mod probe;
 pub mod report;
 pub mod target;

@@ -4,14 +4,14 @@
 
 use anyhow::{Context, Result};
 use clap::{error::ErrorKind, CommandFactory, Parser, Subcommand};
-use lbf::config::{load_target, preset, short_form, Layout, NetworkPreset, ShortForm, PRESETS};
+use lbf::config::TargetArgs;
 use lbf::engine::Engine;
 use lbf::net::builder::serve;
 use lbf::net::serve_config::ServeConfig;
 use lbf::net::tls::self_signed;
 use lbf::report::{json_lines, table, warnings, Timeline};
 use lbf::target::Target;
-use lbf::trace::{Header, TraceReader};
+use lbf::trace::TraceReader;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
@@ -95,64 +95,8 @@ struct Predict {
     /// The trace (lbf trace format v1, JSON Lines; see docs/trace-format.md).
     trace: PathBuf,
 
-    /// A target file (TOML); repeat for several targets.
-    #[arg(long, value_name = "FILE")]
-    target: Vec<PathBuf>,
-
-    /// Short form: put all processes on this many identical nodes.
-    #[arg(long, value_name = "N", help_heading = "Short-form target")]
-    nodes: Option<u32>,
-
-    /// Short form: cores per node.
-    #[arg(
-        long,
-        default_value_t = 1,
-        requires = "nodes",
-        help_heading = "Short-form target"
-    )]
-    cores: u32,
-
-    /// Short form: how processes are spread over the nodes.
-    #[arg(
-        long,
-        value_enum,
-        default_value_t = Layout::Block,
-        requires = "nodes",
-        help_heading = "Short-form target"
-    )]
-    layout: Layout,
-
-    /// Short form: relative speed of every node (2.0 runs the same work in half the time).
-    #[arg(
-        long,
-        default_value_t = 1.0,
-        requires = "nodes",
-        help_heading = "Short-form target"
-    )]
-    speed: f64,
-
-    /// Short form: how much a waiting process loads its node, 0 to 1. MPI libraries poll while
-    /// they wait, taking CPU from working processes on an oversubscribed node: 0 (the default,
-    /// the paper's model) ignores that, 1 counts a waiting process like a computing one.
-    #[arg(
-        long,
-        default_value_t = 0.0,
-        requires = "nodes",
-        help_heading = "Short-form target"
-    )]
-    spin: f64,
-
-    /// Short form: network preset (zero, shm, gige, 10gige, ib-edr, ib-hdr).
-    #[arg(
-        long,
-        long_help = network_help(),
-        value_name = "PRESET",
-        default_value = "zero",
-        value_parser = parse_preset,
-        requires = "nodes",
-        help_heading = "Short-form target"
-    )]
-    network: &'static NetworkPreset,
+    #[command(flatten)]
+    targets: TargetArgs,
 
     /// Print one JSON object per target and line instead of a table.
     #[arg(long)]
@@ -182,20 +126,6 @@ Examples:
 The speed-up column is the measured run time over the predicted one (above 1: faster).
 Errors name the trace line at fault; the engine's \"(at N)\" is line N of the trace.
 Exit status: 0 success, 1 error (trace, target or engine), 2 usage.";
-
-/// The long help of --network: every preset and what it models.
-fn network_help() -> String {
-    let mut help = String::from("Short form: network preset. The presets:");
-    for p in PRESETS {
-        help.push_str(&format!("\n  {:<7} {}", p.name, p.about));
-    }
-    help
-}
-
-/// clap's parser for --network: a preset's name.
-fn parse_preset(name: &str) -> Result<&'static NetworkPreset, String> {
-    preset(name).map_err(|e| e.message)
-}
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
@@ -242,7 +172,7 @@ fn predict(args: &Predict) -> Result<()> {
     let trace = args.trace.display();
     let mut reader = TraceReader::open(&args.trace).with_context(|| trace.to_string())?;
     let header = reader.header().clone();
-    let targets = targets(args, &header)?;
+    let targets = args.targets.resolve(header.procs.len())?;
     let timeline_index = timeline_index(args, &targets);
     let timeline = match (&args.timeline, timeline_index) {
         (Some(path), Some(i)) => Some(
@@ -275,28 +205,6 @@ fn predict(args: &Predict) -> Result<()> {
         print!("{}", table(&predictions, summary.as_ref()));
     }
     Ok(())
-}
-
-/// The targets of the command line: the files in order, then the short form.
-fn targets(args: &Predict, header: &Header) -> Result<Vec<Target>> {
-    let procs = header.procs.len();
-    let mut targets = args
-        .target
-        .iter()
-        .map(|path| load_target(path, procs))
-        .collect::<Result<Vec<_>, _>>()?;
-    if let Some(nodes) = args.nodes {
-        let form = ShortForm {
-            nodes,
-            cores: args.cores,
-            layout: args.layout,
-            speed: args.speed,
-            network: args.network,
-            spin: args.spin,
-        };
-        targets.push(short_form(&form, procs)?);
-    }
-    Ok(targets)
 }
 
 /// Which target --timeline records; exits with a usage error for an unknown --timeline-target.

@@ -15,9 +15,13 @@ use lbf::capture::pvm::{self as pvm_capture, PvmCapture};
 use lbf::capture::select::{self, Source};
 use lbf::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use lbf::capture::{procfs::ProcFs, Capture, CaptureSink, EventSink, Library};
+use lbf::config::TargetArgs;
 use lbf::event::{Event, ProcInfo};
+use lbf::predict_live::LivePredictor;
 use lbf::probe::{self, AttachMode, HeldChild, JsonLinesSink, RecordSink, Tracer, TracerOptions};
+use lbf::report::{table, warnings};
 use lbf::trace::{Header, Summary, TraceWriter};
+use std::time::{Duration, Instant};
 
 /// Trace a distributed program's messages, process lifecycle and exact CPU time with eBPF:
 /// MPI programs by their MPI calls, PVM programs by their PVM calls, anything else by its
@@ -42,10 +46,14 @@ use lbf::trace::{Header, Summary, TraceWriter};
 /// launcher's control connections are not application messages). With sockets, the
 /// processes that never send or receive on a socket are left out of the trace.
 ///
+/// With --target or --nodes (the same targets as `lbf-gag predict`), the events also feed the
+/// what-if engine as they come, and the predicted run times are printed at the end (and, as
+/// lower bounds, every --interval seconds).
+///
 /// Records the kernel side had to drop (ring buffer full) are reported at the end; a larger
 /// --ringbuf-size helps.
 #[derive(Parser)]
-#[command(name = "lbf-trace", version, verbatim_doc_comment)]
+#[command(name = "lbf-trace", version, verbatim_doc_comment, after_help = AFTER_HELP)]
 struct Cli {
     /// Attach to these running processes (comma-separated PIDs) and their future children.
     #[arg(
@@ -74,6 +82,14 @@ struct Cli {
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<PathBuf>,
 
+    #[command(flatten)]
+    targets: TargetArgs,
+
+    /// With targets: print how far each prediction has got every SECONDS while the program
+    /// runs.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_interval)]
+    interval: Option<Duration>,
+
     /// Where messages are captured: MPI calls, PVM calls or socket system calls. Default:
     /// chosen from the program (see above).
     #[arg(long, value_enum, value_name = "SOURCE")]
@@ -86,6 +102,27 @@ struct Cli {
     /// The command to run and trace, after `--`.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+const AFTER_HELP: &str = "\
+Examples:
+  # trace a 4-rank job, keep the trace, predict it on 4 nodes over Gigabit Ethernet
+  sudo lbf-trace -o run.trace.jsonl --nodes 4 --network gige -- mpirun -np 4 ./app
+
+  # attach to running ranks; predict two target files, reporting every 10 s
+  sudo lbf-trace -p 4242,4243 --target two-nodes.toml --target one-node.toml --interval 10
+
+  # replay the trace later against other targets (no root needed)
+  lbf-gag predict run.trace.jsonl --nodes 8 --cores 2
+
+Exit status: the command's, with a command; otherwise 0, or 1 on error.";
+
+/// clap's parser for --interval: positive seconds.
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 => Ok(Duration::from_secs_f64(s)),
+        _ => Err(format!("`{text}` is not a positive number of seconds")),
+    }
 }
 
 /// Set by SIGINT/SIGTERM: stop the capture.
@@ -156,25 +193,32 @@ fn run(cli: Cli) -> Result<i32> {
         }
         None => Box::new(CountingSink),
     };
-    let trace = cli.output.as_ref().map(|path| {
-        let file = TraceFile {
-            path: path.clone(),
-            procs: Vec::new(),
-            writer: None,
-            error: None,
-        };
+    let live = (!cli.targets.is_empty()).then(|| LivePredictor::new(cli.targets.clone()));
+    let file = cli.output.as_ref().map(|path| TraceFile {
+        path: path.clone(),
+        procs: Vec::new(),
+        writer: None,
+        error: None,
+    });
+    let trace = (file.is_some() || live.is_some()).then(|| {
+        let outputs = Outputs { file, live };
         match source {
             Source::Sockets => CaptureSink::new(
                 SocketCapture::new(Box::new(ProcResolver::new()), hostname()),
-                file,
+                outputs,
             ),
-            Source::Pvm => CaptureSink::new(PvmCapture::new(hostname()), file),
+            Source::Pvm => CaptureSink::new(PvmCapture::new(hostname()), outputs),
             Source::Mpi => {
-                CaptureSink::new(Capture::new(Box::new(ProcFs::new()), hostname()), file)
+                CaptureSink::new(Capture::new(Box::new(ProcFs::new()), hostname()), outputs)
             }
         }
     });
-    let mut sink = Tee { raw, trace };
+    let mut sink = Tee {
+        raw,
+        trace,
+        interval: cli.interval,
+        last_report: Instant::now(),
+    };
     let mut reader = tracer.records()?;
     // SAFETY: the handler only stores to atomics.
     unsafe {
@@ -194,10 +238,20 @@ fn run(cli: Cli) -> Result<i32> {
     }
     let end = probe::run(&mut tracer, &mut reader, &mut sink, &STOP)?;
     if let Some(trace) = sink.trace {
-        let (file, summary) = trace.into_parts();
+        let (outputs, summary) = trace.into_parts();
         let summary = summary.expect("the capture loop finishes its sink");
-        let path = file.path.clone();
-        file.finish(summary.measured_seconds, summary.lost_records)?;
+        if let Some(file) = outputs.file {
+            let path = file.path.clone();
+            file.finish(summary.measured_seconds, summary.lost_records)?;
+            if cli.verbose {
+                eprintln!(
+                    "lbf-trace: wrote {} processes to {}; measured {:.3} s",
+                    summary.procs.len(),
+                    path.display(),
+                    summary.measured_seconds
+                );
+            }
+        }
         if summary.procs.is_empty() {
             let why: Vec<&str> = summary.anomalies.keys().map(String::as_str).collect();
             if why.is_empty() {
@@ -208,13 +262,20 @@ fn run(cli: Cli) -> Result<i32> {
         for (what, n) in &summary.anomalies {
             eprintln!("lbf-trace: warning: {what} ({n}x)");
         }
-        if cli.verbose {
-            eprintln!(
-                "lbf-trace: wrote {} processes to {}; measured {:.3} s",
-                summary.procs.len(),
-                path.display(),
-                summary.measured_seconds
-            );
+        if let Some(live) = outputs.live {
+            let measured = Summary {
+                measured_seconds: summary.measured_seconds,
+                lost_events: summary.lost_records,
+            };
+            match live.finish() {
+                Ok(predictions) => {
+                    for w in warnings(Some(&measured)) {
+                        eprintln!("lbf-trace: warning: {w}");
+                    }
+                    print!("{}", table(&predictions, Some(&measured)));
+                }
+                Err(why) => eprintln!("lbf-trace: error: no prediction: {why}"),
+            }
         }
     }
     let lost = end.lost;
@@ -345,10 +406,13 @@ fn libraries_of(pids: &[u32]) -> Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
-/// Sends records to the raw dump (or nowhere) and, with -o, to the capture.
+/// Sends records to the raw dump (or nowhere) and, with -o or targets, to the capture.
 struct Tee {
     raw: Box<dyn RecordSink>,
-    trace: Option<CaptureSink<TraceFile>>,
+    trace: Option<CaptureSink<Outputs>>,
+    /// How often to report live predictions (--interval).
+    interval: Option<Duration>,
+    last_report: Instant,
 }
 
 impl RecordSink for Tee {
@@ -364,6 +428,46 @@ impl RecordSink for Tee {
         match &mut self.trace {
             Some(t) => t.finish(lost),
             None => Ok(()),
+        }
+    }
+    fn tick(&mut self) -> Result<()> {
+        let (Some(interval), Some(trace)) = (self.interval, &mut self.trace) else {
+            return Ok(());
+        };
+        if self.last_report.elapsed() < interval {
+            return Ok(());
+        }
+        self.last_report = Instant::now();
+        if let Some(live) = &trace.events_mut().live {
+            for line in live.progress() {
+                eprintln!("lbf-trace: {line}");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where the capture's events go: the trace file (-o) and the live engine (targets).
+struct Outputs {
+    file: Option<TraceFile>,
+    live: Option<LivePredictor>,
+}
+
+impl EventSink for Outputs {
+    fn process(&mut self, info: &ProcInfo) {
+        if let Some(f) = &mut self.file {
+            f.process(info);
+        }
+        if let Some(l) = &mut self.live {
+            l.process(info);
+        }
+    }
+    fn event(&mut self, event: &Event) {
+        if let Some(f) = &mut self.file {
+            f.event(event);
+        }
+        if let Some(l) = &mut self.live {
+            l.event(event);
         }
     }
 }

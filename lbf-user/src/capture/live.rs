@@ -26,6 +26,11 @@ impl<S: EventSink> CaptureSink<S> {
         }
     }
 
+    /// The event sink, while the capture runs.
+    pub fn events_mut(&mut self) -> &mut S {
+        &mut self.events
+    }
+
     /// The event sink, and the summary if the stream has finished.
     pub fn into_parts(self) -> (S, Option<Summary>) {
         (self.events, self.summary)

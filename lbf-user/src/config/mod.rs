@@ -5,10 +5,12 @@
 //! the trace on exactly one node, cores and speeds positive, communication tables well formed.
 //! This module knows nothing of traces beyond their process count, nor of the engine.
 
+mod cli;
 mod file;
 mod presets;
 mod short;
 
+pub use cli::TargetArgs;
 pub use file::{load_target, parse_target};
 pub use presets::{preset, NetworkPreset, PRESETS};
 pub use short::{short_form, Layout, ShortForm};

@@ -14,6 +14,11 @@ pub trait RecordSink {
     fn record(&mut self, record: &Record) -> Result<()>;
     /// The capture ended; `lost` says what the kernel side dropped. Called once.
     fn finish(&mut self, lost: &super::LostCounts) -> Result<()>;
+    /// Called every time the capture loop wakes up (at least every few hundred milliseconds,
+    /// records or not), for periodic work such as progress reports. The default does nothing.
+    fn tick(&mut self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Drains the record ring buffer.

@@ -46,6 +46,7 @@ pub fn run(
             records += reader.drain(sink)?;
             std::thread::sleep(BATCH);
         }
+        sink.tick()?;
         if stop.load(Ordering::Relaxed) {
             break true;
         }

@@ -1,0 +1,116 @@
+//! The command-line options that describe targets, shared by `lbf-gag predict` and
+//! `lbf-trace` so that both accept exactly the same target files, short form and presets.
+
+use std::path::PathBuf;
+
+use super::PRESETS;
+use super::{load_target, preset, short_form, ConfigError, Layout, NetworkPreset, ShortForm};
+use crate::target::Target;
+
+/// Targets given on the command line: files (`--target`, repeatable) and one short form
+/// (`--nodes` with `--cores`, `--layout`, `--speed`, `--spin`, `--network`). Flatten it into a
+/// clap command.
+#[derive(clap::Args, Clone, Debug)]
+pub struct TargetArgs {
+    /// A target file (TOML, see docs/targets.md); repeat for several targets.
+    #[arg(long, value_name = "FILE")]
+    pub target: Vec<PathBuf>,
+
+    /// Short form: put all processes on this many identical nodes.
+    #[arg(long, value_name = "N", help_heading = "Short-form target")]
+    pub nodes: Option<u32>,
+
+    /// Short form: cores per node.
+    #[arg(
+        long,
+        default_value_t = 1,
+        requires = "nodes",
+        help_heading = "Short-form target"
+    )]
+    pub cores: u32,
+
+    /// Short form: how processes are spread over the nodes.
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = Layout::Block,
+        requires = "nodes",
+        help_heading = "Short-form target"
+    )]
+    pub layout: Layout,
+
+    /// Short form: relative speed of every node (2.0 runs the same work in half the time).
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        requires = "nodes",
+        help_heading = "Short-form target"
+    )]
+    pub speed: f64,
+
+    /// Short form: how much a waiting process loads its node, 0 to 1. MPI libraries poll while
+    /// they wait, taking CPU from working processes on an oversubscribed node: 0 (the default,
+    /// the paper's model) ignores that, 1 counts a waiting process like a computing one.
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        requires = "nodes",
+        help_heading = "Short-form target"
+    )]
+    pub spin: f64,
+
+    /// Short form: network preset (zero, shm, gige, 10gige, ib-edr, ib-hdr).
+    #[arg(
+        long,
+        long_help = network_help(),
+        value_name = "PRESET",
+        default_value = "zero",
+        value_parser = parse_preset,
+        requires = "nodes",
+        help_heading = "Short-form target"
+    )]
+    pub network: &'static NetworkPreset,
+}
+
+impl TargetArgs {
+    /// Whether no target was given.
+    pub fn is_empty(&self) -> bool {
+        self.target.is_empty() && self.nodes.is_none()
+    }
+
+    /// The targets for a trace of `num_procs` processes: the files in order, then the short
+    /// form.
+    pub fn resolve(&self, num_procs: usize) -> Result<Vec<Target>, ConfigError> {
+        let mut targets = self
+            .target
+            .iter()
+            .map(|path| load_target(path, num_procs))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(nodes) = self.nodes {
+            let form = ShortForm {
+                nodes,
+                cores: self.cores,
+                layout: self.layout,
+                speed: self.speed,
+                network: self.network,
+                spin: self.spin,
+            };
+            targets.push(short_form(&form, num_procs)?);
+        }
+        Ok(targets)
+    }
+}
+
+/// The long help of --network: every preset and what it models.
+fn network_help() -> String {
+    let mut help = String::from("Short form: network preset. The presets:");
+    for p in PRESETS {
+        help.push_str(&format!("\n  {:<7} {}", p.name, p.about));
+    }
+    help
+}
+
+/// clap's parser for --network: a preset's name.
+fn parse_preset(name: &str) -> Result<&'static NetworkPreset, String> {
+    preset(name).map_err(|e| e.message)
+}

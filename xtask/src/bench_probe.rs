@@ -107,12 +107,11 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     // The programs alone, by the kernel's statistics (one more run of each, statistics on).
     let mut per_call = Vec::new();
     for (name, cmd) in &configs[1..] {
+        // An entry and an exit program run per call; the last sample may miss a few runs.
         let (_, ns, runs) = bpf_stats::program_run_time(cmd, args.calls / 2)?;
-        println!(
-            "  {name:<24} eBPF programs ran {:6.1} ns per call ({runs} runs)",
-            ns as f64 / n
-        );
-        per_call.push(ns as f64 / n);
+        let ns = ns as f64 / (runs as f64 / 2.0);
+        println!("  {name:<24} eBPF programs ran {ns:6.1} ns per call ({runs} runs)");
+        per_call.push(ns);
     }
     println!(
         "  lbf's programs add {:.1} ns per call to the empty pair's ({:+.1} % of the empty \

@@ -53,7 +53,7 @@ pub mod timeline;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use lbf_common::{Record, RecordKind, MEM_BYTES};
+use lbf_common::{mpi, Record, RecordKind, MEM_BYTES};
 
 use self::call::{Completion, Entry, Peer, RecvArgs, SendArgs};
 use self::comms::Comms;
@@ -112,6 +112,9 @@ pub struct ProcStats {
     pub cpu_ns: u64,
     /// CPU on `RecvEnd` and `CollEnd` events: waiting inside MPI.
     pub wait_ns: u64,
+    /// CPU before `MPI_Init` returned: the start-up, which no event carries (the process
+    /// starts, for the engine, when `MPI_Init` returns; see [`ProcInfo::start_ns`]).
+    pub startup_cpu_ns: u64,
 }
 
 impl ProcStats {
@@ -170,6 +173,9 @@ pub struct Capture {
     first_ts: Option<u64>,
     /// When each process last called exec: its start, as far as its CPU clock goes.
     exec_ts: HashMap<u32, u64>,
+    /// When each process's `MPI_Init` returned, or when it was first seen past it (attached
+    /// to a running job): where the model of the process starts.
+    past_init: HashMap<u32, u64>,
     last_ts: u64,
     last_exit_ts: Option<u64>,
     anomalies: BTreeMap<String, u64>,
@@ -190,6 +196,7 @@ impl Capture {
             recv_slots: HashMap::new(),
             first_ts: None,
             exec_ts: HashMap::new(),
+            past_init: HashMap::new(),
             last_ts: 0,
             last_exit_ts: None,
             anomalies: BTreeMap::new(),
@@ -230,7 +237,11 @@ impl Capture {
         }
         if !self.started {
             let size = self.comms.size(comms::WORLD);
-            if size.is_some_and(|n| self.rank_owner.len() as u32 >= n) {
+            let all_past_init = self
+                .rank_owner
+                .values()
+                .all(|t| self.past_init.contains_key(t));
+            if all_past_init && size.is_some_and(|n| self.rank_owner.len() as u32 >= n) {
                 self.start(sink);
             }
             return;
@@ -243,11 +254,14 @@ impl Capture {
     }
 
     /// How rank `rank` (process `tgid`) appears in the trace: named after its rank, starting
-    /// when it was exec'd relative to the capture's first record (the launcher's start-up is
-    /// part of the measured time, so the prediction must include it too).
+    /// when its `MPI_Init` returned (or when it was exec'd, if that is unknown), relative to
+    /// the capture's first record. The launch and MPI's wire-up take wall time the CPU does
+    /// not account for (waiting for the launcher, for the other ranks); they are part of the
+    /// measured time, so the prediction takes them as measured and models what follows.
     fn proc_info(&self, rank: u32, tgid: u32) -> ProcInfo {
-        let start_ns = match (self.exec_ts.get(&tgid), self.first_ts) {
-            (Some(&exec), Some(first)) => exec.saturating_sub(first),
+        let started = self.past_init.get(&tgid).or(self.exec_ts.get(&tgid));
+        let start_ns = match (started, self.first_ts) {
+            (Some(&at), Some(first)) => at.saturating_sub(first),
             _ => 0,
         };
         ProcInfo {
@@ -374,11 +388,19 @@ impl Capture {
 
     fn entry(&mut self, rec: &Record) {
         let mem = &rec.mem[..usize::from(rec.mem_len).min(MEM_BYTES)];
-        let Some(p) = self.process(rec.tgid) else {
+        if self.process(rec.tgid).is_none() {
             return;
-        };
+        }
+        let init = matches!(rec.fn_id, mpi::INIT | mpi::INIT_THREAD);
+        let before_init = !self.past_init.contains_key(&rec.tgid);
+        let p = self.procs.get_mut(&rec.tgid).expect("inspected above");
         let stack = p.calls.entry(rec.tid).or_default();
         let nested = !stack.is_empty() || p.exited;
+        if !nested && !init && before_init {
+            // Attached after MPI_Init: the model starts here.
+            self.past_init.insert(rec.tgid, rec.ts_ns);
+            p.end_startup(rec.tid, rec.cpu_ns);
+        }
         let entry = (!nested).then(|| call::decode_entry(&p.abi, rec.fn_id, &rec.args, mem));
         let mut open = OpenCall {
             fn_id: rec.fn_id,
@@ -452,7 +474,11 @@ impl Capture {
         }
         let (tid, cpu) = (rec.tid, rec.cpu_ns);
         match open.entry {
-            None | Some(Entry::Init | Entry::Probe | Entry::CommFree { .. } | Entry::Other) => {}
+            Some(Entry::Init) => {
+                self.past_init.insert(rec.tgid, rec.ts_ns);
+                p.end_startup(tid, cpu);
+            }
+            None | Some(Entry::Probe | Entry::CommFree { .. } | Entry::Other) => {}
             Some(Entry::Finalize) => {
                 p.exited = true;
                 p.emit(tid, cpu, EventKind::Exit);

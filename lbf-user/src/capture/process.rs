@@ -130,6 +130,14 @@ impl Process {
         self.push(tid, cpu_at, Some(kind));
     }
 
+    /// Ends the start-up at `cpu_at` on thread `tid` (the return of `MPI_Init`): the CPU
+    /// before is start-up, counted in [`ProcStats::startup_cpu_ns`], not in any event.
+    pub fn end_startup(&mut self, tid: u32, cpu_at: u64) {
+        let base = self.cpu_base.entry(tid).or_insert(0);
+        self.stats.startup_cpu_ns += cpu_at.saturating_sub(*base);
+        *base = (*base).max(cpu_at);
+    }
+
     /// Queues a `RecvStart` at `cpu_at`, or where an `MPI_Probe` began waiting.
     pub fn emit_recv_start(&mut self, tid: u32, cpu_at: u64) {
         let at = self.wait_start.take().map_or(cpu_at, |w| w.min(cpu_at));

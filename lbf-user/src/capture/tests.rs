@@ -192,16 +192,24 @@ fn blocking_ping_pong_cpu_split_into_work_and_waiting() {
     let (log, summary) = run.finish();
     assert_matched(&log);
     let p0 = of(&log, 0);
-    assert_eq!(p0[0], (100, EventKind::Send { msg: 0, bytes: 16 }));
+    // The 50 ns until MPI_Init returned are start-up, in no event.
+    assert_eq!(p0[0], (50, EventKind::Send { msg: 0, bytes: 16 }));
     // The 10 ns inside the send are work, carried to the receive's start.
     assert_eq!(p0[1], (20, EventKind::RecvStart));
     assert_eq!(p0[2], (480, EventKind::RecvEnd { msg: 1 }));
     assert_eq!(p0[3], (100, EventKind::Exit));
     let p1 = of(&log, 1);
-    assert_eq!(p1[0], (150, EventKind::RecvStart));
+    assert_eq!(p1[0], (90, EventKind::RecvStart));
     assert_eq!(p1[1], (250, EventKind::RecvEnd { msg: 0 }));
-    assert_eq!(summary.stats[0].cpu_ns, 700);
-    assert_eq!(summary.stats[1].cpu_ns, 800);
+    assert_eq!(summary.stats[0].cpu_ns, 650);
+    assert_eq!(summary.stats[1].cpu_ns, 740);
+    assert_eq!(
+        (
+            summary.stats[0].startup_cpu_ns,
+            summary.stats[1].startup_cpu_ns
+        ),
+        (50, 60)
+    );
     assert_eq!(summary.stats[1].wait_ns, 250);
     assert_eq!(
         (summary.stats[0].recv_bytes, summary.stats[1].recv_bytes),

@@ -41,7 +41,7 @@ fn run_job(
     let nodes: Vec<Daemon> = [("a", "token-a", "0-3"), ("b", "token-b", "4-7")]
         .iter()
         .map(|(node, token, procs)| {
-            let c = replay_node(None, s, &s.listen, node, token, trace, procs, extra);
+            let c = replay_node(None, s, node, token, trace, procs, extra);
             Daemon::spawn(node, c, &s.dir.join(format!("node-{node}.log")))
         })
         .collect();
@@ -103,16 +103,7 @@ fn garbage_and_a_wrong_token_are_refused_while_another_stream_goes_on() {
     let expected = predict(&trace, &s.dir, &["one-node", "two-nodes"]);
     let builder = s.start("builder.log");
     let good = |node: &str, token: &str, procs: &str| {
-        let c = replay_node(
-            None,
-            &s,
-            &s.listen,
-            node,
-            token,
-            &trace,
-            procs,
-            &["--rate", "50000"],
-        );
+        let c = replay_node(None, &s, node, token, &trace, procs, &["--rate", "50000"]);
         Daemon::spawn(node, c, &s.dir.join(format!("node-{node}.log")))
     };
     let a = good("a", "token-a", "0-3");
@@ -120,7 +111,7 @@ fn garbage_and_a_wrong_token_are_refused_while_another_stream_goes_on() {
 
     let mut garbage = TcpStream::connect(&s.listen).unwrap();
     garbage.write_all(&[0x5a; 4096]).unwrap();
-    let impostor = replay_node(None, &s, &s.listen, "b", "wrong", &trace, "4-7", &[]);
+    let impostor = replay_node(None, &s, "b", "wrong", &trace, "4-7", &[]);
     let impostor = Daemon::spawn("impostor", impostor, &s.dir.join("impostor.log"));
     let (ok, _) = impostor.wait(MINUTE);
     assert!(!ok, "a node with a wrong token must fail");
@@ -153,7 +144,6 @@ fn a_node_whose_spool_fills_reports_the_loss_and_the_builder_shows_it() {
     let c = replay_node(
         None,
         &s,
-        &s.listen,
         "a",
         "token-a",
         &trace,

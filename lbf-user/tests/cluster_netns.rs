@@ -33,7 +33,7 @@ fn nodes_on_two_hosts_feed_a_builder_on_a_third_and_a_cut_link_loses_nothing() {
     let node = |host: usize, name: &str, procs: &str| {
         let token = format!("token-{name}");
         let ns = Some(hosts.names[host].as_str());
-        let c = replay_node(ns, &s, &listen, name, &token, &trace, procs, &paced);
+        let c = replay_node(ns, &s, name, &token, &trace, procs, &paced);
         Daemon::spawn(name, c, &root.join(format!("node-{name}.log")))
     };
     let a = node(1, "a", "0-3");

@@ -1,6 +1,7 @@
 //! `cargo xtask`: project chores that are code rather than shell (see `cargo xtask --help`).
 
 mod bench;
+mod bench_cluster;
 mod bench_probe;
 mod build_ebpf;
 mod cmd;
@@ -32,6 +33,9 @@ enum Command {
     /// Trace 4-rank MPI programs on one CPU and on two, predict each configuration from each
     /// run, and print the errors against the measured times (release build, root, 2 CPUs).
     Validate(validate::Args),
+    /// Measure cluster mode end to end: events/s from several lbf-node daemons into one
+    /// lbf-gag serve on loopback (TLS, journal, acks), and the builder's peak RSS.
+    BenchCluster(bench_cluster::Args),
 }
 
 /// The workspace root (xtask lives one level below it).
@@ -52,6 +56,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(&args)?,
         Command::BenchProbe(args) => bench_probe::run(&workspace_root(), &args)?,
         Command::Validate(args) => validate::run(&workspace_root(), &args)?,
+        Command::BenchCluster(args) => bench_cluster::run(&workspace_root(), &args)?,
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ use lbf::net::privileges::{self, CAPTURE_KEEPS};
 use lbf::net::source::{self, Live, Selection};
 use lbf::net::tls;
 use lbf::probe::TracerOptions;
+use lbf::trace::synthetic;
 use lbf_proto::Proc;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -24,8 +25,8 @@ use std::time::Duration;
 /// global process ids (MPI_COMM_WORLD ranks) that run on this host. Once the probes are
 /// attached the daemon drops every capability but CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH.
 ///
-/// Replay (--replay TRACE): streams the --procs processes of a trace file as if captured
-/// live; for tests, benchmarks and demos. Keeps no capability.
+/// Replay (--replay TRACE, or --synthetic for a generated trace): streams the --procs
+/// processes as if captured live; for tests, benchmarks and demos. Keeps no capability.
 ///
 /// Batches wait in a spool on disk (--spool-dir, at most --spool-size bytes) until the
 /// builder acknowledges them, so builder restarts and network cuts lose nothing: the daemon
@@ -34,7 +35,7 @@ use std::time::Duration;
 #[derive(Parser)]
 #[command(name = "lbf-node", version, verbatim_doc_comment, after_help = AFTER_HELP)]
 #[command(group = ArgGroup::new("source").required(true)
-    .args(["pid", "comm", "cgroup", "all_mpi", "replay"]))]
+    .args(["pid", "comm", "cgroup", "all_mpi", "replay", "synthetic"]))]
 struct Cli {
     /// The builder, HOST:PORT.
     #[arg(long, value_name = "HOST:PORT", help_heading = "Builder")]
@@ -98,13 +99,13 @@ struct Cli {
     #[arg(long, value_name = "TRACE", help_heading = "Replay")]
     replay: Option<PathBuf>,
 
+    /// Replay the --procs processes of a synthetic trace generated on the fly, given as
+    /// PROCS:EVENTS:SEED (as `cargo xtask bench-cluster` does; no file needed).
+    #[arg(long, value_name = "P:E:S", value_parser = parse_synthetic, help_heading = "Replay")]
+    synthetic: Option<synthetic::Config>,
+
     /// Replay at most this many events per second (default: as fast as the builder takes).
-    #[arg(
-        long,
-        value_name = "EVENTS",
-        requires = "replay",
-        help_heading = "Replay"
-    )]
+    #[arg(long, value_name = "EVENTS", help_heading = "Replay")]
     rate: Option<f64>,
 
     /// The spool directory (emptied at start).
@@ -165,6 +166,25 @@ fn parse_ids(text: &str) -> Result<BTreeSet<ProcId>, String> {
         return Err("no process id given".into());
     }
     Ok(ids)
+}
+
+/// `PROCS:EVENTS:SEED` as a synthetic trace's description.
+fn parse_synthetic(text: &str) -> Result<synthetic::Config, String> {
+    let parts: Vec<u64> = text
+        .split(':')
+        .map(|p| p.parse::<u64>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| format!("`{text}` is not PROCS:EVENTS:SEED (e.g. 64:1000000:1)"))?;
+    match parts[..] {
+        [procs @ 2..=1_000_000, events, seed] => Ok(synthetic::Config {
+            procs: procs as u32,
+            events,
+            seed,
+        }),
+        _ => Err(format!(
+            "`{text}` is not PROCS:EVENTS:SEED with at least 2 processes (e.g. 64:1000000:1)"
+        )),
+    }
 }
 
 /// `512M` as bytes.
@@ -228,12 +248,26 @@ fn run(cli: Cli) -> Result<u64> {
         .clone()
         .unwrap_or_else(|| node::host_facts().hostname);
     let tls = tls::client_config(&cli.ca)?;
-    let (names, live) = match &cli.replay {
-        Some(trace) => {
+    let (names, live) = match (&cli.replay, &cli.synthetic) {
+        (Some(trace), _) => {
             let infos = source::replay_procs(trace, &cli.procs)?;
-            (infos.into_iter().map(|p| (p.id, p.name)).collect(), None)
+            let procs = infos.into_iter().map(|p| Proc {
+                id: p.id,
+                name: p.name,
+                start_ns: p.start_ns,
+            });
+            (procs.collect(), None)
         }
-        None => {
+        (None, Some(config)) => {
+            if let Some(id) = cli.procs.iter().find(|&&id| id >= config.procs) {
+                bail!(
+                    "--procs names process {id}, but the synthetic trace has {} processes",
+                    config.procs
+                );
+            }
+            (procs_named(&cli.procs, "rank"), None)
+        }
+        (None, None) => {
             let live = Live::start(
                 &selection(&cli)?,
                 Duration::from_secs_f64(cli.wait),
@@ -241,12 +275,7 @@ fn run(cli: Cli) -> Result<u64> {
                 cli.ringbuf_size,
                 cli.procs.clone(),
             )?;
-            let names: Vec<(ProcId, String)> = cli
-                .procs
-                .iter()
-                .map(|&id| (id, format!("rank {id}")))
-                .collect();
-            (names, Some(live))
+            (procs_named(&cli.procs, "rank "), Some(live))
         }
     };
     let keep: &[caps::Capability] = if live.is_some() { &CAPTURE_KEEPS } else { &[] };
@@ -269,22 +298,22 @@ fn run(cli: Cli) -> Result<u64> {
         tls,
         node: node_name,
         token,
-        procs: names
-            .into_iter()
-            .map(|(id, name)| Proc { id, name })
-            .collect(),
+        procs: names,
         spool_dir: cli.spool_dir.clone(),
         spool_bytes: cli.spool_size,
         ack_timeout: Duration::from_secs_f64(cli.ack_timeout),
         wait_results: cli.wait_results,
     };
-    let report = match (live, cli.replay.clone()) {
-        (Some(live), _) => node::run(config, move |tx| live.run(&STOP, tx))?,
-        (None, Some(trace)) => {
-            let (ids, rate) = (cli.procs.clone(), cli.rate);
+    let (ids, rate) = (cli.procs.clone(), cli.rate);
+    let report = match (live, cli.replay.clone(), cli.synthetic) {
+        (Some(live), _, _) => node::run(config, move |tx| live.run(&STOP, tx))?,
+        (None, Some(trace), _) => {
             node::run(config, move |tx| source::replay(&trace, &ids, rate, tx))?
         }
-        (None, None) => unreachable!("clap requires a source"),
+        (None, None, Some(gen)) => {
+            node::run(config, move |tx| source::synthetic(gen, &ids, rate, tx))?
+        }
+        (None, None, None) => unreachable!("clap requires a source"),
     };
     eprintln!(
         "lbf-node: done: {} batches acknowledged, {} events lost, {} reconnections",
@@ -296,6 +325,17 @@ fn run(cli: Cli) -> Result<u64> {
         }
     }
     Ok(report.lost_events)
+}
+
+/// Processes `ids` named `{prefix}{id}`, their start unknown.
+fn procs_named(ids: &BTreeSet<ProcId>, prefix: &str) -> Vec<Proc> {
+    ids.iter()
+        .map(|&id| Proc {
+            id,
+            name: format!("{prefix}{id}"),
+            start_ns: 0,
+        })
+        .collect()
 }
 
 /// The live-capture selection of the command line.

@@ -297,6 +297,31 @@ impl Engine {
         self.streams.len()
     }
 
+    /// Events of process `proc` the engine holds (0 for an unknown process): received, and
+    /// not yet consumed by every target.
+    pub fn queued_events_of(&self, proc: ProcId) -> usize {
+        let p = proc as usize;
+        if p < self.num_procs() {
+            self.streams.len_of(p)
+        } else {
+            0
+        }
+    }
+
+    /// Whether some target has consumed every event of `proc` received so far and the
+    /// process has not exited: that target may need `proc`'s next event to go on. A source
+    /// feeding several processes may hold back while its processes have many events queued,
+    /// but not while one of them is starved.
+    pub fn is_starved(&self, proc: ProcId) -> bool {
+        let p = proc as usize;
+        p < self.num_procs()
+            && !self.streams.is_closed(p)
+            && self
+                .sims
+                .iter()
+                .any(|s| s.cursor(p) >= self.streams.end_of(p))
+    }
+
     /// Ends the stream: every process must have exited. Returns one prediction per target,
     /// in the order the targets were given.
     pub fn finish(self) -> Result<Vec<Prediction>, EngineError> {

@@ -69,6 +69,16 @@ impl Streams {
         self.front[p] += n as u64;
     }
 
+    /// Events held in process `p`'s queue.
+    pub(super) fn len_of(&self, p: usize) -> usize {
+        self.queues[p].len()
+    }
+
+    /// Absolute index one past process `p`'s last received event.
+    pub(super) fn end_of(&self, p: usize) -> u64 {
+        self.front[p] + self.queues[p].len() as u64
+    }
+
     /// Events held in all queues.
     pub(super) fn len(&self) -> usize {
         self.queues.iter().map(VecDeque::len).sum()

@@ -2,15 +2,17 @@
 //! engine, writes the merged trace, and completes the job once every process has exited and
 //! every node has sent its last batch.
 
-use super::status::Status;
+use super::status::{Gate, Status};
 use crate::engine::{Engine, Prediction};
 use crate::event::{Event, EventKind};
 use crate::report::table;
 use crate::target::Target;
 use crate::trace::{Header, Summary, TraceWriter};
 use anyhow::{Context, Result};
-use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
@@ -32,6 +34,10 @@ pub struct Outcome {
     /// The run as measured, and the events lost.
     pub summary: Summary,
 }
+
+/// Events of one node's processes the engine may hold before the builder stops reading from
+/// that node (about 40 bytes each).
+const NODE_QUEUE_LIMIT: usize = 1 << 18;
 
 /// What the engine thread needs.
 pub struct Applier {
@@ -57,10 +63,12 @@ impl Applier {
         done: watch::Sender<Option<Arc<Outcome>>>,
     ) -> Result<()> {
         let procs = self.header.procs.len();
+        let mut header = self.header.clone();
         let mut engine = Some(Engine::new(procs, self.targets)?);
-        let mut trace = match &self.merged_trace {
+        let part = self.merged_trace.as_deref().map(part_path);
+        let mut trace = match &part {
             Some(path) => Some(
-                TraceWriter::create(path, &self.header)
+                TraceWriter::create(path, &header)
                     .with_context(|| format!("creating the merged trace {}", path.display()))?,
             ),
             None => None,
@@ -70,10 +78,27 @@ impl Applier {
         let mut ended = BTreeSet::new();
         let mut measured = 0.0f64;
         let mut origin = 0u64;
+        let mut gates: BTreeMap<String, (Vec<u32>, Arc<Gate>)> = BTreeMap::new();
         while let Some(w) = work.blocking_recv() {
             let Some(e) = engine.as_mut() else {
                 continue;
             };
+            if !gates.contains_key(&w.node) {
+                let hello = self.status.hello(&w.node).unwrap_or_default();
+                let host = hello.host.unwrap_or_default().hostname;
+                for p in &hello.procs {
+                    let info = &mut header.procs[p.id as usize];
+                    info.host.clone_from(&host);
+                    info.start_ns = p.start_ns;
+                    if p.start_ns > 0 {
+                        e.set_start(p.id, p.start_ns as f64 * 1e-9);
+                    }
+                }
+                let ids = hello.procs.iter().map(|p| p.id).collect();
+                if let Some(gate) = self.status.gate(&w.node) {
+                    gates.insert(w.node.clone(), (ids, gate));
+                }
+            }
             for event in &w.events {
                 origin += 1;
                 if let Some(t) = trace.as_mut() {
@@ -94,6 +119,9 @@ impl Applier {
                 .events_applied
                 .fetch_add(w.events.len() as u64, Ordering::Relaxed);
             self.status.progress(&e.progress());
+            for (procs, gate) in gates.values() {
+                gate.set(holds_back(e, procs));
+            }
             if let Some(m) = w.end {
                 measured = measured.max(m);
                 ended.insert(w.node);
@@ -105,6 +133,9 @@ impl Applier {
                 measured_seconds: measured,
                 lost_events: self.status.lost_events(),
             };
+            for (_, gate) in gates.values() {
+                gate.set(false);
+            }
             let predictions = match engine.take().expect("checked").finish() {
                 Ok(p) => p,
                 Err(err) => {
@@ -113,8 +144,9 @@ impl Applier {
                 }
             };
             self.status.complete(&predictions, measured);
-            if let (Some(t), Some(path)) = (trace.take(), &self.merged_trace) {
+            if let (Some(t), Some(path), Some(part)) = (trace.take(), &self.merged_trace, &part) {
                 t.finish(&summary)
+                    .and_then(|_| write_merged(path, part, &header))
                     .with_context(|| format!("finishing the merged trace {}", path.display()))?;
             }
             if let Some(path) = &self.report {
@@ -133,4 +165,32 @@ impl Applier {
         }
         Ok(())
     }
+}
+
+/// Where the merged trace grows until the job completes: its header cannot be final before
+/// every node has announced its processes' hosts and start times.
+fn part_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".part");
+    PathBuf::from(name)
+}
+
+/// Writes the merged trace at `path`: `header`, then the body of the finished `part`, which
+/// it removes.
+fn write_merged(path: &Path, part: &Path, header: &Header) -> std::io::Result<()> {
+    let mut input = BufReader::new(File::open(part)?);
+    input.read_until(b'\n', &mut Vec::new())?;
+    let mut out = BufWriter::new(File::create(path)?);
+    TraceWriter::new(&mut out, header)?.flush()?;
+    std::io::copy(&mut input, &mut out)?;
+    out.flush()?;
+    std::fs::remove_file(part)
+}
+
+/// Whether to stop reading the stream of the node of `procs`: when its processes hold more
+/// than [`NODE_QUEUE_LIMIT`] events in the engine and none of them is starved (the engine may
+/// need a starved process's next event to go on).
+fn holds_back(engine: &Engine, procs: &[u32]) -> bool {
+    let queued: usize = procs.iter().map(|&p| engine.queued_events_of(p)).sum();
+    queued > NODE_QUEUE_LIMIT && !procs.iter().any(|&p| engine.is_starved(p))
 }

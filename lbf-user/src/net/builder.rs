@@ -18,8 +18,8 @@ use crate::trace::Header;
 use anyhow::{Context, Result};
 use lbf_proto::prost::Message;
 use lbf_proto::{
-    builder_frame, node_frame, Ack, BuilderFrame, Hello, NodeFrame, Refusal, Results, TargetResult,
-    Welcome, PROTOCOL_VERSION,
+    builder_frame, node_frame, Ack, BuilderFrame, Hello, Hold, NodeFrame, Refusal, Results,
+    TargetResult, Welcome, PROTOCOL_VERSION,
 };
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -32,6 +32,8 @@ use tokio_rustls::TlsAcceptor;
 
 /// How long a new connection may take to finish its TLS handshake and send its hello.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a node held back by flow control is told so.
+const HOLD_INTERVAL: Duration = Duration::from_secs(1);
 /// Batches queued for the engine thread: bounds the builder's memory; a full queue stops the
 /// connections from reading, which TCP turns into backpressure on the nodes.
 const WORK_QUEUE: usize = 16;
@@ -273,10 +275,27 @@ async fn stream(
     let (acks, ack_rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_acks(wr, ack_rx, ctx.done.clone()));
     let owned: BTreeSet<ProcId> = slot.hello.procs.iter().map(|p| p.id).collect();
+    let gate = ctx
+        .status
+        .gate(&node)
+        .expect("admitted nodes are registered");
+    let takeover = || Ok("a newer connection of the node takes over".to_string());
     let ended = loop {
+        let mut taken_over = false;
+        while gate.is_paused() && !taken_over {
+            let _ = acks.send(builder_frame::Body::Hold(Hold {}));
+            tokio::select! {
+                biased;
+                _ = generation.changed() => taken_over = true,
+                _ = tokio::time::timeout(HOLD_INTERVAL, gate.wait_open()) => {}
+            }
+        }
+        if taken_over {
+            break takeover();
+        }
         tokio::select! {
             biased;
-            _ = generation.changed() => break Ok("a newer connection of the node takes over".into()),
+            _ = generation.changed() => break takeover(),
             read = read_frame(&mut rd, &mut buf) => match read {
                 Ok(true) => {}
                 Ok(false) => break Ok("closed by the node".to_string()),
@@ -285,7 +304,7 @@ async fn stream(
         }
         match take_batch(ctx, &node, &owned, &buf, &mut io).await {
             Ok(Some(seq)) => {
-                let _ = acks.send(seq);
+                let _ = acks.send(builder_frame::Body::Ack(Ack { seq }));
             }
             Ok(None) => {}
             Err(e) => break Err(e),
@@ -350,17 +369,17 @@ async fn take_batch(
     Ok(Some(batch.seq))
 }
 
-/// Writes acknowledgements, and the results once the job is complete.
+/// Writes acknowledgements and holds, and the results once the job is complete.
 async fn write_acks(
     mut wr: impl AsyncWrite + Unpin,
-    mut acks: mpsc::UnboundedReceiver<u64>,
+    mut acks: mpsc::UnboundedReceiver<builder_frame::Body>,
     mut done: watch::Receiver<Option<Arc<Outcome>>>,
 ) {
     let mut results_sent = false;
     loop {
         let frame = tokio::select! {
-            seq = acks.recv() => match seq {
-                Some(seq) => builder_frame::Body::Ack(Ack { seq }),
+            frame = acks.recv() => match frame {
+                Some(frame) => frame,
                 None => return,
             },
             outcome = done.wait_for(Option::is_some), if !results_sent => {

@@ -401,6 +401,9 @@ async fn session(
             Some(Ok(BuilderFrame {
                 body: Some(builder_frame::Body::Results(r)),
             })) => *results = Some(r),
+            Some(Ok(BuilderFrame {
+                body: Some(builder_frame::Body::Hold(_)),
+            })) => waiting_since = Some(Instant::now()),
             Some(Ok(_)) => bail!("builder {builder} sent an unexpected frame"),
             Some(Err(e)) => return retry("connection lost to", &e),
             None => return retry("connection lost to", &"reader ended"),

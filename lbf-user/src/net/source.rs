@@ -1,6 +1,6 @@
 //! Where a node's events come from: a live capture of local processes (the probe and capture
-//! layers, as `lbf-trace` uses them) or the replay of some processes of a trace file (tests,
-//! benchmarks, demos). Both hand the same [`Chunk`]s to [`super::node::run`].
+//! layers, as `lbf-trace` uses them), or the replay of some processes of a trace file or of a
+//! generated synthetic trace (tests, benchmarks, demos). Both hand the same [`Chunk`]s to [`super::node::run`].
 
 use super::node::Chunk;
 use super::wire::{BatchBuilder, BATCH_EVENTS};
@@ -8,7 +8,7 @@ use crate::capture::procfs::ProcFs;
 use crate::capture::{Capture, EventSink};
 use crate::event::{Event, ProcId, ProcInfo};
 use crate::probe::{self, LostCounts, RecordSink, Tracer, TracerOptions};
-use crate::trace::TraceReader;
+use crate::trace::{synthetic, TraceReader};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -90,17 +90,50 @@ pub fn replay(
     tx: mpsc::Sender<Chunk>,
 ) -> Result<()> {
     let mut reader = TraceReader::open(path).with_context(|| path.display().to_string())?;
+    let events = std::iter::from_fn(|| reader.next_event().transpose());
+    let events = events.map(|e| {
+        e.map(|e| e.event)
+            .with_context(|| path.display().to_string())
+    });
     let mut out = Batcher::new(tx);
+    if stream(events, ids, rate, &mut out)? {
+        let measured = reader.summary().map_or(0.0, |s| s.measured_seconds);
+        out.end(measured, 0);
+    }
+    Ok(())
+}
+
+/// Streams the events of processes `ids` of the synthetic trace `config` describes (see
+/// [`synthetic`]), generated on the fly: the benchmark's source, no file needed.
+pub fn synthetic(
+    config: synthetic::Config,
+    ids: &BTreeSet<ProcId>,
+    rate: Option<f64>,
+    tx: mpsc::Sender<Chunk>,
+) -> Result<()> {
+    let mut out = Batcher::new(tx);
+    if stream(synthetic::events(config).map(Ok), ids, rate, &mut out)? {
+        out.end(0.0, 0);
+    }
+    Ok(())
+}
+
+/// Hands `out` the events of processes `ids`, paced to `rate` events per second if given.
+/// False if the node went away before the end.
+fn stream(
+    events: impl Iterator<Item = Result<Event>>,
+    ids: &BTreeSet<ProcId>,
+    rate: Option<f64>,
+    out: &mut Batcher,
+) -> Result<bool> {
     let start = Instant::now();
     let mut sent = 0u64;
-    while let Some(e) = reader
-        .next_event()
-        .with_context(|| path.display().to_string())?
-    {
-        if !ids.contains(&e.event.proc) {
+    for event in events {
+        let event = event?;
+        if !ids.contains(&event.proc) {
             continue;
         }
-        out.push(&e.event);
+        out.push(&event);
         sent += 1;
         if let Some(rate) = rate.filter(|_| sent.is_multiple_of(256)) {
             let due = Duration::from_secs_f64(sent as f64 / rate);
@@ -109,12 +142,10 @@ pub fn replay(
             }
         }
         if out.closed {
-            return Ok(());
+            return Ok(false);
         }
     }
-    let measured = reader.summary().map_or(0.0, |s| s.measured_seconds);
-    out.end(measured, 0);
-    Ok(())
+    Ok(true)
 }
 
 /// Which local processes a live capture follows (with, always, their descendants).

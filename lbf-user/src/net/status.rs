@@ -7,9 +7,10 @@ use lbf_proto::Hello;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
 
 /// The builder's shared state.
 pub struct Status {
@@ -33,6 +34,7 @@ struct Inner {
 
 struct Node {
     hello: Hello,
+    gate: Arc<Gate>,
     connected: bool,
     last_seq: u64,
     events: u64,
@@ -88,6 +90,8 @@ pub struct NodeView {
     pub procs: Vec<u32>,
     /// Whether a connection from it is open.
     pub connected: bool,
+    /// Whether the builder holds its stream back (it is far ahead of the others).
+    pub paused: bool,
     /// The last batch journaled.
     pub last_seq: u64,
     /// Events journaled.
@@ -138,6 +142,7 @@ impl Status {
             hello.node.clone(),
             Node {
                 hello,
+                gate: Arc::default(),
                 connected: false,
                 last_seq,
                 events: 0,
@@ -151,6 +156,11 @@ impl Status {
     /// The hello a node registered with, if it did.
     pub fn hello(&self, node: &str) -> Option<Hello> {
         self.lock().nodes.get(node).map(|n| n.hello.clone())
+    }
+
+    /// The gate of a registered node's stream.
+    pub fn gate(&self, node: &str) -> Option<Arc<Gate>> {
+        self.lock().nodes.get(node).map(|n| n.gate.clone())
     }
 
     /// Which node streams process `proc`, if any.
@@ -251,6 +261,7 @@ impl Status {
                     cpu_model: host.cpu_model,
                     procs: n.hello.procs.iter().map(|p| p.id).collect(),
                     connected: n.connected,
+                    paused: n.gate.is_paused(),
                     last_seq: n.last_seq,
                     events: n.events,
                     lost_events: n.lost_events,
@@ -362,6 +373,38 @@ impl Status {
             &one(f64::from(u8::from(results.error.is_some()))),
         );
         out
+    }
+}
+
+/// Whether a node's connection may read its next batch. The engine thread closes it while
+/// the node's processes have many events queued in the engine (the node is far ahead of the
+/// others), which bounds the builder's memory: TCP then holds the node back, and the node's
+/// spool absorbs the wait.
+#[derive(Default)]
+pub struct Gate {
+    paused: AtomicBool,
+    opened: Notify,
+}
+
+impl Gate {
+    /// Closes (`paused`) or opens the gate.
+    pub fn set(&self, paused: bool) {
+        if self.paused.swap(paused, Ordering::Relaxed) && !paused {
+            self.opened.notify_waiters();
+        }
+    }
+
+    /// Whether the gate is closed.
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+
+    /// Returns once the gate is open.
+    pub async fn wait_open(&self) {
+        while self.is_paused() {
+            // The timeout covers an opening between the check and the wait.
+            let _ = tokio::time::timeout(Duration::from_millis(50), self.opened.notified()).await;
+        }
     }
 }
 

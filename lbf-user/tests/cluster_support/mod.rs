@@ -22,14 +22,19 @@ pub fn scratch(test: &str) -> PathBuf {
     d
 }
 
-/// Writes a synthetic trace of `procs` processes and about `events` events.
+/// Writes a synthetic trace of `procs` processes and about `events` events; process `p`
+/// starts `p` milliseconds late, as if a launcher had started them one by one.
 pub fn synthetic_trace(path: &Path, procs: u32, events: u64, seed: u64) {
     let config = synthetic::Config {
         procs,
         events,
         seed,
     };
-    let mut w = TraceWriter::create(path, &synthetic::header(&config)).unwrap();
+    let mut header = synthetic::header(&config);
+    for p in &mut header.procs {
+        p.start_ns = u64::from(p.id) * 1_000_000;
+    }
+    let mut w = TraceWriter::create(path, &header).unwrap();
     for e in synthetic::events(config) {
         w.write_event(&e).unwrap();
     }
@@ -236,12 +241,11 @@ pub fn in_netns(netns: Option<&str>, program: &str) -> Command {
     }
 }
 
-/// An `lbf-node` replaying `procs` of `trace` to `builder`, in network namespace `netns`
-/// if given.
+/// An `lbf-node` replaying `procs` of `trace` to the builder of `setup`, in network
+/// namespace `netns` if given.
 pub fn replay_node(
     netns: Option<&str>,
     setup: &BuilderSetup,
-    builder: &str,
     node: &str,
     token: &str,
     trace: &Path,
@@ -252,7 +256,7 @@ pub fn replay_node(
     c.env("LBF_NODE_TOKEN", token)
         .args([
             "--builder",
-            builder,
+            &setup.listen,
             "--node",
             node,
             "--procs",

@@ -27,5 +27,6 @@ target/release/lbf-gag predict "$trace" \
     --target examples/targets/one-core.toml \
     --nodes 1 --cores "$(nproc)" --spin 1
 echo
-echo "The last row is the machine it ran on. Timeline of a prediction, for ui.perfetto.dev:"
+echo "The row above (measured) is this machine as a target: compare the two."
+echo "The predicted schedule of a target, for ui.perfetto.dev:"
 echo "  target/release/lbf-gag predict $trace --target examples/targets/two-nodes.toml --timeline $out/two-nodes.json"

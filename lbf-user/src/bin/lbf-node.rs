@@ -303,6 +303,7 @@ fn run(cli: Cli) -> Result<u64> {
         spool_bytes: cli.spool_size,
         ack_timeout: Duration::from_secs_f64(cli.ack_timeout),
         wait_results: cli.wait_results,
+        await_starts: live.is_some(),
     };
     let (ids, rate) = (cli.procs.clone(), cli.rate);
     let report = match (live, cli.replay.clone(), cli.synthetic) {

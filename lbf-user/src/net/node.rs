@@ -34,6 +34,14 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 pub enum Chunk {
     /// Events, packed (`seq`, `lost_events`, `end` unset).
     Events(Batch),
+    /// Process `proc` started `start_ns` after the run's start (a live capture learns it
+    /// when the rank starts; it goes into the hello, which waits for every process's).
+    Started {
+        /// The process's global id.
+        proc: u32,
+        /// Its start, nanoseconds after the run's start.
+        start_ns: u64,
+    },
     /// The source is done: the run's measured seconds, and events the source itself lost
     /// (a capture's kernel-side drops).
     End {
@@ -67,6 +75,9 @@ pub struct NodeConfig {
     pub ack_timeout: Duration,
     /// Stay connected after the last batch is acknowledged until the builder sends results.
     pub wait_results: bool,
+    /// Connect only once the source has told every process's start ([`Chunk::Started`]),
+    /// so that the hello carries them (a live capture; a replay knows them up front).
+    pub await_starts: bool,
 }
 
 /// How a node's run went.
@@ -90,6 +101,8 @@ struct Shared {
     end_seq: Option<u64>,
     acked: u64,
     warned: Option<Instant>,
+    /// Processes whose start the source has told, by global id.
+    starts: std::collections::BTreeMap<u32, u64>,
 }
 
 /// The node's tasks' common handles.
@@ -144,6 +157,7 @@ pub fn run(
             end_seq: None,
             acked: 0,
             warned: None,
+            starts: Default::default(),
         }),
         spooled: Notify::new(),
         acked: Notify::new(),
@@ -181,6 +195,10 @@ async fn spool_batches(node: Arc<Node>, mut rx: mpsc::Receiver<Chunk>) -> Result
     while let Some(chunk) = rx.recv().await {
         let (mut batch, is_end) = match chunk {
             Chunk::Events(batch) => (batch, false),
+            Chunk::Started { proc, start_ns } => {
+                node.lock().starts.insert(proc, start_ns);
+                continue;
+            }
             Chunk::End {
                 measured_seconds,
                 lost_events,
@@ -246,6 +264,9 @@ async fn send(node: &Node) -> Result<NodeReport> {
     let mut backoff = Duration::from_millis(100);
     let mut connections = 0u64;
     let mut results = None;
+    while node.config.await_starts && !all_started(node) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     loop {
         match session(node, &connector, name.clone(), &mut results).await? {
             SessionEnd::Done => break,
@@ -279,6 +300,12 @@ async fn send(node: &Node) -> Result<NodeReport> {
     })
 }
 
+/// Whether the source has told every process's start, or ended.
+fn all_started(node: &Node) -> bool {
+    let s = node.lock();
+    s.starts.len() >= node.hello.procs.len() || s.end_seq.is_some()
+}
+
 /// One connection: hello, then send from the spool and take acknowledgements until done or
 /// the connection fails. Errors are for what retrying cannot fix.
 async fn session(
@@ -307,8 +334,14 @@ async fn session(
         Ok(Err(e)) => return retry("TLS handshake with", &e),
     };
     let (mut rd, mut wr) = tokio::io::split(tls);
+    let mut hello = node.hello.clone();
+    for p in &mut hello.procs {
+        if let Some(&start) = node.lock().starts.get(&p.id) {
+            p.start_ns = start;
+        }
+    }
     let hello = NodeFrame {
-        body: Some(node_frame::Body::Hello(node.hello.clone())),
+        body: Some(node_frame::Body::Hello(hello)),
     };
     if let Err(e) = wr.write_all(&frame(&hello)).await.and(wr.flush().await) {
         return retry("sending the hello to", &e);

@@ -5,9 +5,9 @@
 use super::node::Chunk;
 use super::wire::{BatchBuilder, BATCH_EVENTS};
 use crate::capture::procfs::ProcFs;
-use crate::capture::{Capture, EventSink};
+use crate::capture::{Capture, CaptureSink, EventSink, Library};
 use crate::event::{Event, ProcId, ProcInfo};
-use crate::probe::{self, LostCounts, RecordSink, Tracer, TracerOptions};
+use crate::probe::{self, Tracer, TracerOptions};
 use crate::trace::{synthetic, TraceReader};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeSet;
@@ -53,6 +53,14 @@ impl Batcher {
                 .tx
                 .blocking_send(Chunk::Events(self.builder.take()))
                 .is_err();
+        }
+    }
+
+    /// Tells the node when process `proc` started.
+    fn started(&mut self, proc: ProcId, start_ns: u64) {
+        if !self.closed {
+            let chunk = Chunk::Started { proc, start_ns };
+            self.closed = self.tx.blocking_send(chunk).is_err();
         }
     }
 
@@ -207,7 +215,11 @@ impl Live {
         }
         let mut tracer = Tracer::load(&TracerOptions { ringbuf_bytes })?;
         for lib in &libs {
-            tracer.attach_mpi_library(lib, &[])?;
+            // The memory reads the library's ABI needs (statuses, request arrays, ...).
+            let reads = Library::from_path(&lib.to_string_lossy())
+                .map(Library::fn_reads)
+                .unwrap_or_default();
+            tracer.attach_mpi_library(lib, &reads)?;
         }
         for pid in pids {
             tracer.trace_pid(pid)?;
@@ -224,15 +236,25 @@ impl Live {
     /// of the announced processes; events of other ranks are dropped and counted as lost.
     pub fn run(mut self, stop: &AtomicBool, tx: mpsc::Sender<Chunk>) -> Result<()> {
         let mut reader = self.tracer.records()?;
-        let mut sink = CaptureSink {
-            capture: Some(Capture::new(Box::new(ProcFs::new()), self.host.clone())),
-            events: Filter {
-                out: Some(Batcher::new(tx)),
-                procs: self.procs,
-                foreign: 0,
-            },
+        let filter = Filter {
+            out: Some(Batcher::new(tx)),
+            procs: self.procs,
+            foreign: 0,
         };
+        let capture = Capture::new(Box::new(ProcFs::new()), self.host.clone());
+        let mut sink = CaptureSink::new(capture, filter);
         probe::run(&mut self.tracer, &mut reader, &mut sink, stop)?;
+        let (mut filter, summary) = sink.into_parts();
+        let summary = summary.unwrap_or_default();
+        for (what, n) in &summary.anomalies {
+            eprintln!("lbf-node: capture: {n} x {what}");
+        }
+        if let Some(out) = filter.out.take() {
+            out.end(
+                summary.measured_seconds,
+                summary.lost_records + filter.foreign,
+            );
+        }
         Ok(())
     }
 }
@@ -278,7 +300,9 @@ struct Filter {
 
 impl EventSink for Filter {
     fn process(&mut self, info: &ProcInfo) {
-        if !self.procs.contains(&info.id) {
+        if let (true, Some(out)) = (self.procs.contains(&info.id), self.out.as_mut()) {
+            out.started(info.id, info.start_ns);
+        } else if !self.procs.contains(&info.id) {
             eprintln!(
                 "lbf-node: warning: rank {} runs here but is not in --procs; its events are \
                  dropped and counted as lost",
@@ -298,38 +322,5 @@ impl EventSink for Filter {
                 out.flush();
             }
         }
-    }
-}
-
-/// Feeds probe records to the capture layer and, at the end, hands over the end with the
-/// capture's measured time and every loss.
-struct CaptureSink {
-    capture: Option<Capture>,
-    events: Filter,
-}
-
-impl RecordSink for CaptureSink {
-    fn record(&mut self, record: &lbf_common::Record) -> Result<()> {
-        if let Some(c) = self.capture.as_mut() {
-            c.record(record, &mut self.events);
-        }
-        Ok(())
-    }
-
-    fn finish(&mut self, lost: &LostCounts) -> Result<()> {
-        let Some(capture) = self.capture.take() else {
-            return Ok(());
-        };
-        let summary = capture.finish(&mut self.events);
-        for (what, n) in &summary.anomalies {
-            eprintln!("lbf-node: capture: {n} x {what}");
-        }
-        if let Some(out) = self.events.out.take() {
-            out.end(
-                summary.measured_seconds,
-                lost.ringbuf_full + self.events.foreign,
-            );
-        }
-        Ok(())
     }
 }

@@ -24,7 +24,7 @@ use super::node::NodeState;
 use super::streams::{Queued, Streams};
 use super::time::Time;
 use super::{EngineError, Prediction, Progress, ScheduleSink};
-use crate::event::{CollId, EventKind, MsgId, ProcId};
+use crate::event::{CollId, Event, EventKind, MsgId, ProcId};
 use crate::target::{Network, Target};
 
 /// Results inside the simulation: the error is boxed so that the hot paths move a pointer,
@@ -53,7 +53,9 @@ enum State {
 struct Proc {
     state: State,
     /// The event being worked towards or waited at (meaningless when starved or exited).
-    current: Option<Queued>,
+    /// (A plain value rather than an `Option`: copying an `Option<Queued>` out of this struct
+    /// stalled store forwarding on every event.)
+    current: Queued,
     /// Absolute index of the next event to load from the stream.
     cursor: u64,
     /// Origin of the last event loaded, for errors.
@@ -148,7 +150,14 @@ impl Sim {
         let procs = (0..num_procs)
             .map(|_| Proc {
                 state: State::Starved,
-                current: None,
+                current: Queued {
+                    event: Event {
+                        proc: 0,
+                        cpu_ns: 0,
+                        kind: EventKind::Keepalive,
+                    },
+                    origin: 0,
+                },
                 cursor: 0,
                 last_origin: 0,
                 wait_since: 0.0,
@@ -245,9 +254,7 @@ impl Sim {
             return self.advance_proc(p, streams);
         }
         self.stop_polling(p);
-        let current = self.procs[p]
-            .current
-            .expect("a waiting process has a current event");
+        let current = self.procs[p].current;
         match current.event.kind {
             EventKind::RecvEnd { msg } => self.receive(p, msg),
             EventKind::CollEnd { coll } => self.leave_collective(coll),
@@ -280,7 +287,7 @@ impl Sim {
                 return Ok(());
             }
             proc.cursor += 1;
-            proc.current = Some(q);
+            proc.current = q;
             proc.last_origin = q.origin;
             let work = match q.event.kind {
                 // The CPU recorded while blocked is spinning, not work.
@@ -312,9 +319,7 @@ impl Sim {
     /// Process `p` has done the work before its current event: the event happens now unless it
     /// blocks. Returns whether `p` may go on to its next event.
     fn reach(&mut self, p: usize) -> SimResult<bool> {
-        let q = self.procs[p]
-            .current
-            .expect("reach without a current event");
+        let q = self.procs[p].current;
         let done = self.reach_kind(p, q)?;
         if done || q.event.kind == EventKind::Exit {
             self.report(p, &q.event.kind);
@@ -551,7 +556,7 @@ impl Sim {
             .enumerate()
             .filter(|(_, pr)| matches!(pr.state, State::WaitMsg | State::WaitColl))
             .map(|(p, pr)| {
-                let q = pr.current.expect("waiting process has an event");
+                let q = pr.current;
                 let what = match q.event.kind {
                     EventKind::RecvEnd { msg } => {
                         format!("waits for message {msg}, which no live process will send")

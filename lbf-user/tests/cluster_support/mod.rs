@@ -229,12 +229,14 @@ impl BuilderSetup {
     }
 }
 
-/// A command for `program`, run inside `netns` if given.
+/// A command for `program`, run inside network namespace `netns` if given. Through
+/// `nsenter`, not `ip netns exec`, which mounts a sysfs of the namespace's own and so hides
+/// tracefs from eBPF loaders.
 pub fn in_netns(netns: Option<&str>, program: &str) -> Command {
     match netns {
         Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, program]);
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net=/var/run/netns/{ns}")).arg(program);
             c
         }
         None => Command::new(program),

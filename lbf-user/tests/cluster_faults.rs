@@ -181,3 +181,47 @@ fn a_node_whose_spool_fills_reports_the_loss_and_the_builder_shows_it() {
     );
     builder.kill();
 }
+
+#[test]
+fn a_node_of_another_protocol_version_is_refused_with_both_versions_named() {
+    use lbf::net::{tls, wire};
+    use lbf_proto::{builder_frame, node_frame, BuilderFrame, Hello, NodeFrame};
+    let root = scratch("version");
+    let s = setup(&root.join("builder"));
+    let builder = s.start("builder.log");
+    let refusal = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let connector = tokio_rustls::TlsConnector::from(tls::client_config(&s.cert).unwrap());
+        let tcp = tokio::net::TcpStream::connect(&s.listen).await.unwrap();
+        let name = tls::server_name("127.0.0.1").unwrap();
+        let mut tls = connector.connect(name, tcp).await.unwrap();
+        let hello = Hello {
+            protocol_version: 99,
+            node: "a".into(),
+            token: "token-a".into(),
+            ..Hello::default()
+        };
+        let frame = NodeFrame {
+            body: Some(node_frame::Body::Hello(hello)),
+        };
+        wire::write_message(&mut tls, &frame).await.unwrap();
+        wire::read_message::<BuilderFrame>(&mut tls, &mut Vec::new())
+            .await
+            .unwrap()
+    });
+    let Some(builder_frame::Body::Refusal(r)) = refusal.body else {
+        panic!("expected a refusal, got {refusal:?}");
+    };
+    let ours = lbf_proto::PROTOCOL_VERSION;
+    assert!(r.permanent);
+    assert!(
+        r.reason.contains("version 99") && r.reason.contains(&format!("version {ours}")),
+        "{}",
+        r.reason
+    );
+    builder.kill();
+    let log = std::fs::read_to_string(s.dir.join("builder.log")).unwrap();
+    assert!(
+        log.contains("refused node `a`") && log.contains("version 99"),
+        "{log}"
+    );
+}

@@ -27,6 +27,23 @@ pub enum Peer {
     Null,
 }
 
+impl Peer {
+    /// Decodes a rank argument given the library's `MPI_ANY_SOURCE` and `MPI_PROC_NULL`.
+    pub fn decode(raw: i32, any_source: i32, proc_null: i32) -> Peer {
+        match raw {
+            r if r == any_source => Peer::Any,
+            r if r == proc_null => Peer::Null,
+            r if r >= 0 => Peer::Rank(r as u32),
+            _ => Peer::Null,
+        }
+    }
+}
+
+/// Decodes a tag argument given the library's `MPI_ANY_TAG`: `None` for any tag.
+pub fn decode_tag(raw: i32, any_tag: i32) -> Option<i32> {
+    (raw != any_tag).then_some(raw)
+}
+
 /// What a completed receive reports in its `MPI_Status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Status {

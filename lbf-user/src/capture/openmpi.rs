@@ -14,7 +14,7 @@
 //!   (24 bytes, `_ucount` in bytes); `MPI_STATUS_IGNORE` is `NULL`.
 //! - `MPI_ANY_SOURCE` = -1, `MPI_PROC_NULL` = -2, `MPI_ANY_TAG` = -1.
 
-use super::call::{Layout, Peer, Status};
+use super::call::{decode_tag, Layout, Peer, Status};
 
 /// Read lengths for the kernel's table.
 pub const LAYOUT: Layout = Layout {
@@ -49,17 +49,12 @@ pub struct OpenMpi {
 impl OpenMpi {
     /// Decodes a rank argument.
     pub fn peer(raw: i32) -> Peer {
-        match raw {
-            ANY_SOURCE => Peer::Any,
-            PROC_NULL => Peer::Null,
-            r if r >= 0 => Peer::Rank(r as u32),
-            _ => Peer::Null,
-        }
+        Peer::decode(raw, ANY_SOURCE, PROC_NULL)
     }
 
     /// Decodes a tag argument: `None` for `MPI_ANY_TAG`.
     pub fn tag(raw: i32) -> Option<i32> {
-        (raw != ANY_TAG).then_some(raw)
+        decode_tag(raw, ANY_TAG)
     }
 
     /// Size of the datatype whose first bytes the kernel read at entry into `mem`.

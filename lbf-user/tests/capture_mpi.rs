@@ -100,15 +100,19 @@ macro_rules! workload_tests {
     )*};
 }
 
+// Every run has as many ranks as this machine has cores. With more ranks than cores, a rank
+// waiting in a polling MPI library holds its core until the scheduler preempts it: a time-slice
+// effect that processor sharing (the engine's model) does not capture, and that makes such runs
+// vary by 20 % from one run to the next here. `cargo xtask validate` measures those cases.
 workload_tests! {
     pingpong_mpich: Mpi::Mpich, "pingpong", 2, "20 5";
     pingpong_openmpi: Mpi::OpenMpi, "pingpong", 2, "20 5";
-    ring_mpich: Mpi::Mpich, "ring", 4, "20 5";
-    ring_openmpi: Mpi::OpenMpi, "ring", 4, "20 5";
-    master_worker_mpich: Mpi::Mpich, "master_worker", 4, "20 5";
-    master_worker_openmpi: Mpi::OpenMpi, "master_worker", 4, "20 5";
-    halo_mpich: Mpi::Mpich, "halo", 4, "20 5";
-    halo_openmpi: Mpi::OpenMpi, "halo", 4, "20 5";
-    collectives_mpich: Mpi::Mpich, "collectives", 4, "20 5";
-    collectives_openmpi: Mpi::OpenMpi, "collectives", 4, "20 5";
+    ring_mpich: Mpi::Mpich, "ring", 2, "20 5";
+    ring_openmpi: Mpi::OpenMpi, "ring", 2, "20 5";
+    master_worker_mpich: Mpi::Mpich, "master_worker", 2, "20 5";
+    master_worker_openmpi: Mpi::OpenMpi, "master_worker", 2, "20 5";
+    halo_mpich: Mpi::Mpich, "halo", 2, "20 5";
+    halo_openmpi: Mpi::OpenMpi, "halo", 2, "20 5";
+    collectives_mpich: Mpi::Mpich, "collectives", 2, "20 5";
+    collectives_openmpi: Mpi::OpenMpi, "collectives", 2, "20 5";
 }

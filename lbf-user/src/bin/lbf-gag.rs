@@ -9,7 +9,7 @@ use lbf::engine::Engine;
 use lbf::net::builder::serve;
 use lbf::net::serve_config::ServeConfig;
 use lbf::net::tls::self_signed;
-use lbf::report::{json_lines, table, warnings, Timeline};
+use lbf::report::{add_teardown, json_lines, table, warnings, Timeline};
 use lbf::target::Target;
 use lbf::trace::TraceReader;
 use std::io::Write;
@@ -189,13 +189,14 @@ fn predict(args: &Predict) -> Result<()> {
     while let Some(e) = reader.next_event().with_context(|| trace.to_string())? {
         engine.push(e.event, e.line).with_context(inconsistent)?;
     }
-    let predictions = engine.finish().with_context(inconsistent)?;
+    let mut predictions = engine.finish().with_context(inconsistent)?;
     if let (Some(timeline), Some(path)) = (timeline, &args.timeline) {
         timeline
             .finish()
             .with_context(|| format!("cannot write the timeline {}", path.display()))?;
     }
     let summary = reader.summary().copied();
+    add_teardown(&mut predictions, summary.as_ref());
     for w in warnings(summary.as_ref()) {
         eprintln!("warning: {trace}: {w}");
     }

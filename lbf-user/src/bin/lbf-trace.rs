@@ -19,7 +19,7 @@ use lbf::config::TargetArgs;
 use lbf::event::{Event, ProcInfo};
 use lbf::predict_live::LivePredictor;
 use lbf::probe::{self, AttachMode, HeldChild, JsonLinesSink, RecordSink, Tracer, TracerOptions};
-use lbf::report::{table, warnings};
+use lbf::report::{add_teardown, table, warnings};
 use lbf::trace::{Header, Summary, TraceWriter};
 use std::time::{Duration, Instant};
 
@@ -240,9 +240,14 @@ fn run(cli: Cli) -> Result<i32> {
     if let Some(trace) = sink.trace {
         let (outputs, summary) = trace.into_parts();
         let summary = summary.expect("the capture loop finishes its sink");
+        let measured = Summary {
+            measured_seconds: summary.measured_seconds,
+            lost_events: summary.lost_records,
+            teardown_seconds: summary.teardown_seconds,
+        };
         if let Some(file) = outputs.file {
             let path = file.path.clone();
-            file.finish(summary.measured_seconds, summary.lost_records)?;
+            file.finish(&measured)?;
             if cli.verbose {
                 eprintln!(
                     "lbf-trace: wrote {} processes to {}; measured {:.3} s",
@@ -263,12 +268,9 @@ fn run(cli: Cli) -> Result<i32> {
             eprintln!("lbf-trace: warning: {what} ({n}x)");
         }
         if let Some(live) = outputs.live {
-            let measured = Summary {
-                measured_seconds: summary.measured_seconds,
-                lost_events: summary.lost_records,
-            };
             match live.finish() {
-                Ok(predictions) => {
+                Ok(mut predictions) => {
+                    add_teardown(&mut predictions, Some(&measured));
                     for w in warnings(Some(&measured)) {
                         eprintln!("lbf-trace: warning: {w}");
                     }
@@ -494,7 +496,7 @@ impl TraceFile {
     }
 
     /// Writes the summary line (and the header if no event came).
-    fn finish(mut self, measured_seconds: f64, lost_events: u64) -> Result<()> {
+    fn finish(mut self, summary: &Summary) -> Result<()> {
         let path = self.path.display().to_string();
         let context = || format!("writing the trace {path}");
         if let Some(e) = self.error.take() {
@@ -502,12 +504,7 @@ impl TraceFile {
         }
         self.writer().with_context(context)?;
         let writer = self.writer.take().expect("created above");
-        writer
-            .finish(&Summary {
-                measured_seconds,
-                lost_events,
-            })
-            .with_context(context)?;
+        writer.finish(summary).with_context(context)?;
         Ok(())
     }
 }

@@ -112,9 +112,11 @@ pub struct ProcStats {
     pub cpu_ns: u64,
     /// CPU on `RecvEnd` and `CollEnd` events: waiting inside MPI.
     pub wait_ns: u64,
-    /// CPU before `MPI_Init` returned: the start-up, which no event carries (the process
-    /// starts, for the engine, when `MPI_Init` returns; see [`ProcInfo::start_ns`]).
-    pub startup_cpu_ns: u64,
+    /// CPU before `MPI_Init` returned and inside `MPI_Finalize`: start-up and teardown, which
+    /// no event carries. The model of a rank runs from `MPI_Init`'s return (see
+    /// [`ProcInfo::start_ns`]) to `MPI_Finalize`'s entry; what comes before and after is taken
+    /// as measured.
+    pub untimed_cpu_ns: u64,
 }
 
 impl ProcStats {
@@ -146,6 +148,9 @@ pub struct Summary {
     pub stats: Vec<ProcStats>,
     /// Wall time from the first record to the last process exit, in seconds.
     pub measured_seconds: f64,
+    /// Wall seconds from the last `MPI_Finalize` entry to the end of the run: teardown, which
+    /// predictions take as measured (see `trace::Summary::teardown_seconds`).
+    pub teardown_seconds: f64,
     /// Sends no receive consumed.
     pub unmatched_sends: u64,
     /// Receives completed without a matching send (emitted as `Keepalive`s).
@@ -176,6 +181,8 @@ pub struct Capture {
     /// When each process's `MPI_Init` returned, or when it was first seen past it (attached
     /// to a running job): where the model of the process starts.
     past_init: HashMap<u32, u64>,
+    /// The latest `MPI_Finalize` entry: where the model of the job ends.
+    last_finalize: Option<u64>,
     last_ts: u64,
     last_exit_ts: Option<u64>,
     anomalies: BTreeMap<String, u64>,
@@ -197,6 +204,7 @@ impl Capture {
             first_ts: None,
             exec_ts: HashMap::new(),
             past_init: HashMap::new(),
+            last_finalize: None,
             last_ts: 0,
             last_exit_ts: None,
             anomalies: BTreeMap::new(),
@@ -339,6 +347,8 @@ impl Capture {
         }
         let end = self.last_exit_ts.unwrap_or(self.last_ts);
         summary.measured_seconds = end.saturating_sub(self.first_ts.unwrap_or(end)) as f64 * 1e-9;
+        summary.teardown_seconds =
+            self.last_finalize.map_or(0, |f| end.saturating_sub(f)) as f64 * 1e-9;
         summary.anomalies = self.anomalies;
         summary
     }
@@ -399,7 +409,7 @@ impl Capture {
         if !nested && !init && before_init {
             // Attached after MPI_Init: the model starts here.
             self.past_init.insert(rec.tgid, rec.ts_ns);
-            p.end_startup(rec.tid, rec.cpu_ns);
+            p.untimed(rec.tid, rec.cpu_ns);
         }
         let entry = (!nested).then(|| call::decode_entry(&p.abi, rec.fn_id, &rec.args, mem));
         let mut open = OpenCall {
@@ -418,6 +428,12 @@ impl Capture {
                 open.posted = self.post(rec.tgid, &recv);
             }
             Some(Entry::Probe) => p.probe_wait(rec.cpu_ns),
+            Some(Entry::Finalize) => {
+                // The model of the rank ends here; MPI_Finalize is teardown, as measured.
+                p.exited = true;
+                p.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
+                self.last_finalize = Some(self.last_finalize.unwrap_or(0).max(rec.ts_ns));
+            }
             Some(Entry::Collective { comm, op, bytes }) => {
                 let comm = comm.unwrap_or(p.abi.world());
                 if bytes.is_none() {
@@ -476,13 +492,10 @@ impl Capture {
         match open.entry {
             Some(Entry::Init) => {
                 self.past_init.insert(rec.tgid, rec.ts_ns);
-                p.end_startup(tid, cpu);
+                p.untimed(tid, cpu);
             }
             None | Some(Entry::Probe | Entry::CommFree { .. } | Entry::Other) => {}
-            Some(Entry::Finalize) => {
-                p.exited = true;
-                p.emit(tid, cpu, EventKind::Exit);
-            }
+            Some(Entry::Finalize) => p.untimed(tid, cpu),
             Some(Entry::CommQuery { comm, size }) => {
                 let Some(value) = Abi::int(mem).and_then(|v| u32::try_from(v).ok()) else {
                     return;

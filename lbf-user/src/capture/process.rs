@@ -130,11 +130,12 @@ impl Process {
         self.push(tid, cpu_at, Some(kind));
     }
 
-    /// Ends the start-up at `cpu_at` on thread `tid` (the return of `MPI_Init`): the CPU
-    /// before is start-up, counted in [`ProcStats::startup_cpu_ns`], not in any event.
-    pub fn end_startup(&mut self, tid: u32, cpu_at: u64) {
+    /// Takes the CPU of thread `tid` up to `cpu_at` out of the model: start-up until
+    /// `MPI_Init` returns, or teardown inside `MPI_Finalize`. It is counted in
+    /// [`ProcStats::untimed_cpu_ns`], not in any event.
+    pub fn untimed(&mut self, tid: u32, cpu_at: u64) {
         let base = self.cpu_base.entry(tid).or_insert(0);
-        self.stats.startup_cpu_ns += cpu_at.saturating_sub(*base);
+        self.stats.untimed_cpu_ns += cpu_at.saturating_sub(*base);
         *base = (*base).max(cpu_at);
     }
 

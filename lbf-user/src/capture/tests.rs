@@ -205,8 +205,8 @@ fn blocking_ping_pong_cpu_split_into_work_and_waiting() {
     assert_eq!(summary.stats[1].cpu_ns, 740);
     assert_eq!(
         (
-            summary.stats[0].startup_cpu_ns,
-            summary.stats[1].startup_cpu_ns
+            summary.stats[0].untimed_cpu_ns,
+            summary.stats[1].untimed_cpu_ns
         ),
         (50, 60)
     );

@@ -132,6 +132,7 @@ impl Applier {
             let summary = Summary {
                 measured_seconds: measured,
                 lost_events: self.status.lost_events(),
+                teardown_seconds: 0.0,
             };
             for (_, gate) in gates.values() {
                 gate.set(false);

@@ -7,5 +7,5 @@
 mod outcome;
 mod timeline;
 
-pub use outcome::{json_lines, table, warnings};
+pub use outcome::{add_teardown, json_lines, table, warnings};
 pub use timeline::Timeline;

@@ -37,6 +37,16 @@ fn speedup(measured: f64, predicted: f64) -> Option<f64> {
     (measured > 0.0 && predicted > 0.0).then(|| measured / predicted)
 }
 
+/// Adds the measured teardown of `summary` (if any) to every prediction: the engine models a
+/// run up to the end of its modelled work; what follows (library and launcher teardown) is
+/// taken as measured, like the start-up before each process's start time.
+pub fn add_teardown(predictions: &mut [Prediction], summary: Option<&Summary>) {
+    let teardown = summary.map_or(0.0, |s| s.teardown_seconds);
+    for p in predictions {
+        p.predicted_seconds += teardown;
+    }
+}
+
 /// One JSON object per prediction, each on its own line (newline-terminated), with
 /// `target`, `predicted_seconds`, `complete`, and, when the trace has a summary,
 /// `measured_seconds`, `speedup` and `lost_events`.
@@ -132,6 +142,7 @@ mod tests {
     const SUMMARY: Summary = Summary {
         measured_seconds: 14.0,
         lost_events: 0,
+        teardown_seconds: 0.0,
     };
 
     #[test]

@@ -37,13 +37,23 @@ pub struct Header {
 
 /// The closing line of a completed capture: how long the measured run took, and whether the
 /// capture dropped events (its predictions are then unreliable).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Summary {
     /// Wall-clock seconds of the measured run.
     pub measured_seconds: f64,
     /// Events the capture lost (ring buffer overflow and the like).
     pub lost_events: u64,
+    /// Wall-clock seconds from the last process's end of modelled work (for MPI, entering
+    /// `MPI_Finalize`) to the end of the run: library and launcher teardown, which the
+    /// predictions take as measured and add (see [`crate::report::add_teardown`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub teardown_seconds: f64,
+}
+
+/// For serde: a zero teardown is not written.
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 /// One event read from a trace, with the line it came from (1-based; the header is line 1),

@@ -82,6 +82,7 @@ fn round_trip_with_summary() {
     let summary = Summary {
         measured_seconds: 12.3,
         lost_events: 4,
+        teardown_seconds: 0.0,
     };
     let bytes = writer.finish(&summary).unwrap();
     let text = String::from_utf8(bytes).unwrap();
@@ -247,7 +248,7 @@ proptest::proptest! {
         for e in &events {
             writer.write_event(e).unwrap();
         }
-        let bytes = writer.finish(&Summary { measured_seconds: 0.5, lost_events: 0 }).unwrap();
+        let bytes = writer.finish(&Summary { measured_seconds: 0.5, lost_events: 0, teardown_seconds: 0.0 }).unwrap();
         let (read, summary) = read_all(std::str::from_utf8(&bytes).unwrap()).unwrap();
         proptest::prop_assert_eq!(read.iter().map(|e| e.event).collect::<Vec<_>>(), events);
         proptest::prop_assert!(read.iter().enumerate().all(|(i, e)| e.line == i as u64 + 2));

@@ -281,7 +281,7 @@ pub fn check_accounts(t: &Traced, expected_procs: usize, locate: impl Fn(&Check)
             );
         }
         let cpu = c.num("cpu_ns") as f64;
-        let captured = (st.cpu_ns + st.startup_cpu_ns) as f64;
+        let captured = (st.cpu_ns + st.untimed_cpu_ns) as f64;
         let err = (captured - cpu).abs() / cpu;
         assert!(
             err <= CPU_TOLERANCE,
@@ -309,7 +309,10 @@ pub enum Measured {
 pub fn check_prediction(t: &Traced, spin: f64, measured: Measured) {
     let s = &t.summary;
     let (predicted, measured) = match measured {
-        Measured::Capture => (predict_as_run(t, spin), s.measured_seconds),
+        Measured::Capture => (
+            predict_as_run(t, spin) + s.teardown_seconds,
+            s.measured_seconds,
+        ),
         Measured::Programs => {
             // The engine starts each process when it started in the run (the traced shell
             // first): measure the prediction from the program's first process.

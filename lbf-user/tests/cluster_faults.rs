@@ -218,10 +218,17 @@ fn a_node_of_another_protocol_version_is_refused_with_both_versions_named() {
         "{}",
         r.reason
     );
+    // The builder logs the refusal after sending it: give it a moment to do so.
+    let logged = |log: &str| log.contains("refused node `a`") && log.contains("version 99");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut log = String::new();
+    while std::time::Instant::now() < deadline {
+        log = std::fs::read_to_string(s.dir.join("builder.log")).unwrap_or_default();
+        if logged(&log) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     builder.kill();
-    let log = std::fs::read_to_string(s.dir.join("builder.log")).unwrap();
-    assert!(
-        log.contains("refused node `a`") && log.contains("version 99"),
-        "{log}"
-    );
+    assert!(logged(&log), "{log}");
 }

@@ -355,8 +355,8 @@ fn attach_libraries(tracer: &mut Tracer, cli: &Cli) -> Result<()> {
         let installed = probe::installed_mpi_libraries()?;
         if installed.is_empty() {
             bail!(
-                "no MPI library found (ldconfig -p lists no libmpi.so / libmpich.so); this \
-                 version of lbf traces MPI programs only; give one with --mpi-lib"
+                "--source mpi, but no MPI library found (ldconfig -p lists no libmpi.so / \
+                 libmpich.so): give one with --mpi-lib, or trace by --source sockets or pvm"
             );
         }
         installed
@@ -400,9 +400,8 @@ fn libraries_of(pids: &[u32]) -> Result<Vec<PathBuf>> {
     }
     if paths.is_empty() {
         bail!(
-            "none of the processes {pids:?} has an MPI library mapped (no object defining \
-             PMPI_Init); this version of lbf traces MPI programs only (sockets and PVM are not \
-             supported yet)"
+            "--source mpi, but none of the processes {pids:?} has an MPI library mapped (no \
+             object defining PMPI_Init): trace them by --source sockets or pvm instead"
         );
     }
     Ok(paths)

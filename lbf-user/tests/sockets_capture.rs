@@ -46,7 +46,7 @@ fn spa_over_unix_sockets() {
     let path = std::env::temp_dir().join(format!("lbf-spa-{}.sock", std::process::id()));
     let t = trace_sockets(
         "spa-unix",
-        &format!("{} all unix:{} 20 5", spa.display(), path.display()),
+        &format!("{} all unix:{} 20 12", spa.display(), path.display()),
     );
     check(&t, 4);
 }
@@ -61,8 +61,8 @@ fn spa_over_tcp_between_two_network_namespaces() {
     let endpoint = format!("tcp:{}:{}", ns.addrs[0], port(1));
     let (a, b, spa) = (&ns.names[0], &ns.names[1], spa.display());
     let command = format!(
-        "ip netns exec {a} {spa} server {endpoint} 3 20 5 & \
-         for id in 0 1 2; do ip netns exec {b} {spa} client {endpoint} $id 20 5 & done; wait"
+        "ip netns exec {a} {spa} server {endpoint} 3 20 12 & \
+         for id in 0 1 2; do ip netns exec {b} {spa} client {endpoint} $id 20 12 & done; wait"
     );
     let t = trace_sockets("spa-netns", &command);
     check(&t, 4);
@@ -76,7 +76,7 @@ fn tsp_over_tcp_on_ipv6_loopback() {
     let tsp = workload("sockets", "tsp", &[]);
     let t = trace_sockets(
         "tsp-ipv6",
-        &format!("{} all tcp:[::1]:{} 3 24 4", tsp.display(), port(2)),
+        &format!("{} all tcp:[::1]:{} 3 48 10", tsp.display(), port(2)),
     );
     check(&t, 4);
 }

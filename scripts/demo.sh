@@ -10,9 +10,10 @@ cargo build --release --locked --bins
 out=target/demo
 mkdir -p "$out"
 bash tests/workloads/mpi/build.sh "$mpi" "$out/$mpi" >/dev/null
+# spin: how much a waiting rank loads an oversubscribed core (docs/targets.md).
 case "$mpi" in
-    openmpi) launch=(mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none -np 4) ;;
-    mpich) launch=(mpirun.mpich -n 4) ;;
+    openmpi) launch=(mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to none -np 4); spin=0 ;;
+    mpich) launch=(mpirun.mpich -n 4); spin=1 ;;
     *) echo "demo: unknown MPI '$mpi'; use openmpi or mpich" >&2; exit 2 ;;
 esac
 trace=$out/halo-$mpi.trace.jsonl
@@ -25,7 +26,7 @@ target/release/lbf-gag predict "$trace" \
     --target examples/targets/fast-network.toml \
     --target examples/targets/two-nodes.toml \
     --target examples/targets/one-core.toml \
-    --nodes 1 --cores "$(nproc)" --spin 1
+    --nodes 1 --cores "$(nproc)" --spin "$spin"
 echo
 echo "The row above (measured) is this machine as a target: compare the two."
 echo "The predicted schedule of a target, for ui.perfetto.dev:"

@@ -146,6 +146,88 @@ pub struct Target {
     pub spin: f64,
 }
 
+/// Why a target cannot run a trace: what [`Target::placement`] found wrong. Callers word it
+/// for their users (a target file, a command line, an engine error).
+#[derive(Clone, Debug, PartialEq)]
+pub enum PlacementError {
+    /// `spin` is outside 0..=1.
+    Spin(f64),
+    /// Node `node` has no cores.
+    NoCores {
+        /// The node's index.
+        node: usize,
+    },
+    /// Node `node` has a speed that is not a positive number.
+    Speed {
+        /// The node's index.
+        node: usize,
+        /// Its speed.
+        speed: f64,
+    },
+    /// Node `node` lists a process the trace does not have.
+    UnknownProcess {
+        /// The node's index.
+        node: usize,
+        /// The process it lists.
+        proc: ProcId,
+    },
+    /// A process is on two nodes.
+    TwoNodes {
+        /// The process.
+        proc: ProcId,
+        /// The first node it is on.
+        first: usize,
+        /// The second.
+        second: usize,
+    },
+    /// These processes are on no node.
+    Homeless(Vec<ProcId>),
+}
+
+impl Target {
+    /// The node of each process `0..num_procs`, checking what the engine relies on: spin in
+    /// 0..=1, every node with a core and a positive, finite speed, every process on exactly
+    /// one node.
+    pub fn placement(&self, num_procs: usize) -> Result<Vec<usize>, PlacementError> {
+        if !(0.0..=1.0).contains(&self.spin) {
+            return Err(PlacementError::Spin(self.spin));
+        }
+        let mut node_of = vec![usize::MAX; num_procs];
+        for (n, node) in self.nodes.iter().enumerate() {
+            if node.cores == 0 {
+                return Err(PlacementError::NoCores { node: n });
+            }
+            if !(node.speed.is_finite() && node.speed > 0.0) {
+                return Err(PlacementError::Speed {
+                    node: n,
+                    speed: node.speed,
+                });
+            }
+            for &proc in &node.procs {
+                let slot = node_of
+                    .get_mut(proc as usize)
+                    .ok_or(PlacementError::UnknownProcess { node: n, proc })?;
+                if *slot != usize::MAX {
+                    return Err(PlacementError::TwoNodes {
+                        proc,
+                        first: *slot,
+                        second: n,
+                    });
+                }
+                *slot = n;
+            }
+        }
+        let homeless: Vec<ProcId> = (0..num_procs)
+            .filter(|&p| node_of[p] == usize::MAX)
+            .map(|p| p as ProcId)
+            .collect();
+        if !homeless.is_empty() {
+            return Err(PlacementError::Homeless(homeless));
+        }
+        Ok(node_of)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

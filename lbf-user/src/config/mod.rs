@@ -15,7 +15,7 @@ pub use file::{load_target, parse_target};
 pub use presets::{preset, NetworkPreset, PRESETS};
 pub use short::{short_form, Layout, ShortForm};
 
-use crate::target::Target;
+use crate::target::{PlacementError, Target};
 use std::fmt;
 
 /// Why a target could not be built, and from what (a file path, or the command line option).
@@ -44,51 +44,34 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Checks what the engine relies on: every process `0..num_procs` on exactly one node, every
-/// node with at least one core and a positive, finite speed. The message names the culprit.
+/// Checks what the engine relies on ([`Target::placement`]), worded for a person editing a
+/// target file or a command line: the message names the culprit and what to do.
 fn validate(target: &Target, num_procs: usize) -> Result<(), String> {
-    if !(0.0..=1.0).contains(&target.spin) {
-        return Err(format!(
-            "spin is {}; it must be between 0 (waiting uses no CPU) and 1 (waiting polls \
-             as hard as computing)",
-            target.spin
-        ));
-    }
-    let mut home: Vec<Option<usize>> = vec![None; num_procs];
-    for (index, node) in target.nodes.iter().enumerate() {
-        if node.cores == 0 {
-            return Err(format!("node {index} has 0 cores; give it at least 1"));
+    target.placement(num_procs).map(drop).map_err(|e| match e {
+        PlacementError::Spin(spin) => format!(
+            "spin is {spin}; it must be between 0 (waiting uses no CPU) and 1 (waiting polls \
+             as hard as computing)"
+        ),
+        PlacementError::NoCores { node } => format!("node {node} has 0 cores; give it at least 1"),
+        PlacementError::Speed { node, speed } => {
+            format!("node {node} has speed {speed}; it must be positive")
         }
-        if !(node.speed.is_finite() && node.speed > 0.0) {
-            return Err(format!(
-                "node {index} has speed {}; it must be positive",
-                node.speed
-            ));
+        PlacementError::UnknownProcess { node, proc } => format!(
+            "node {node} lists process {proc}, but the trace has only {num_procs} processes \
+             (ids 0 to {})",
+            num_procs.saturating_sub(1)
+        ),
+        PlacementError::TwoNodes {
+            proc,
+            first,
+            second,
+        } => format!("process {proc} is on node {first} and on node {second}; put it on one"),
+        PlacementError::Homeless(procs) => {
+            let ids: Vec<String> = procs.iter().map(u32::to_string).collect();
+            format!(
+                "process(es) {} are on no node; add them to a node's procs",
+                ids.join(", ")
+            )
         }
-        for &proc in &node.procs {
-            let slot = home.get_mut(proc as usize).ok_or_else(|| {
-                format!(
-                    "node {index} lists process {proc}, but the trace has only {num_procs} \
-                     processes (ids 0 to {})",
-                    num_procs.saturating_sub(1)
-                )
-            })?;
-            if let Some(other) = slot.replace(index) {
-                return Err(format!(
-                    "process {proc} is on node {other} and on node {index}; put it on one"
-                ));
-            }
-        }
-    }
-    let homeless: Vec<String> = (0..num_procs)
-        .filter(|&p| home[p].is_none())
-        .map(|p| p.to_string())
-        .collect();
-    if !homeless.is_empty() {
-        return Err(format!(
-            "process(es) {} are on no node; add them to a node's procs",
-            homeless.join(", ")
-        ));
-    }
-    Ok(())
+    })
 }

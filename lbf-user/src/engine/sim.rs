@@ -25,7 +25,7 @@ use super::streams::{Queued, Streams};
 use super::time::Time;
 use super::{EngineError, Prediction, Progress, ScheduleSink};
 use crate::event::{CollId, Event, EventKind, MsgId, ProcId};
-use crate::target::{Network, Target};
+use crate::target::{Network, PlacementError, Target};
 
 /// Results inside the simulation: the error is boxed so that the hot paths move a pointer,
 /// not the whole error.
@@ -112,41 +112,24 @@ impl Sim {
             target: target.name.clone(),
             reason,
         };
-        if !(0.0..=1.0).contains(&target.spin) {
-            return Err(bad(format!(
-                "spin is {}; it must be between 0 and 1",
-                target.spin
-            )));
-        }
-        let mut node_of = vec![usize::MAX; num_procs];
-        for (n, node) in target.nodes.iter().enumerate() {
-            if node.cores == 0 {
-                return Err(bad(format!("node {n} has no cores")));
-            }
-            if !(node.speed.is_finite() && node.speed > 0.0) {
-                return Err(bad(format!(
-                    "node {n} has speed {}, not a positive number",
-                    node.speed
-                )));
-            }
-            for &p in &node.procs {
-                let slot = node_of.get_mut(p as usize).ok_or_else(|| {
-                    bad(format!(
-                        "node {n} lists process {p}, but the trace has {num_procs} processes"
-                    ))
-                })?;
-                if *slot != usize::MAX {
-                    return Err(bad(format!(
-                        "process {p} is on node {} and on node {n}",
-                        *slot
-                    )));
+        let node_of = target.placement(num_procs).map_err(|e| {
+            bad(match e {
+                PlacementError::Spin(spin) => format!("spin is {spin}; it must be between 0 and 1"),
+                PlacementError::NoCores { node } => format!("node {node} has no cores"),
+                PlacementError::Speed { node, speed } => {
+                    format!("node {node} has speed {speed}, not a positive number")
                 }
-                *slot = n;
-            }
-        }
-        if let Some(p) = node_of.iter().position(|&n| n == usize::MAX) {
-            return Err(bad(format!("process {p} is on no node")));
-        }
+                PlacementError::UnknownProcess { node, proc } => format!(
+                    "node {node} lists process {proc}, but the trace has {num_procs} processes"
+                ),
+                PlacementError::TwoNodes {
+                    proc,
+                    first,
+                    second,
+                } => format!("process {proc} is on node {first} and on node {second}"),
+                PlacementError::Homeless(procs) => format!("process {} is on no node", procs[0]),
+            })
+        })?;
         let procs = (0..num_procs)
             .map(|_| Proc {
                 state: State::Starved,

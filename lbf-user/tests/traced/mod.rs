@@ -52,7 +52,8 @@ pub fn workload(family: &str, name: &str, libs: &[&str]) -> PathBuf {
 }
 
 /// Workload `name` of `tests/workloads/<family>` built by the C compiler (or MPI wrapper)
-/// `cc` with `libs`, rebuilt when a file of that folder is newer than the binary.
+/// `cc` with `libs`, rebuilt when a file of that folder (or the shared `work.h`) is newer than
+/// the binary.
 pub fn workload_built_by(cc: &str, family: &str, name: &str, libs: &[&str]) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/workloads")
@@ -63,6 +64,7 @@ pub fn workload_built_by(cc: &str, family: &str, name: &str, libs: &[&str]) -> P
     let newest = std::fs::read_dir(&dir)
         .expect("the workload folder")
         .map(|e| modified(&e.expect("a folder entry").path()))
+        .chain([modified(&dir.join("../work.h"))])
         .max()
         .expect("a workload");
     if !(bin.exists() && modified(&bin) > newest) {

@@ -19,32 +19,19 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "../work.h"
+
 static long long lbf_sends, lbf_send_bytes, lbf_recvs, lbf_recv_bytes, lbf_colls;
 static int64_t lbf_work_ns, lbf_wall_start;
 static int lbf_iters = 10;
 static double lbf_compute_ms = 1.0;
 
-static int64_t lbf_clock_ns(clockid_t clock) {
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* Burns `ms` milliseconds of this thread's CPU time (not wall time), so the work is exact
- * whatever else runs on the machine. */
-static void lbf_compute(double ms) {
-    int64_t start = lbf_clock_ns(CLOCK_THREAD_CPUTIME_ID);
-    int64_t goal = start + (int64_t)(ms * 1e6);
-    volatile uint64_t x = 1;
-    while (lbf_clock_ns(CLOCK_THREAD_CPUTIME_ID) < goal) {
-        for (int i = 0; i < 1000; i++) x = x * 6364136223846793005ULL + 1;
-    }
-    lbf_work_ns += lbf_clock_ns(CLOCK_THREAD_CPUTIME_ID) - start;
-}
+/* Burns `ms` milliseconds of this thread's CPU time (see ../work.h). */
+static void lbf_compute(double ms) { lbf_work_ns += work_burn(ms); }
 
 /* Parses `ITERS COMPUTE_MS` (both optional) and initialises MPI. */
 static void lbf_init(int *argc, char ***argv) {
-    lbf_wall_start = lbf_clock_ns(CLOCK_MONOTONIC);
+    lbf_wall_start = work_clock_ns(CLOCK_MONOTONIC);
     if (*argc > 1) lbf_iters = atoi((*argv)[1]);
     if (*argc > 2) lbf_compute_ms = atof((*argv)[2]);
     MPI_Init(argc, argv);
@@ -59,8 +46,8 @@ static int lbf_finish(void) {
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Finalize();
-    int64_t wall = lbf_clock_ns(CLOCK_MONOTONIC) - lbf_wall_start;
-    int64_t cpu = lbf_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+    int64_t wall = work_clock_ns(CLOCK_MONOTONIC) - lbf_wall_start;
+    int64_t cpu = work_clock_ns(CLOCK_THREAD_CPUTIME_ID);
     printf("LBF-CHECK rank=%d sends=%lld send_bytes=%lld recvs=%lld recv_bytes=%lld colls=%lld "
            "cpu_ns=%lld work_ns=%lld wall_ns=%lld\n",
            rank, lbf_sends, lbf_send_bytes, lbf_recvs, lbf_recv_bytes, lbf_colls,

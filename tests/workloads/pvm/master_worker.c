@@ -17,24 +17,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../work.h"
+
 enum { TAG_TASK = 1, TAG_STOP = 2, TAG_RESULT = 3, MAX_WORKERS = 16 };
 
 static long long sends, send_bytes, recvs, recv_bytes;
 static int64_t work_ns, wall_start;
 
-static int64_t clock_ns(clockid_t c) {
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void compute(double ms) {
-    int64_t start = clock_ns(CLOCK_THREAD_CPUTIME_ID), goal = start + (int64_t)(ms * 1e6);
-    volatile uint64_t x = 1;
-    while (clock_ns(CLOCK_THREAD_CPUTIME_ID) < goal)
-        for (int i = 0; i < 1000; i++) x = x * 6364136223846793005ULL + 1;
-    work_ns += clock_ns(CLOCK_THREAD_CPUTIME_ID) - start;
-}
+/* Burns `ms` milliseconds of this thread's CPU time (see ../work.h). */
+static void compute(double ms) { work_ns += work_burn(ms); }
 
 /* Receives a message (tag -1: any) from `from`; returns its tag, sets *sender, counts it. */
 static int receive(int from, int *sender) {
@@ -59,7 +50,7 @@ static void send_ints(int to, int tag, int value) {
 static void finish(const char *role) {
     int tid = pvm_mytid();
     pvm_exit();
-    int64_t cpu = clock_ns(CLOCK_PROCESS_CPUTIME_ID), wall = clock_ns(CLOCK_MONOTONIC) - wall_start;
+    int64_t cpu = work_clock_ns(CLOCK_PROCESS_CPUTIME_ID), wall = work_clock_ns(CLOCK_MONOTONIC) - wall_start;
     printf("LBF-CHECK pid=%d tid=%d role=%s sends=%lld send_bytes=%lld recvs=%lld "
            "recv_bytes=%lld cpu_ns=%lld work_ns=%lld wall_ns=%lld\n",
            (int)getpid(), tid, role, sends, send_bytes, recvs, recv_bytes,
@@ -68,7 +59,7 @@ static void finish(const char *role) {
 }
 
 int main(int argc, char **argv) {
-    wall_start = clock_ns(CLOCK_MONOTONIC);
+    wall_start = work_clock_ns(CLOCK_MONOTONIC);
     int me = pvm_mytid();
     if (me < 0) {
         fprintf(stderr, "no pvmd: start one first\n");

@@ -24,34 +24,22 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
+
+#include "../work.h"
 #include <unistd.h>
 
 static long long sc_sends, sc_send_bytes, sc_recvs, sc_recv_bytes;
 static int64_t sc_work_ns, sc_wall_start;
-
-static inline int64_t sc_clock_ns(clockid_t clock) {
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static inline void sc_die(const char *what) {
     fprintf(stderr, "%s: %s\n", what, strerror(errno));
     exit(2);
 }
 
-/* Burns `ms` milliseconds of this thread's CPU time (not wall time). */
-static inline void sc_compute(double ms) {
-    int64_t start = sc_clock_ns(CLOCK_THREAD_CPUTIME_ID);
-    int64_t goal = start + (int64_t)(ms * 1e6);
-    volatile uint64_t x = 1;
-    while (sc_clock_ns(CLOCK_THREAD_CPUTIME_ID) < goal) {
-        for (int i = 0; i < 1000; i++) x = x * 6364136223846793005ULL + 1;
-    }
-    sc_work_ns += sc_clock_ns(CLOCK_THREAD_CPUTIME_ID) - start;
-}
+/* Burns `ms` milliseconds of this thread's CPU time (see ../work.h). */
+static inline void sc_compute(double ms) { sc_work_ns += work_burn(ms); }
 
-static inline void sc_start(void) { sc_wall_start = sc_clock_ns(CLOCK_MONOTONIC); }
+static inline void sc_start(void) { sc_wall_start = work_clock_ns(CLOCK_MONOTONIC); }
 
 /* An address for `endpoint`; returns its length. */
 static inline socklen_t sc_address(const char *endpoint, struct sockaddr_storage *ss) {
@@ -173,8 +161,8 @@ static inline int sc_recv(int fd, void *buf, size_t n) {
 
 /* Prints this process's LBF-CHECK line. */
 static inline void sc_finish(const char *role) {
-    int64_t wall = sc_clock_ns(CLOCK_MONOTONIC) - sc_wall_start;
-    int64_t cpu = sc_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    int64_t wall = work_clock_ns(CLOCK_MONOTONIC) - sc_wall_start;
+    int64_t cpu = work_clock_ns(CLOCK_PROCESS_CPUTIME_ID);
     printf("LBF-CHECK pid=%d role=%s sends=%lld send_bytes=%lld recvs=%lld recv_bytes=%lld "
            "cpu_ns=%lld work_ns=%lld wall_ns=%lld\n",
            (int)getpid(), role, sc_sends, sc_send_bytes, sc_recvs, sc_recv_bytes,

@@ -61,6 +61,7 @@ use self::library::Abi;
 use self::matching::{Envelope, Matcher, Pattern, RecvId};
 use self::process::{LocalComm, OpenCall, Process, Request};
 use self::procfs::ProcessInspector;
+use self::timeline::RunClock;
 use crate::event::{CollOp, Event, EventKind, ProcInfo};
 
 pub use self::library::Library;
@@ -175,16 +176,13 @@ pub struct Capture {
     comms: Comms,
     /// Where each pending `RecvEnd` waits: (tgid, slot).
     recv_slots: HashMap<RecvId, (u32, u64)>,
-    first_ts: Option<u64>,
-    /// When each process last called exec: its start, as far as its CPU clock goes.
-    exec_ts: HashMap<u32, u64>,
+    /// When the run started and ended, and when each process started.
+    clock: RunClock,
     /// When each process's `MPI_Init` returned, or when it was first seen past it (attached
     /// to a running job): where the model of the process starts.
     past_init: HashMap<u32, u64>,
     /// The latest `MPI_Finalize` entry: where the model of the job ends.
     last_finalize: Option<u64>,
-    last_ts: u64,
-    last_exit_ts: Option<u64>,
     anomalies: BTreeMap<String, u64>,
 }
 
@@ -201,25 +199,20 @@ impl Capture {
             matcher: Matcher::new(),
             comms: Comms::new(),
             recv_slots: HashMap::new(),
-            first_ts: None,
-            exec_ts: HashMap::new(),
+            clock: RunClock::default(),
             past_init: HashMap::new(),
             last_finalize: None,
-            last_ts: 0,
-            last_exit_ts: None,
             anomalies: BTreeMap::new(),
         }
     }
 
     /// Consumes one record, handing any events it completes to `sink`.
     pub fn record(&mut self, rec: &Record, sink: &mut dyn EventSink) {
-        self.first_ts.get_or_insert(rec.ts_ns);
-        self.last_ts = self.last_ts.max(rec.ts_ns);
+        self.clock.observe(rec);
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::CallEntry) => self.entry(rec),
             Some(RecordKind::CallExit) => self.exit(rec),
             Some(RecordKind::Exit) => {
-                self.last_exit_ts = Some(rec.ts_ns);
                 if let Some(p) = self.procs.get_mut(&rec.tgid) {
                     if !p.exited {
                         p.exited = true;
@@ -228,10 +221,7 @@ impl Capture {
                     }
                 }
             }
-            Some(RecordKind::Exec) => {
-                self.exec_ts.insert(rec.tgid, rec.ts_ns);
-            }
-            Some(RecordKind::Fork | RecordKind::Syscall) => {}
+            Some(RecordKind::Fork | RecordKind::Exec | RecordKind::Syscall) => {}
             None => note(&mut self.anomalies, "record of unknown kind"),
         }
         let mut touched = vec![rec.tgid];
@@ -262,15 +252,14 @@ impl Capture {
     }
 
     /// How rank `rank` (process `tgid`) appears in the trace: named after its rank, starting
-    /// when its `MPI_Init` returned (or when it was exec'd, if that is unknown), relative to
+    /// when its `MPI_Init` returned (or when it started, if that is unknown), relative to
     /// the capture's first record. The launch and MPI's wire-up take wall time the CPU does
     /// not account for (waiting for the launcher, for the other ranks); they are part of the
     /// measured time, so the prediction takes them as measured and models what follows.
     fn proc_info(&self, rank: u32, tgid: u32) -> ProcInfo {
-        let started = self.past_init.get(&tgid).or(self.exec_ts.get(&tgid));
-        let start_ns = match (started, self.first_ts) {
-            (Some(&at), Some(first)) => at.saturating_sub(first),
-            _ => 0,
+        let start_ns = match self.past_init.get(&tgid) {
+            Some(&at) => self.clock.since_first(at),
+            None => self.clock.start_of(tgid),
         };
         ProcInfo {
             id: rank,
@@ -345,8 +334,8 @@ impl Capture {
                 .entry("collective some ranks never entered".into())
                 .or_default() += open as u64;
         }
-        let end = self.last_exit_ts.unwrap_or(self.last_ts);
-        summary.measured_seconds = end.saturating_sub(self.first_ts.unwrap_or(end)) as f64 * 1e-9;
+        summary.measured_seconds = self.clock.measured_seconds();
+        let end = self.clock.end();
         summary.teardown_seconds =
             self.last_finalize.map_or(0, |f| end.saturating_sub(f)) as f64 * 1e-9;
         summary.anomalies = self.anomalies;

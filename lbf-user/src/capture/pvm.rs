@@ -182,10 +182,7 @@ pub struct PvmCapture {
     groups: HashMap<String, Vec<i32>>,
     /// Collective id of (group, barrier number).
     barriers: HashMap<(String, u64), u64>,
-    first_ts: Option<u64>,
-    started: timeline::Starts,
-    last_ts: u64,
-    last_exit_ts: Option<u64>,
+    clock: timeline::RunClock,
     anomalies: BTreeMap<String, u64>,
     unmatched_recvs: u64,
 }
@@ -202,10 +199,7 @@ impl PvmCapture {
             servers: Vec::new(),
             groups: HashMap::new(),
             barriers: HashMap::new(),
-            first_ts: None,
-            started: timeline::Starts::default(),
-            last_ts: 0,
-            last_exit_ts: None,
+            clock: timeline::RunClock::default(),
             anomalies: BTreeMap::new(),
             unmatched_recvs: 0,
         }
@@ -228,15 +222,11 @@ impl PvmCapture {
 
     /// Consumes one record.
     pub fn record(&mut self, rec: &Record) {
-        self.first_ts.get_or_insert(rec.ts_ns);
-        self.started.first(rec.ts_ns);
-        self.last_ts = self.last_ts.max(rec.ts_ns);
+        self.clock.observe(rec);
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::CallEntry) => self.entry(rec),
             Some(RecordKind::CallExit) => self.exit(rec),
-            Some(RecordKind::Fork | RecordKind::Exec) => self.started.record(rec),
             Some(RecordKind::Exit) => {
-                self.last_exit_ts = Some(rec.ts_ns);
                 if let Some(t) = self.tasks.get_mut(&rec.tgid) {
                     if t.name.is_some() && !t.exited {
                         t.exited = true;
@@ -508,7 +498,7 @@ impl PvmCapture {
             }
             members.push(timeline::Member {
                 name: t.name.unwrap_or_default(),
-                start_ns: self.started.start_of(tgid),
+                start_ns: self.clock.start_of(tgid),
                 timeline: t.timeline,
                 stats: t.stats,
             });
@@ -520,8 +510,7 @@ impl PvmCapture {
         if summary.procs.is_empty() {
             self.note("no traced process sent or received a PVM message");
         }
-        let end = self.last_exit_ts.unwrap_or(self.last_ts);
-        summary.measured_seconds = end.saturating_sub(self.first_ts.unwrap_or(end)) as f64 * 1e-9;
+        summary.measured_seconds = self.clock.measured_seconds();
         summary.anomalies = self.anomalies;
         summary
     }

@@ -156,38 +156,52 @@ pub fn hand_out(
     (procs, totals)
 }
 
-/// When each process started, from the lifecycle records: its fork under the tracer (where
-/// its CPU clock starts), or its exec if it was not forked under the tracer.
+/// A capture's clock, kept from every record: when the run started (its first record), when
+/// it ended (the last process exit, else the last record), and when each process started (its
+/// fork under the tracer, where its CPU clock starts, or its exec if it was not forked under
+/// the tracer). Shared by the MPI, PVM and socket captures.
 #[derive(Debug, Default)]
-pub struct Starts {
+pub struct RunClock {
     first_ts: Option<u64>,
-    at: HashMap<u32, u64>,
+    last_ts: u64,
+    last_exit_ts: Option<u64>,
+    starts: HashMap<u32, u64>,
 }
 
-impl Starts {
-    /// The capture's first record came at `ts`.
-    pub fn first(&mut self, ts: u64) {
-        self.first_ts.get_or_insert(ts);
-    }
-
-    /// Notes a `Fork` (the child starts) or `Exec` record.
-    pub fn record(&mut self, rec: &Record) {
+impl RunClock {
+    /// Notes a record; call it for every record, first thing.
+    pub fn observe(&mut self, rec: &Record) {
+        self.first_ts.get_or_insert(rec.ts_ns);
+        self.last_ts = self.last_ts.max(rec.ts_ns);
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::Fork) => {
-                self.at.insert(rec.args[0] as u32, rec.ts_ns);
+                self.starts.insert(rec.args[0] as u32, rec.ts_ns);
             }
             Some(RecordKind::Exec) => {
-                self.at.entry(rec.tgid).or_insert(rec.ts_ns);
+                self.starts.entry(rec.tgid).or_insert(rec.ts_ns);
             }
+            Some(RecordKind::Exit) => self.last_exit_ts = Some(rec.ts_ns),
             _ => {}
         }
     }
 
-    /// Nanoseconds from the first record to the start of `tgid` (0 if unknown).
+    /// Nanoseconds from the run's first record to `ts` (0 before any record).
+    pub fn since_first(&self, ts: u64) -> u64 {
+        self.first_ts.map_or(0, |first| ts.saturating_sub(first))
+    }
+
+    /// Nanoseconds from the run's first record to the start of `tgid` (0 if unknown).
     pub fn start_of(&self, tgid: u32) -> u64 {
-        match (self.at.get(&tgid), self.first_ts) {
-            (Some(&at), Some(first)) => at.saturating_sub(first),
-            _ => 0,
-        }
+        self.starts.get(&tgid).map_or(0, |&at| self.since_first(at))
+    }
+
+    /// When the run ended: the last process exit, else the last record.
+    pub fn end(&self) -> u64 {
+        self.last_exit_ts.unwrap_or(self.last_ts)
+    }
+
+    /// Wall seconds from the first record to the end of the run.
+    pub fn measured_seconds(&self) -> f64 {
+        self.since_first(self.end()) as f64 * 1e-9
     }
 }

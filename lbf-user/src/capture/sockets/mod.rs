@@ -98,10 +98,7 @@ pub struct SocketCapture {
     /// Token of a send or receive -> (tgid, slot).
     tokens: HashMap<u64, (u32, u64)>,
     next_token: u64,
-    first_ts: Option<u64>,
-    started: timeline::Starts,
-    last_exit_ts: Option<u64>,
-    last_ts: u64,
+    clock: timeline::RunClock,
     anomalies: BTreeMap<String, u64>,
     /// Sockets of families not captured, by family: normal in tools (`ip` uses netlink), so
     /// reported only when no process used a captured socket.
@@ -124,10 +121,7 @@ impl SocketCapture {
             channels: Channels::new(),
             tokens: HashMap::new(),
             next_token: 0,
-            first_ts: None,
-            started: timeline::Starts::default(),
-            last_exit_ts: None,
-            last_ts: 0,
+            clock: timeline::RunClock::default(),
             anomalies: BTreeMap::new(),
             other_families: BTreeMap::new(),
             unmatched_sends: 0,
@@ -137,13 +131,10 @@ impl SocketCapture {
 
     /// Consumes one record.
     pub fn record(&mut self, rec: &Record) {
-        self.first_ts.get_or_insert(rec.ts_ns);
-        self.started.first(rec.ts_ns);
-        self.last_ts = self.last_ts.max(rec.ts_ns);
+        self.clock.observe(rec);
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::Syscall) => self.syscall(rec),
             Some(RecordKind::Fork) => {
-                self.started.record(rec);
                 // The child starts with its parent's descriptors.
                 let child = rec.args[0] as u32;
                 self.born.insert(child);
@@ -158,7 +149,6 @@ impl SocketCapture {
                 }
             }
             Some(RecordKind::Exec) => {
-                self.started.record(rec);
                 // The command lbf-trace started is first seen at its exec.
                 if !self.seen.contains_key(&rec.tgid) && !self.procs.contains_key(&rec.tgid) {
                     self.born.insert(rec.tgid);
@@ -171,7 +161,6 @@ impl SocketCapture {
                 }
             }
             Some(RecordKind::Exit) => {
-                self.last_exit_ts = Some(rec.ts_ns);
                 self.fds.retain(|(t, _), _| *t != rec.tgid);
                 if let Some(p) = self.procs.get_mut(&rec.tgid) {
                     if p.name.is_some() && !p.exited {
@@ -420,7 +409,7 @@ impl SocketCapture {
             let p = self.procs.remove(tgid).expect("member");
             members.push(timeline::Member {
                 name: p.name.unwrap_or_default(),
-                start_ns: self.started.start_of(*tgid),
+                start_ns: self.clock.start_of(*tgid),
                 timeline: p.timeline,
                 stats: p.stats,
             });
@@ -429,8 +418,7 @@ impl SocketCapture {
         (summary.procs, summary.stats) = timeline::hand_out(members, &self.host, sink);
         summary.unmatched_sends = self.unmatched_sends;
         summary.unmatched_recvs = self.unmatched_recvs;
-        let end = self.last_exit_ts.unwrap_or(self.last_ts);
-        summary.measured_seconds = end.saturating_sub(self.first_ts.unwrap_or(end)) as f64 * 1e-9;
+        summary.measured_seconds = self.clock.measured_seconds();
         if summary.procs.is_empty() {
             let seen: Vec<&str> = self.seen.values().map(String::as_str).collect();
             note(

@@ -213,8 +213,7 @@ impl PvmCapture {
     fn member(&mut self, tgid: u32) -> &mut Task {
         let t = self.tasks.entry(tgid).or_default();
         if t.name.is_none() {
-            let comm = std::fs::read_to_string(format!("/proc/{tgid}/comm")).unwrap_or_default();
-            t.name = Some(format!("{}[{tgid}]", comm.trim()));
+            t.name = Some(self.clock.name_of(tgid));
             self.order.push(tgid);
         }
         t
@@ -240,10 +239,9 @@ impl PvmCapture {
 
     fn entry(&mut self, rec: &Record) {
         if !self.tasks.contains_key(&rec.tgid) {
-            let comm =
-                std::fs::read_to_string(format!("/proc/{}/comm", rec.tgid)).unwrap_or_default();
+            let name = self.clock.name_of(rec.tgid);
             let t = self.tasks.entry(rec.tgid).or_default();
-            t.excluded = comm.trim() == GROUP_SERVER;
+            t.excluded = name.starts_with(&format!("{GROUP_SERVER}["));
         }
         let t = self.tasks.entry(rec.tgid).or_default();
         if t.excluded {

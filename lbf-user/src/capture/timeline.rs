@@ -159,13 +159,16 @@ pub fn hand_out(
 /// A capture's clock, kept from every record: when the run started (its first record), when
 /// it ended (the last process exit, else the last record), and when each process started (its
 /// fork under the tracer, where its CPU clock starts, or its exec if it was not forked under
-/// the tracer). Shared by the MPI, PVM and socket captures.
+/// the tracer). Shared by the MPI, PVM and socket captures. It also keeps what each process
+/// ran, from its exec (or its parent's, for a forked child): a process that exits before user
+/// space looks at it still has a name.
 #[derive(Debug, Default)]
 pub struct RunClock {
     first_ts: Option<u64>,
     last_ts: u64,
     last_exit_ts: Option<u64>,
     starts: HashMap<u32, u64>,
+    commands: HashMap<u32, String>,
 }
 
 impl RunClock {
@@ -175,10 +178,21 @@ impl RunClock {
         self.last_ts = self.last_ts.max(rec.ts_ns);
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::Fork) => {
-                self.starts.insert(rec.args[0] as u32, rec.ts_ns);
+                let child = rec.args[0] as u32;
+                self.starts.insert(child, rec.ts_ns);
+                if let Some(command) = self.commands.get(&rec.tgid).cloned() {
+                    self.commands.insert(child, command);
+                }
             }
             Some(RecordKind::Exec) => {
                 self.starts.entry(rec.tgid).or_insert(rec.ts_ns);
+                let file = &rec.mem[..usize::from(rec.mem_len).min(rec.mem.len())];
+                let file = file.split(|&b| b == 0).next().unwrap_or_default();
+                let base = file.rsplit(|&b| b == b'/').next().unwrap_or_default();
+                if !base.is_empty() {
+                    self.commands
+                        .insert(rec.tgid, String::from_utf8_lossy(base).into_owned());
+                }
             }
             Some(RecordKind::Exit) => self.last_exit_ts = Some(rec.ts_ns),
             _ => {}
@@ -195,6 +209,19 @@ impl RunClock {
         self.starts.get(&tgid).map_or(0, |&at| self.since_first(at))
     }
 
+    /// A name for process `tgid` in traces, its command and PID like `spa[1234]`: the file it
+    /// executed, else (a process running before the capture) its `/proc/PID/comm`.
+    pub fn name_of(&self, tgid: u32) -> String {
+        let command = match self.commands.get(&tgid) {
+            Some(c) => c.clone(),
+            None => std::fs::read_to_string(format!("/proc/{tgid}/comm"))
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+        };
+        format!("{command}[{tgid}]")
+    }
+
     /// When the run ended: the last process exit, else the last record.
     pub fn end(&self) -> u64 {
         self.last_exit_ts.unwrap_or(self.last_ts)
@@ -203,5 +230,49 @@ impl RunClock {
     /// Wall seconds from the first record to the end of the run.
     pub fn measured_seconds(&self) -> f64 {
         self.since_first(self.end()) as f64 * 1e-9
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunClock;
+    use lbf_common::{Record, RecordKind, ARG_WORDS, MEM_BYTES};
+
+    fn record(kind: RecordKind, tgid: u32, arg0: u64, mem: &[u8]) -> Record {
+        let mut r = Record {
+            kind: kind as u16,
+            fn_id: 0,
+            mem_len: mem.len() as u16,
+            _pad: 0,
+            tgid,
+            tid: tgid,
+            ts_ns: 1_000,
+            cpu_ns: 0,
+            args: [0; ARG_WORDS],
+            mem: [0; MEM_BYTES],
+        };
+        r.args[0] = arg0;
+        r.mem[..mem.len()].copy_from_slice(mem);
+        r
+    }
+
+    /// Processes gone before anyone looks at `/proc` keep the name of what they executed, and
+    /// a forked child its parent's until it executes something else.
+    #[test]
+    fn names_come_from_exec_and_fork() {
+        let mut clock = RunClock::default();
+        // PIDs far above pid_max, so `/proc` cannot answer for them.
+        clock.observe(&record(
+            RecordKind::Exec,
+            4_000_001,
+            0,
+            b"/usr/bin/spa\0junk",
+        ));
+        clock.observe(&record(RecordKind::Fork, 4_000_001, 4_000_002, b""));
+        assert_eq!(clock.name_of(4_000_001), "spa[4000001]");
+        assert_eq!(clock.name_of(4_000_002), "spa[4000002]");
+        clock.observe(&record(RecordKind::Exec, 4_000_002, 0, b"./tsp\0"));
+        assert_eq!(clock.name_of(4_000_002), "tsp[4000002]");
+        assert_eq!(clock.name_of(4_000_003), "[4000003]");
     }
 }

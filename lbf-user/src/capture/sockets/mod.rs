@@ -214,7 +214,7 @@ impl SocketCapture {
     fn member(&mut self, tgid: u32) -> &mut Proc {
         let p = self.procs.entry(tgid).or_default();
         if p.name.is_none() {
-            p.name = Some(self.resolver.name(tgid));
+            p.name = Some(self.clock.name_of(tgid));
             self.order.push(tgid);
         }
         p
@@ -223,7 +223,7 @@ impl SocketCapture {
     fn syscall(&mut self, rec: &Record) {
         let (tgid, tid) = (rec.tgid, rec.tid);
         if !self.seen.contains_key(&tgid) {
-            let name = self.resolver.name(tgid);
+            let name = self.clock.name_of(tgid);
             self.seen.insert(tgid, name);
         }
         let d = syscall::decode(rec);

@@ -30,8 +30,6 @@ pub trait SocketResolver {
     /// The channels of descriptor `fd` of process `tgid`: `Ok(None)` if it is no socket,
     /// `Err` with a sentence when it is a socket lbf cannot model or cannot be looked at.
     fn resolve(&mut self, tgid: u32, fd: i32) -> Result<Option<SocketChannels>, String>;
-    /// A name for process `tgid` in traces: its command and PID, like `spa[1234]`.
-    fn name(&mut self, tgid: u32) -> String;
 }
 
 /// Resolves through `/proc` and sock_diag (see the module documentation).
@@ -128,11 +126,6 @@ impl SocketResolver for ProcResolver {
             "socket of a family lbf does not capture (it captures TCP, UDP and UNIX sockets)"
                 .into(),
         )
-    }
-
-    fn name(&mut self, tgid: u32) -> String {
-        let comm = std::fs::read_to_string(format!("/proc/{tgid}/comm")).unwrap_or_default();
-        format!("{}[{tgid}]", comm.trim())
     }
 }
 

@@ -60,9 +60,6 @@ impl SocketResolver for Table {
         }
         Ok(self.0.get(&(tgid, fd)).copied())
     }
-    fn name(&mut self, tgid: u32) -> String {
-        format!("p[{tgid}]")
-    }
 }
 
 /// A `Syscall` record of process `tgid`: call `nr` on `fd` returning `ret`, entered when the

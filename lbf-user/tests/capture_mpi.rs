@@ -9,7 +9,7 @@ use lbf::capture::procfs::ProcFs;
 use lbf::capture::{Capture, CaptureSink, EventLog, Library};
 use lbf::probe;
 use traced::{
-    can_trace, check_accounts, check_prediction, trace, workload_built_by, Measured, Traced,
+    can_trace, check_accounts, check_prediction, timed, trace, workload_built_by, Measured, Traced,
 };
 
 /// An installed MPI implementation.
@@ -77,8 +77,8 @@ fn run(mpi: Mpi, name: &str, np: u32, args: &str) -> Traced {
     )
 }
 
-/// Checks a traced run against its ranks' own accounts and its run time.
-fn check(t: &Traced, mpi: Mpi, np: u32) {
+/// Checks a traced run against its ranks' own accounts, then its run time.
+fn check(t: &Traced, mpi: Mpi, np: u32) -> Result<(), String> {
     let s = &t.summary;
     assert_eq!(
         s.procs.iter().map(|p| p.id).collect::<Vec<_>>(),
@@ -86,7 +86,7 @@ fn check(t: &Traced, mpi: Mpi, np: u32) {
         "every rank seen, nothing else (not mpirun, not Hydra's proxies)"
     );
     check_accounts(t, np as usize, |c| c.num("rank") as usize);
-    check_prediction(t, mpi.spin(), Measured::Capture);
+    check_prediction(t, mpi.spin(), Measured::Capture)
 }
 
 macro_rules! workload_tests {
@@ -94,7 +94,7 @@ macro_rules! workload_tests {
         #[test]
         fn $test() {
             if can_trace() {
-                check(&run($mpi, $name, $np, $args), $mpi, $np);
+                timed(|| check(&run($mpi, $name, $np, $args), $mpi, $np));
             }
         }
     )*};

@@ -11,7 +11,7 @@ use std::path::Path;
 use lbf::capture::pvm::{fn_reads, PvmCapture};
 use lbf::capture::{CaptureSink, EventLog};
 use lbf_common::pvm;
-use traced::{can_trace, check, trace, workload, Traced};
+use traced::{can_trace, check, timed, trace, workload, Traced};
 
 /// The PVM task library.
 const LIBPVM: &str = "/usr/lib/x86_64-linux-gnu/libpvm3.so.3";
@@ -81,10 +81,12 @@ fn workers() -> usize {
 fn master_worker_through_pvmd() {
     if can_run_pvm() {
         let args = format!("{} 4 5", workers());
-        check(
-            &trace_pvm("pvm-default", "master_worker", &args),
-            workers() + 1,
-        );
+        timed(|| {
+            check(
+                &trace_pvm("pvm-default", "master_worker", &args),
+                workers() + 1,
+            )
+        });
     }
 }
 
@@ -92,10 +94,12 @@ fn master_worker_through_pvmd() {
 fn master_worker_task_to_task() {
     if can_run_pvm() {
         let args = format!("{} 4 5 direct", workers());
-        check(
-            &trace_pvm("pvm-direct", "master_worker", &args),
-            workers() + 1,
-        );
+        timed(|| {
+            check(
+                &trace_pvm("pvm-direct", "master_worker", &args),
+                workers() + 1,
+            )
+        });
     }
 }
 
@@ -103,6 +107,6 @@ fn master_worker_task_to_task() {
 fn group_broadcasts_and_barriers() {
     if can_run_pvm() {
         let args = format!("{} 4 10", workers());
-        check(&trace_pvm("pvm-group", "group", &args), workers() + 1);
+        timed(|| check(&trace_pvm("pvm-group", "group", &args), workers() + 1));
     }
 }

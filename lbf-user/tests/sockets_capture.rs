@@ -9,7 +9,7 @@ mod traced;
 
 use lbf::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use lbf::capture::{CaptureSink, EventLog};
-use traced::{can_trace, check, trace, workload, NetnsPair, Traced};
+use traced::{can_trace, check, timed, trace, workload, NetnsPair, Traced};
 
 /// Runs `command` with the socket capture.
 fn trace_sockets(label: &str, command: &str) -> Traced {
@@ -44,11 +44,15 @@ fn spa_over_unix_sockets() {
     }
     let spa = workload("sockets", "spa", &[]);
     let path = std::env::temp_dir().join(format!("lbf-spa-{}.sock", std::process::id()));
-    let t = trace_sockets(
-        "spa-unix",
-        &format!("{} all unix:{} 20 12", spa.display(), path.display()),
-    );
-    check(&t, 4);
+    timed(|| {
+        check(
+            &trace_sockets(
+                "spa-unix",
+                &format!("{} all unix:{} 20 12", spa.display(), path.display()),
+            ),
+            4,
+        )
+    });
 }
 
 #[test]
@@ -64,8 +68,7 @@ fn spa_over_tcp_between_two_network_namespaces() {
         "ip netns exec {a} {spa} server {endpoint} 3 20 12 & \
          for id in 0 1 2; do ip netns exec {b} {spa} client {endpoint} $id 20 12 & done; wait"
     );
-    let t = trace_sockets("spa-netns", &command);
-    check(&t, 4);
+    timed(|| check(&trace_sockets("spa-netns", &command), 4));
 }
 
 #[test]
@@ -74,11 +77,15 @@ fn tsp_over_tcp_on_ipv6_loopback() {
         return;
     }
     let tsp = workload("sockets", "tsp", &[]);
-    let t = trace_sockets(
-        "tsp-ipv6",
-        &format!("{} all tcp:[::1]:{} 3 48 10", tsp.display(), port(2)),
-    );
-    check(&t, 4);
+    timed(|| {
+        check(
+            &trace_sockets(
+                "tsp-ipv6",
+                &format!("{} all tcp:[::1]:{} 3 48 10", tsp.display(), port(2)),
+            ),
+            4,
+        )
+    });
 }
 
 #[test]
@@ -87,11 +94,15 @@ fn datagrams_over_udp() {
         return;
     }
     let dgram = workload("sockets", "dgram", &[]);
-    let t = trace_sockets(
-        "dgram-udp",
-        &format!("{} udp {} 30 4", dgram.display(), port(3)),
-    );
-    check(&t, 2);
+    timed(|| {
+        check(
+            &trace_sockets(
+                "dgram-udp",
+                &format!("{} udp {} 30 4", dgram.display(), port(3)),
+            ),
+            2,
+        )
+    });
 }
 
 #[test]
@@ -100,8 +111,12 @@ fn datagrams_over_a_unix_socketpair_with_sendmmsg_and_recvmmsg() {
         return;
     }
     let dgram = workload("sockets", "dgram", &[]);
-    let t = trace_sockets("dgram-unix", &format!("{} unix 30 4", dgram.display()));
-    check(&t, 2);
+    timed(|| {
+        check(
+            &trace_sockets("dgram-unix", &format!("{} unix 30 4", dgram.display())),
+            2,
+        )
+    });
 }
 
 #[test]

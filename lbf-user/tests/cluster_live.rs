@@ -1,26 +1,77 @@
-//! Cluster mode with live capture: a real Open MPI job (4 ranks of the ring workload) runs on
-//! a node host (network namespace) under `lbf-node`'s eBPF probes, and the builder runs on
-//! another host. The central prediction for the configuration the job ran on equals
-//! `lbf-gag predict` on the merged trace, and is near the measured time.
-//!
-//! The job stays on one node host: live capture cannot yet match messages between hosts (see
-//! docs/cluster.md, "Process identity and message ids").
+//! Cluster mode with live capture across hosts: three network namespaces act as hosts, the
+//! builder on one and an `lbf-node` under real eBPF probes on each of the others. A real Open
+//! MPI job (the nonblocking halo exchange, one rank per host, so that every message crosses
+//! hosts over TCP) is launched by `mpirun` on host n1, which starts its daemon on host n2 through a
+//! remote shell (`tests/workloads/cluster/rsh.c`, standing in for ssh). Each node sees one end
+//! of every message; the builder must match them all, complete, lose nothing, and predict
+//! what `lbf-gag predict` does from the merged trace.
 
 mod cluster_support;
 
 use cluster_support::*;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A gross-error bound on the prediction against the measured time (a lost rank or message
-/// would break it). Not the 10 % of the acceptance criterion: on this 2-core machine the
-/// measured time of this job varies by 30 % from run to run (mpirun's start and teardown),
-/// and `lbf-trace` alone predicts the same as the builder (checked by hand: 1.04-1.09 s
-/// against 1.13-1.47 s measured); its accuracy is the capture tests' to check.
+/// would break it). Not the 10 % of the acceptance criterion: the nodes do not yet place the
+/// two hosts' ranks on one time line (each announces start times from its own capture's
+/// start), and the builder does not yet add the measured MPI teardown as `lbf-trace` does
+/// (docs/cluster.md, "Time across hosts").
 const SANITY: f64 = 0.5;
 
+/// Compiles `source` (under tests/workloads) with `cc` into `dir`.
+fn compile(cc: &str, source: &str, dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/workloads")
+        .join(source);
+    let stem = src.file_stem().unwrap().to_str().unwrap().to_string();
+    let bin = dir.join(stem);
+    let out = Command::new(cc)
+        .args(["-O1", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cc} {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
+/// Waits until `log` says the node's probes are attached (it drops capabilities then).
+fn wait_attached(log: &Path) {
+    let start = Instant::now();
+    while !std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .contains("capabilities")
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "probes never attached:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `lbf-node` on host `netns` streaming rank `rank` of the processes `pid` and descendants.
+fn live_node(s: &BuilderSetup, netns: &str, name: &str, rank: &str, pid: u32) -> Command {
+    let mut node = in_netns(Some(netns), env!("CARGO_BIN_EXE_lbf-node"));
+    node.env("LBF_NODE_TOKEN", format!("token-{name}"))
+        .args(["--builder", &s.listen, "--node", name, "--procs", rank])
+        .arg("--ca")
+        .arg(&s.cert)
+        .args(["--pid", &pid.to_string(), "--spool-dir"])
+        .arg(s.dir.join(format!("spool-{name}")));
+    node
+}
+
 #[test]
-fn a_live_mpi_job_is_predicted_centrally_as_lbf_gag_predict_does_from_the_merged_trace() {
+fn an_mpi_job_across_two_hosts_is_matched_and_predicted_centrally() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 || Command::new("mpicc.openmpi").arg("-v").output().is_err()
     {
@@ -29,77 +80,80 @@ fn a_live_mpi_job_is_predicted_centrally_as_lbf_gag_predict_does_from_the_merged
     }
     let hosts = Hosts::new("live");
     let root = scratch("live");
-    let ring = root.join("ring");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/workloads/mpi/ring.c");
-    let cc = Command::new("mpicc.openmpi")
-        .args(["-O1", "-o"])
-        .arg(&ring)
-        .arg(src)
-        .output()
-        .unwrap();
-    assert!(
-        cc.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cc.stderr)
-    );
+    let halo = compile("mpicc.openmpi", "mpi/halo.c", &root);
+    let rsh = compile("cc", "cluster/rsh.c", &root);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let as_run = format!("[[node]]\ncores = {cores}\nprocs = [0, 1, 2, 3]\n");
+    let as_run = format!("[[node]]\ncores = {cores}\nprocs = [0, 1]\n");
     let listen = format!("{}:7400", Hosts::HUB_IP);
     let mut s = builder_setup(
         &root,
         &listen,
         &[Hosts::HUB_IP],
-        4,
+        2,
         &[("as-run", &as_run)],
-        &[("n1", "token-n1")],
+        &[("n1", "token-n1"), ("n2", "token-n2")],
     );
     s.netns = Some(hosts.names[0].clone());
     let builder = s.start("builder.log");
 
-    // The job waits on a FIFO (a shell builtin: no process of its own) until the probes are
-    // attached, then becomes mpirun.
+    // Host names are per host (UTS namespaces): Open MPI tells hosts apart by name.
+    let host_shell = |ns: &str, name: &str, script: &str| {
+        let mut c = in_netns(Some(ns), "unshare");
+        c.args(["--uts", "--", "sh", "-c"])
+            .arg(format!("hostname {name} && {script}"));
+        c
+    };
+    let rshd = Daemon::spawn(
+        "rshd",
+        host_shell(
+            &hosts.names[2],
+            "lbf-n2",
+            &format!(
+                "exec {} serve {}/lbf-n2.sock",
+                rsh.display(),
+                root.display()
+            ),
+        ),
+        &root.join("rshd.log"),
+    );
+    // The job waits on a FIFO (a shell builtin: no process of its own) until both nodes'
+    // probes are attached, then becomes mpirun.
     let go = root.join("go");
     assert!(Command::new("mkfifo").arg(&go).status().unwrap().success());
-    let script = format!(
-        "read x < {}; exec env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-         mpirun.openmpi --oversubscribe --bind-to none -np 4 {} 20 5",
-        go.display(),
-        ring.display()
+    let subnet = "10.231.0.0/24";
+    let mpirun = format!(
+        "read x < {go}; exec env LBF_RSH_DIR={dir} OMPI_ALLOW_RUN_AS_ROOT=1 \
+         OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun.openmpi --mca plm_rsh_agent {rsh} \
+         --host lbf-n1:1,lbf-n2:1 --mca btl self,tcp --mca btl_tcp_if_include {subnet} \
+         --mca oob_tcp_if_include {subnet} --bind-to none -np 2 {halo} 20 5",
+        go = go.display(),
+        dir = root.display(),
+        rsh = rsh.display(),
+        halo = halo.display(),
     );
-    let mut job = in_netns(Some(&hosts.names[1]), "sh");
-    job.args(["-c", &script]);
-    let job = Daemon::spawn("mpirun", job, &root.join("job.log"));
-    let mut node = in_netns(Some(&hosts.names[1]), env!("CARGO_BIN_EXE_lbf-node"));
-    node.env("LBF_NODE_TOKEN", "token-n1")
-        .args([
-            "--builder",
-            &listen,
-            "--node",
-            "n1",
-            "--procs",
-            "0-3",
-            "--ca",
-        ])
-        .arg(&s.cert)
-        .args(["--pid", &job.child.id().to_string(), "--spool-dir"])
-        .arg(root.join("spool"));
-    let node = Daemon::spawn("lbf-node", node, &root.join("node.log"));
-    let start = Instant::now();
-    while !std::fs::read_to_string(root.join("node.log"))
-        .unwrap()
-        .contains("capabilities")
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "probes never attached"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let job = Daemon::spawn(
+        "mpirun",
+        host_shell(&hosts.names[1], "lbf-n1", &mpirun),
+        &root.join("job.log"),
+    );
+    let n1 = live_node(&s, &hosts.names[1], "n1", "0", job.child.id());
+    let n1 = Daemon::spawn("lbf-node n1", n1, &root.join("node-n1.log"));
+    let n2 = live_node(&s, &hosts.names[2], "n2", "1", rshd.child.id());
+    let n2 = Daemon::spawn("lbf-node n2", n2, &root.join("node-n2.log"));
+    wait_attached(&root.join("node-n1.log"));
+    wait_attached(&root.join("node-n2.log"));
     std::fs::write(&go, "go\n").unwrap();
-    assert!(job.wait(Duration::from_secs(60)).0, "the MPI job failed");
-    let (ok, _) = node.wait(Duration::from_secs(60));
-    let node_log = std::fs::read_to_string(root.join("node.log")).unwrap();
-    assert!(ok, "lbf-node failed:\n{node_log}");
+    let (ok, out) = job.wait(Duration::from_secs(90));
+    let job_log = std::fs::read_to_string(root.join("job.log")).unwrap();
+    assert!(ok, "the MPI job failed:\n{out}\n{job_log}");
+    assert_eq!(out.matches("LBF-CHECK").count(), 2, "{out}\n{job_log}");
+    // Host n2's node follows the remote shell, which outlives the job: stop it there.
+    rshd.kill();
+    for (name, node) in [("n1", n1), ("n2", n2)] {
+        let (ok, _) = node.wait(Duration::from_secs(60));
+        let log = std::fs::read_to_string(root.join(format!("node-{name}.log"))).unwrap();
+        assert!(ok, "lbf-node {name} failed:\n{log}");
+    }
     assert!(builder.wait(Duration::from_secs(60)).0);
 
     let report = s.report();
@@ -107,6 +161,16 @@ fn a_live_mpi_job_is_predicted_centrally_as_lbf_gag_predict_does_from_the_merged
     assert_eq!(report["lost_events"], 0, "{report}");
     let predicted = report_predictions(&report);
     assert_eq!(predict(&s.merged(), &root, &["as-run"]), predicted);
+    // Every message the ranks sent is in the merged trace, with its receive.
+    let sent: usize = out
+        .lines()
+        .filter_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix("sends=")))
+        .map(|n| n.parse::<usize>().unwrap())
+        .sum();
+    let merged = std::fs::read_to_string(s.merged()).unwrap();
+    let count = |kind: &str| merged.matches(&format!("\"k\":\"{kind}\"")).count();
+    assert!(sent > 0, "{out}");
+    assert_eq!((count("send"), count("recv_end")), (sent, sent));
     let measured = report["measured_seconds"].as_f64().unwrap();
     let p = predicted[0].1;
     eprintln!("measured {measured:.3} s, predicted centrally {p:.3} s");

@@ -1,24 +1,24 @@
-//! Communicators and collective instances across processes.
+//! Communicators across processes.
 //!
-//! A communicator gets a capture-wide [`CommId`]: `MPI_COMM_WORLD` is [`WORLD`]; a
-//! communicator created by the n-th `MPI_Comm_dup`/`MPI_Comm_split` a process makes on a
-//! parent is the same object in every member, so it is identified by (parent, n, color).
-//! Ranks in a dup are the parent's; ranks in a split are ordered by (key, parent rank) among
-//! the members of one color, computed once every member of the parent has entered the split
-//! (which MPI guarantees before any of them returns). `MPI_Comm_rank`/`MPI_Comm_size` answers
-//! fill in whatever is still unknown. Intercommunicators and group-based creation
-//! (`MPI_Comm_create`) are not probed.
+//! A communicator gets an id the same on every host ([`ids::communicator`]):
+//! `MPI_COMM_WORLD` is [`WORLD`]; a communicator created by the n-th
+//! `MPI_Comm_dup`/`MPI_Comm_split` a process makes on a parent is the same object in every
+//! member, so it is identified by (parent, n, color). Ranks in a dup are the parent's; ranks
+//! in a split are ordered by (key, parent rank) among the members of one color, computed once
+//! every member of the parent has entered the split (which MPI guarantees before any of them
+//! returns) — when they all run on this host. `MPI_Comm_rank`/`MPI_Comm_size` answers fill in
+//! whatever is still unknown. Intercommunicators and group-based creation (`MPI_Comm_create`)
+//! are not probed.
 //!
 //! Collectives are grouped by call order: the n-th collective call on a communicator by each
-//! member is the same instance.
+//! member is the same instance ([`ids::collective`]).
 
 use std::collections::HashMap;
 
+use super::ids;
 use super::matching::CommId;
-use crate::event::CollId;
 
-/// `MPI_COMM_WORLD`'s id.
-pub const WORLD: CommId = 0;
+pub use super::ids::WORLD;
 
 /// `MPI_UNDEFINED` (the same in Open MPI and MPICH): a split color that yields no communicator.
 pub const UNDEFINED: i32 = -32766;
@@ -38,8 +38,6 @@ struct Creation {
     split: bool,
     members: Vec<Member>,
     collected: usize,
-    /// Ids given out, by color.
-    ids: HashMap<i32, CommId>,
 }
 
 /// What a member learns about a communicator it created.
@@ -51,25 +49,11 @@ pub struct Created {
     pub rank: Option<u32>,
 }
 
-/// Communicator sizes, creations in progress and open collective instances.
+/// Communicator sizes and creations in progress.
+#[derive(Default)]
 pub struct Comms {
     sizes: HashMap<CommId, u32>,
     creations: HashMap<(CommId, u32), Creation>,
-    collectives: HashMap<(CommId, u64), (CollId, u32)>,
-    next_comm: CommId,
-    next_coll: CollId,
-}
-
-impl Default for Comms {
-    fn default() -> Self {
-        Comms {
-            sizes: HashMap::new(),
-            creations: HashMap::new(),
-            collectives: HashMap::new(),
-            next_comm: WORLD + 1,
-            next_coll: 0,
-        }
-    }
 }
 
 impl Comms {
@@ -118,11 +102,8 @@ impl Comms {
         creation.collected += 1;
         let complete = parent_size.is_some_and(|n| creation.members.len() as u32 >= n);
         let result = (me.color != UNDEFINED).then(|| {
-            let comm = *creation.ids.entry(me.color).or_insert_with(|| {
-                let id = self.next_comm;
-                self.next_comm += 1;
-                id
-            });
+            let color = if creation.split { me.color } else { 0 };
+            let comm = ids::communicator(parent, seq, color);
             let rank = if !creation.split {
                 Some(me.parent_rank)
             } else if complete {
@@ -148,28 +129,6 @@ impl Comms {
             self.creations.remove(&(parent, seq));
         }
         result
-    }
-
-    /// A member enters the `seq`-th collective on `comm`, which has `size` members: returns
-    /// the instance's id, the same for every member.
-    pub fn join_collective(&mut self, comm: CommId, seq: u64, size: u32) -> CollId {
-        let next = &mut self.next_coll;
-        let entry = self.collectives.entry((comm, seq)).or_insert_with(|| {
-            let id = *next;
-            *next += 1;
-            (id, 0)
-        });
-        entry.1 += 1;
-        let id = entry.0;
-        if entry.1 >= size {
-            self.collectives.remove(&(comm, seq));
-        }
-        id
-    }
-
-    /// Collective instances some but not all members have entered.
-    pub fn open_collectives(&self) -> usize {
-        self.collectives.len()
     }
 }
 
@@ -211,17 +170,5 @@ mod tests {
         let x = c.leave_creation(WORLD, 0, 2).unwrap();
         assert_eq!(x.rank, Some(1));
         assert_eq!(c.size(x.comm), Some(2));
-    }
-
-    #[test]
-    fn collectives_group_by_call_order() {
-        let mut c = Comms::new();
-        let a0 = c.join_collective(WORLD, 0, 2);
-        let a1 = c.join_collective(WORLD, 1, 2);
-        let b0 = c.join_collective(WORLD, 0, 2);
-        let b1 = c.join_collective(WORLD, 1, 2);
-        assert_eq!((a0, a1), (b0, b1));
-        assert_ne!(a0, a1);
-        assert_eq!(c.open_collectives(), 0);
     }
 }

@@ -1,24 +1,39 @@
-//! Point-to-point matching: pairs every send with the receive that consumed it.
+//! Point-to-point matching: gives every send and the receive that consumed it the same
+//! message id, computed alike on every host ([`ids::message`]), so that a message between two
+//! hosts matches at the cluster builder although each host's capture saw one end.
 //!
 //! MPI's non-overtaking rule: for one envelope (communicator, source, destination, tag), the
 //! k-th send matches the k-th receive *in posting order* among the receives that resolved to
-//! that envelope. A receive resolves when it completes: from its arguments when they name the
-//! source and tag, else from its status. Because a wildcard receive posted earlier may still
-//! resolve to the same envelope, a completed receive is matched only once no earlier-posted,
-//! still-unmatched receive of the same destination could take the same message.
+//! that envelope. The sender numbers its sends per envelope; the receiver numbers the receives
+//! that resolve to each envelope. A receive resolves when it completes: from its arguments
+//! when they name the source and tag, else from its status. Because a wildcard receive posted
+//! earlier may still resolve to the same envelope, a completed receive is numbered only once
+//! no earlier-posted, still-unresolved receive of the same destination could take the same
+//! message.
 //!
-//! A wildcard receive whose status was not visible (`MPI_STATUS_IGNORE`, a `Waitany`, a
-//! `Sendrecv`) takes the oldest unmatched send its pattern admits: the message MPI itself
-//! would most likely have delivered.
+//! A receive of a message whose sender is a process of this capture (all of them, unless the
+//! capture sees only some ranks of `MPI_COMM_WORLD`) resolves only once that send was seen: a
+//! send lost to the capture (of unknown size, on an unknown communicator) leaves its receive
+//! unmatched rather than waiting in the model for a message that never leaves.
 //!
-//! State is only what is unmatched: sends without their receive yet and posted receives.
+//! A wildcard receive whose status was not visible (`MPI_STATUS_IGNORE`, a `Waitany`) takes
+//! the oldest unreceived send its pattern admits among the sends this capture saw to its own
+//! processes (`local` sends, kept until received, for this and for their sizes): the message
+//! MPI itself would most likely have delivered. Such a receive of a message from another host
+//! cannot be resolved and stays unmatched.
+//!
+//! State: a counter per envelope ever used on each side, the receives not yet resolved, and
+//! the local sends not yet received.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
+use super::call::Status;
+use super::ids;
 use crate::event::MsgId;
 
-/// A communicator's id within one capture (not a process-local handle).
-pub type CommId = u32;
+/// A communicator's id, the same on every host (see [`ids::communicator`]); not a
+/// process-local handle.
+pub type CommId = u64;
 
 /// Identifies one posted receive.
 pub type RecvId = u64;
@@ -53,23 +68,35 @@ impl Pattern {
     fn admits(&self, src: u32, tag: i32) -> bool {
         self.src.is_none_or(|s| s == src) && self.tag.is_none_or(|t| t == tag)
     }
+
+    fn envelope(&self, src: u32, tag: i32) -> Envelope {
+        Envelope {
+            comm: self.comm,
+            src,
+            dst: self.dst,
+            tag,
+        }
+    }
 }
 
-/// A receive paired with the send it consumed.
+/// A receive paired with the message it consumed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Matched {
     /// The receive.
     pub recv: RecvId,
     /// The message.
     pub msg: MsgId,
-    /// The message's size as the sender stated it.
-    pub bytes: u64,
+    /// The message's size: from the receive's status, else from the local send; `None` for
+    /// a message from another host whose status was not visible.
+    pub bytes: Option<u64>,
 }
 
+/// A local send not yet received.
 #[derive(Clone, Copy, Debug)]
 struct PendingSend {
-    msg: MsgId,
-    /// Global order of sends, for the oldest-first fallback.
+    /// Its number among the sends of its envelope.
+    k: u64,
+    /// Global order of local sends, for the oldest-first fallback.
     seq: u64,
     bytes: u64,
 }
@@ -77,8 +104,9 @@ struct PendingSend {
 #[derive(Clone, Copy, Debug)]
 enum PostState {
     Posted,
-    /// Completed; `Some((src, tag))` when the envelope is known.
-    Completed(Option<(u32, i32)>),
+    /// Completed; `Some((src, tag))` when the envelope is known; the size when the status
+    /// said.
+    Completed(Option<(u32, i32)>, Option<u64>),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -88,22 +116,27 @@ struct Posted {
     state: PostState,
 }
 
-/// Sends to one (communicator, destination rank), by (source, tag), oldest first.
+/// Local sends to one (communicator, destination rank), by (source, tag), oldest first.
 type Mailbox = HashMap<(u32, i32), VecDeque<PendingSend>>;
 
 /// Matches sends and receives; see the module documentation.
 #[derive(Default)]
 pub struct Matcher {
-    next_msg: MsgId,
     next_recv: RecvId,
     next_seq: u64,
-    /// Unmatched sends by (communicator, destination rank).
+    /// Sends so far, per envelope.
+    sent: HashMap<Envelope, u64>,
+    /// Receives resolved so far, per envelope.
+    received: HashMap<Envelope, u64>,
+    /// Local sends not yet received, by (communicator, destination rank).
     mailboxes: HashMap<(CommId, u32), Mailbox>,
-    /// Unmatched receives by (communicator, receiver rank), in posting order.
+    /// Unresolved receives by (communicator, receiver rank), in posting order.
     posted: HashMap<(CommId, u32), VecDeque<Posted>>,
-    /// Where each unmatched receive is queued.
+    /// Where each unresolved receive is queued.
     queue_of: HashMap<RecvId, (CommId, u32)>,
     matched: Vec<Matched>,
+    /// The world ranks of this capture when it sees only some; `None`: the whole job.
+    local_world: Option<BTreeSet<u32>>,
 }
 
 impl Matcher {
@@ -112,20 +145,32 @@ impl Matcher {
         Self::default()
     }
 
-    /// Registers a send of `bytes` with envelope `env` and returns its message id.
-    pub fn send(&mut self, env: Envelope, bytes: u64) -> MsgId {
-        let msg = self.next_msg;
-        self.next_msg += 1;
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.mailboxes
-            .entry((env.comm, env.dst))
-            .or_default()
-            .entry((env.src, env.tag))
-            .or_default()
-            .push_back(PendingSend { msg, seq, bytes });
-        self.try_match((env.comm, env.dst));
-        msg
+    /// Makes this the matcher of a capture that sees only the world ranks `ranks`: receives
+    /// of messages from other ranks resolve without their send.
+    pub fn only_ranks(&mut self, ranks: BTreeSet<u32>) {
+        self.local_world = Some(ranks);
+    }
+
+    /// Registers a send of `bytes` with envelope `env` and returns its message id. `local`
+    /// says that the receiver is a process of this capture: the send is then kept until its
+    /// receive resolves.
+    pub fn send(&mut self, env: Envelope, bytes: u64, local: bool) -> MsgId {
+        let counter = self.sent.entry(env).or_default();
+        let k = *counter;
+        *counter += 1;
+        // Unless its receive resolved already (from its arguments, before this send's record).
+        if local && self.received.get(&env).is_none_or(|&r| r <= k) {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.mailboxes
+                .entry((env.comm, env.dst))
+                .or_default()
+                .entry((env.src, env.tag))
+                .or_default()
+                .push_back(PendingSend { k, seq, bytes });
+            self.try_match((env.comm, env.dst));
+        }
+        ids::message(&env, k)
     }
 
     /// Posts a receive accepting `pattern`; it competes for messages from now on, in order.
@@ -142,9 +187,9 @@ impl Matcher {
         id
     }
 
-    /// Marks receive `recv` completed. `status` is the `(MPI_SOURCE, MPI_TAG)` MPI reported,
-    /// when visible; a fully specific pattern needs none. Unknown ids are ignored.
-    pub fn complete(&mut self, recv: RecvId, status: Option<(i32, i32)>) {
+    /// Marks receive `recv` completed, with the status MPI reported when visible; a fully
+    /// specific pattern needs none for its envelope. Unknown ids are ignored.
+    pub fn complete(&mut self, recv: RecvId, status: Option<Status>) {
         let Some(&queue) = self.queue_of.get(&recv) else {
             return;
         };
@@ -155,12 +200,12 @@ impl Matcher {
         {
             let envelope = match (p.pattern.src, p.pattern.tag, status) {
                 (Some(src), Some(tag), _) => Some((src, tag)),
-                (_, _, Some((src, tag))) if src >= 0 && p.pattern.admits(src as u32, tag) => {
-                    Some((src as u32, tag))
+                (_, _, Some(s)) if s.source >= 0 && p.pattern.admits(s.source as u32, s.tag) => {
+                    Some((s.source as u32, s.tag))
                 }
                 _ => None,
             };
-            p.state = PostState::Completed(envelope);
+            p.state = PostState::Completed(envelope, status.map(|s| s.bytes));
         }
         self.try_match(queue);
     }
@@ -170,7 +215,7 @@ impl Matcher {
         std::mem::take(&mut self.matched)
     }
 
-    /// Sends still waiting for their receive.
+    /// Local sends whose receive has not resolved.
     pub fn unmatched_sends(&self) -> u64 {
         self.mailboxes
             .values()
@@ -179,18 +224,18 @@ impl Matcher {
             .sum()
     }
 
-    /// Receives posted but not matched.
+    /// Receives posted but not resolved.
     pub fn unmatched_recvs(&self) -> u64 {
         self.queue_of.len() as u64
     }
 
-    /// Matches what can be matched among the receives of one (communicator, rank).
+    /// Resolves what can be resolved among the receives of one (communicator, rank).
     fn try_match(&mut self, queue_key: (CommId, u32)) {
         let Some(queue) = self.posted.get_mut(&queue_key) else {
             return;
         };
         let mut mailbox = self.mailboxes.remove(&queue_key).unwrap_or_default();
-        // Patterns of earlier receives still unmatched: a later receive must not take a
+        // Patterns of earlier receives still unresolved: a later receive must not take a
         // message one of them could take first.
         let mut blockers: Vec<Pattern> = Vec::new();
         let blocked =
@@ -198,13 +243,30 @@ impl Matcher {
         let mut i = 0;
         while i < queue.len() {
             let posted = queue[i];
-            let taken = match posted.state {
+            let resolved = match posted.state {
                 PostState::Posted => None,
-                PostState::Completed(Some((src, tag))) if !blocked(&blockers, src, tag) => mailbox
-                    .get_mut(&(src, tag))
-                    .and_then(|q| q.pop_front().map(|s| ((src, tag), s))),
-                PostState::Completed(Some(_)) => None,
-                PostState::Completed(None) => {
+                PostState::Completed(Some((src, tag)), status_bytes)
+                    if !blocked(&blockers, src, tag) =>
+                {
+                    let env = posted.pattern.envelope(src, tag);
+                    let counter = self.received.entry(env).or_default();
+                    let k = *counter;
+                    let seen = mailbox
+                        .get(&(src, tag))
+                        .and_then(|q| q.iter().find(|s| s.k == k))
+                        .copied();
+                    let local_sender = match &self.local_world {
+                        None => true,
+                        Some(ranks) => env.comm == ids::WORLD && ranks.contains(&env.src),
+                    };
+                    (seen.is_some() || !local_sender).then(|| {
+                        *counter += 1;
+                        take_up_to(&mut mailbox, (src, tag), k);
+                        ((src, tag), k, status_bytes.or(seen.map(|s| s.bytes)))
+                    })
+                }
+                PostState::Completed(Some(_), _) => None,
+                PostState::Completed(None, status_bytes) => {
                     let oldest = mailbox
                         .iter()
                         .filter(|(&(src, tag), q)| {
@@ -214,25 +276,33 @@ impl Matcher {
                         })
                         .min_by_key(|(_, q)| q[0].seq)
                         .map(|(&key, _)| key);
-                    oldest.and_then(|key| mailbox.get_mut(&key)?.pop_front().map(|s| (key, s)))
+                    oldest.and_then(|key| {
+                        let send = mailbox.get_mut(&key)?.pop_front()?;
+                        let counter = self
+                            .received
+                            .entry(posted.pattern.envelope(key.0, key.1))
+                            .or_default();
+                        *counter = (*counter).max(send.k + 1);
+                        Some((key, send.k, status_bytes.or(Some(send.bytes))))
+                    })
                 }
             };
-            match taken {
-                Some((key, send)) => {
-                    if mailbox.get(&key).is_some_and(VecDeque::is_empty) {
-                        mailbox.remove(&key);
+            match resolved {
+                Some(((src, tag), k, bytes)) => {
+                    if mailbox.get(&(src, tag)).is_some_and(VecDeque::is_empty) {
+                        mailbox.remove(&(src, tag));
                     }
                     self.matched.push(Matched {
                         recv: posted.id,
-                        msg: send.msg,
-                        bytes: send.bytes,
+                        msg: ids::message(&posted.pattern.envelope(src, tag), k),
+                        bytes,
                     });
                     self.queue_of.remove(&posted.id);
                     queue.remove(i);
                 }
                 None => {
                     blockers.push(match posted.state {
-                        PostState::Completed(Some((src, tag))) => Pattern {
+                        PostState::Completed(Some((src, tag)), _) => Pattern {
                             src: Some(src),
                             tag: Some(tag),
                             ..posted.pattern
@@ -250,6 +320,16 @@ impl Matcher {
             self.mailboxes.insert(queue_key, mailbox);
         }
     }
+}
+
+/// Drops the local sends of `key` numbered up to `k` (received), returning the `k`-th.
+fn take_up_to(mailbox: &mut Mailbox, key: (u32, i32), k: u64) -> Option<PendingSend> {
+    let queue = mailbox.get_mut(&key)?;
+    let mut found = None;
+    while queue.front().is_some_and(|s| s.k <= k) {
+        found = queue.pop_front().filter(|s| s.k == k);
+    }
+    found
 }
 
 #[cfg(test)]
@@ -274,6 +354,14 @@ mod tests {
         }
     }
 
+    fn status(source: i32, tag: i32) -> Status {
+        Status {
+            source,
+            tag,
+            bytes: 0,
+        }
+    }
+
     fn pairs(m: &mut Matcher) -> Vec<(RecvId, MsgId)> {
         m.take_matched()
             .into_iter()
@@ -284,8 +372,8 @@ mod tests {
     #[test]
     fn same_envelope_matches_in_posting_order() {
         let mut m = Matcher::new();
-        let s0 = m.send(env(1, 0, 5), 10);
-        let s1 = m.send(env(1, 0, 5), 20);
+        let s0 = m.send(env(1, 0, 5), 10, true);
+        let s1 = m.send(env(1, 0, 5), 20, true);
         let r0 = m.post(pattern(0, Some(1), Some(5)));
         let r1 = m.post(pattern(0, Some(1), Some(5)));
         // The later receive completes first: it still gets the second message.
@@ -299,12 +387,12 @@ mod tests {
     #[test]
     fn any_source_resolves_from_status() {
         let mut m = Matcher::new();
-        let a = m.send(env(1, 0, 7), 4);
-        let b = m.send(env(2, 0, 9), 8);
+        let a = m.send(env(1, 0, 7), 4, true);
+        let b = m.send(env(2, 0, 9), 8, true);
         let r0 = m.post(pattern(0, None, None));
         let r1 = m.post(pattern(0, None, None));
-        m.complete(r0, Some((2, 9)));
-        m.complete(r1, Some((1, 7)));
+        m.complete(r0, Some(status(2, 9)));
+        m.complete(r1, Some(status(1, 7)));
         let mut got = pairs(&mut m);
         got.sort();
         assert_eq!(got, vec![(r0, b), (r1, a)]);
@@ -313,8 +401,8 @@ mod tests {
     #[test]
     fn pending_wildcard_blocks_later_receive_of_same_envelope() {
         let mut m = Matcher::new();
-        let s0 = m.send(env(1, 0, 3), 1);
-        let s1 = m.send(env(1, 0, 3), 1);
+        let s0 = m.send(env(1, 0, 3), 1, true);
+        let s1 = m.send(env(1, 0, 3), 1, true);
         let wild = m.post(pattern(0, None, Some(3)));
         let specific = m.post(pattern(0, Some(1), Some(3)));
         m.complete(specific, None);
@@ -323,7 +411,7 @@ mod tests {
             vec![],
             "the wildcard posted first may take message 0"
         );
-        m.complete(wild, Some((1, 3)));
+        m.complete(wild, Some(status(1, 3)));
         assert_eq!(pairs(&mut m), vec![(wild, s0), (specific, s1)]);
     }
 
@@ -332,11 +420,11 @@ mod tests {
         let mut m = Matcher::new();
         let from1 = m.post(pattern(0, Some(1), Some(0)));
         let from2 = m.post(pattern(0, Some(2), Some(0)));
-        let s = m.send(env(2, 0, 0), 1);
+        let s = m.send(env(2, 0, 0), 1, true);
         // Out-of-order completion (Waitany): the second receive completes first.
         m.complete(from2, None);
         assert_eq!(pairs(&mut m), vec![(from2, s)]);
-        let t = m.send(env(1, 0, 0), 1);
+        let t = m.send(env(1, 0, 0), 1, true);
         m.complete(from1, None);
         assert_eq!(pairs(&mut m), vec![(from1, t)]);
     }
@@ -344,9 +432,9 @@ mod tests {
     #[test]
     fn unknown_status_takes_oldest_admissible_send() {
         let mut m = Matcher::new();
-        let _other_tag = m.send(env(3, 0, 1), 1);
-        let first = m.send(env(2, 0, 2), 1);
-        let _second = m.send(env(1, 0, 2), 1);
+        let _other_tag = m.send(env(3, 0, 1), 1, true);
+        let first = m.send(env(2, 0, 2), 1, true);
+        let _second = m.send(env(1, 0, 2), 1, true);
         let r = m.post(pattern(0, None, Some(2)));
         m.complete(r, None);
         assert_eq!(pairs(&mut m), vec![(r, first)]);
@@ -354,13 +442,60 @@ mod tests {
     }
 
     #[test]
-    fn completion_before_send_waits_for_the_send() {
+    fn completion_before_send_waits_for_the_send_of_a_local_sender() {
         let mut m = Matcher::new();
         let r = m.post(pattern(1, Some(0), Some(0)));
         m.complete(r, None);
         assert_eq!(pairs(&mut m), vec![]);
-        let s = m.send(env(0, 1, 0), 1);
+        let s = m.send(env(0, 1, 0), 1, true);
         assert_eq!(pairs(&mut m), vec![(r, s)]);
+    }
+
+    #[test]
+    fn a_receive_from_another_host_resolves_without_its_send() {
+        let mut m = Matcher::new();
+        m.only_ranks(BTreeSet::from([1]));
+        let r = m.post(pattern(1, Some(0), Some(0)));
+        m.complete(r, None);
+        let got = m.take_matched();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].bytes, None, "no status, no local send: size unknown");
+        assert_eq!(got[0].msg, ids::message(&env(0, 1, 0), 0));
+        assert_eq!((m.unmatched_sends(), m.unmatched_recvs()), (0, 0));
+    }
+
+    /// Two hosts' captures, each seeing one end of every message, give both ends the same
+    /// ids: the sender's host numbers sends, the receiver's host numbers resolved receives.
+    #[test]
+    fn the_two_ends_of_a_message_between_hosts_get_the_same_id() {
+        let (mut a, mut b) = (Matcher::new(), Matcher::new());
+        a.only_ranks(BTreeSet::from([1, 2]));
+        b.only_ranks(BTreeSet::from([0]));
+        let sent: Vec<MsgId> = [(1, 5), (1, 5), (2, 5), (1, 6)]
+            .iter()
+            .map(|&(src, tag)| a.send(env(src, 0, tag), 8, false))
+            .collect();
+        assert_eq!(a.unmatched_sends(), 0, "sends to another host are not kept");
+        let wild = b.post(pattern(0, None, Some(5)));
+        let from1 = b.post(pattern(0, Some(1), Some(5)));
+        let any = b.post(pattern(0, None, None));
+        let tag6 = b.post(pattern(0, Some(1), Some(6)));
+        // Completed out of order; the statuses say who sent.
+        b.complete(tag6, None);
+        b.complete(from1, None);
+        b.complete(any, Some(status(2, 5)));
+        b.complete(wild, Some(status(1, 5)));
+        let mut got = pairs(&mut b);
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                (wild, sent[0]),
+                (from1, sent[1]),
+                (any, sent[2]),
+                (tag6, sent[3])
+            ]
+        );
     }
 
     #[test]
@@ -374,6 +509,7 @@ mod tests {
                 tag: 0,
             },
             1,
+            true,
         );
         let r = m.post(Pattern {
             comm: 0,
@@ -389,7 +525,7 @@ mod tests {
             src: None,
             tag: None,
         });
-        m.complete(r1, Some((0, 0)));
+        m.complete(r1, Some(status(0, 0)));
         assert_eq!(pairs(&mut m), vec![(r1, s)]);
     }
 }

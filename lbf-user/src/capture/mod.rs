@@ -38,6 +38,7 @@
 
 pub mod call;
 pub mod comms;
+pub mod ids;
 pub mod library;
 pub mod live;
 pub mod matching;
@@ -51,11 +52,11 @@ pub mod sockets;
 pub mod source;
 pub mod timeline;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use lbf_common::{mpi, Record, RecordKind, MEM_BYTES};
 
-use self::call::{Completion, Entry, Peer, RecvArgs, SendArgs};
+use self::call::{Completion, Entry, Peer, RecvArgs, SendArgs, Status};
 use self::comms::Comms;
 use self::library::Abi;
 use self::matching::{Envelope, Matcher, Pattern, RecvId};
@@ -76,6 +77,10 @@ pub trait EventSink {
     fn process(&mut self, info: &ProcInfo);
     /// The next event of `event.proc`.
     fn event(&mut self, event: &Event);
+    /// Where the processes' `start_ns` count from: the capture's first record, in
+    /// `CLOCK_MONOTONIC` nanoseconds. Called once, before the first process. Sinks that put
+    /// several captures on one time line (a cluster node) need it; others ignore it.
+    fn clock_origin(&mut self, _monotonic_ns: u64) {}
 }
 
 /// An [`EventSink`] that keeps everything in memory (tests, small captures).
@@ -170,7 +175,10 @@ pub struct Capture {
     /// Processes that call MPI but could not be inspected, and duplicate ranks.
     rejected: HashSet<u32>,
     rank_owner: HashMap<u32, u32>,
-    /// Whether every world rank is known and announced, so events may flow.
+    /// The ranks this capture is to see when it sees part of the job (one host's, in
+    /// cluster mode); `None`: all of `MPI_COMM_WORLD`.
+    local_ranks: Option<BTreeSet<u32>>,
+    /// Whether every expected rank is known and announced, so events may flow.
     started: bool,
     matcher: Matcher,
     comms: Comms,
@@ -195,6 +203,7 @@ impl Capture {
             procs: HashMap::new(),
             rejected: HashSet::new(),
             rank_owner: HashMap::new(),
+            local_ranks: None,
             started: false,
             matcher: Matcher::new(),
             comms: Comms::new(),
@@ -204,6 +213,16 @@ impl Capture {
             last_finalize: None,
             anomalies: BTreeMap::new(),
         }
+    }
+
+    /// Makes this a capture of part of a job: the processes of `ranks` (its ranks on this
+    /// host, in cluster mode). Events flow once these are known, not all of
+    /// `MPI_COMM_WORLD`; messages and collectives get the ids the other hosts' captures give
+    /// them ([`ids`]).
+    pub fn only_ranks(mut self, ranks: BTreeSet<u32>) -> Self {
+        self.matcher.only_ranks(ranks.clone());
+        self.local_ranks = Some(ranks);
+        self
     }
 
     /// Consumes one record, handing any events it completes to `sink`.
@@ -228,18 +247,30 @@ impl Capture {
         for m in self.matcher.take_matched() {
             if let Some((tgid, slot)) = self.recv_slots.remove(&m.recv) {
                 if let Some(p) = self.procs.get_mut(&tgid) {
-                    p.fill(slot, m.msg, m.bytes);
+                    p.fill(slot, m.msg, m.bytes.unwrap_or(0));
                     touched.push(tgid);
+                }
+                if m.bytes.is_none() {
+                    note(
+                        &mut self.anomalies,
+                        "message from another host of unknown size (status not visible)",
+                    );
                 }
             }
         }
         if !self.started {
-            let size = self.comms.size(comms::WORLD);
             let all_past_init = self
                 .rank_owner
                 .values()
                 .all(|t| self.past_init.contains_key(t));
-            if all_past_init && size.is_some_and(|n| self.rank_owner.len() as u32 >= n) {
+            let all_seen = match &self.local_ranks {
+                Some(ranks) => ranks.iter().all(|r| self.rank_owner.contains_key(r)),
+                None => self
+                    .comms
+                    .size(comms::WORLD)
+                    .is_some_and(|n| self.rank_owner.len() as u32 >= n),
+            };
+            if all_past_init && all_seen {
                 self.start(sink);
             }
             return;
@@ -272,6 +303,9 @@ impl Capture {
     /// Announces every rank, in rank order, and lets their events flow.
     fn start(&mut self, sink: &mut dyn EventSink) {
         self.started = true;
+        if let Some(first) = self.clock.first() {
+            sink.clock_origin(first);
+        }
         let mut ranks: Vec<(u32, u32)> = self.rank_owner.iter().map(|(&r, &t)| (r, t)).collect();
         ranks.sort_unstable();
         for &(rank, tgid) in &ranks {
@@ -288,14 +322,20 @@ impl Capture {
     /// exit, hands out what is left and summarises.
     pub fn finish(mut self, sink: &mut dyn EventSink) -> Summary {
         if !self.started {
-            if self
-                .comms
-                .size(comms::WORLD)
-                .is_some_and(|n| n as usize > self.rank_owner.len())
-            {
+            let missing = match &self.local_ranks {
+                Some(ranks) => ranks.iter().any(|r| !self.rank_owner.contains_key(r)),
+                None => self
+                    .comms
+                    .size(comms::WORLD)
+                    .is_some_and(|n| n as usize > self.rank_owner.len()),
+            };
+            if missing {
                 note(
                     &mut self.anomalies,
-                    "fewer ranks seen than MPI_COMM_WORLD has",
+                    match self.local_ranks {
+                        Some(_) => "fewer ranks seen than this host was to run",
+                        None => "fewer ranks seen than MPI_COMM_WORLD has",
+                    },
                 );
             }
             self.start(sink);
@@ -327,13 +367,6 @@ impl Capture {
             summary.stats.push(stats);
         }
         summary.unmatched_sends = self.matcher.unmatched_sends();
-        let open = self.comms.open_collectives();
-        if open > 0 {
-            *self
-                .anomalies
-                .entry("collective some ranks never entered".into())
-                .or_default() += open as u64;
-        }
         summary.measured_seconds = self.clock.measured_seconds();
         let end = self.clock.end();
         summary.teardown_seconds =
@@ -522,7 +555,7 @@ impl Capture {
                 nonblocking: false, ..
             })
             | Some(Entry::SendRecv { .. }) => {
-                let status = p.abi.statuses(mem).first().map(|s| (s.source, s.tag));
+                let status = p.abi.statuses(mem).first().copied();
                 if let Some(id) = open.posted {
                     self.receive(rec.tgid, tid, open.cpu_ns, cpu, &[(id, status)]);
                 }
@@ -554,7 +587,7 @@ impl Capture {
                         continue;
                     }
                     if let Some(Request::Recv(id)) = p.requests.remove(h) {
-                        recvs.push((id, statuses.get(i).map(|s| (s.source, s.tag))));
+                        recvs.push((id, statuses.get(i).copied()));
                     }
                 }
                 if !recvs.is_empty() {
@@ -619,6 +652,14 @@ impl Capture {
             );
             0
         });
+        // Kept for the matcher's fallbacks when the receiver is a process of this capture:
+        // in `MPI_COMM_WORLD`, one of its ranks; elsewhere, only when it has the whole job
+        // (the world ranks of another communicator's members may be on other hosts).
+        let local = match (comm, &self.local_ranks) {
+            (_, None) => true,
+            (comms::WORLD, Some(ranks)) => ranks.contains(&dst),
+            (_, Some(_)) => false,
+        };
         let msg = self.matcher.send(
             Envelope {
                 comm,
@@ -627,6 +668,7 @@ impl Capture {
                 tag: send.tag,
             },
             bytes,
+            local,
         );
         p.emit(rec.tid, rec.cpu_ns, EventKind::Send { msg, bytes });
     }
@@ -666,7 +708,7 @@ impl Capture {
         tid: u32,
         entry_cpu: u64,
         exit_cpu: u64,
-        recvs: &[(RecvId, Option<(i32, i32)>)],
+        recvs: &[(RecvId, Option<Status>)],
     ) {
         let p = self
             .procs
@@ -700,7 +742,7 @@ impl Capture {
             return None;
         };
         let seq = p.collectives.entry(local.id).or_default();
-        let coll = self.comms.join_collective(local.id, *seq, size);
+        let coll = ids::collective(local.id, *seq);
         *seq += 1;
         p.emit(
             rec.tid,

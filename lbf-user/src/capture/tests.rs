@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use lbf_common::{mpi, Record, RecordKind, ARG_WORDS, MEM_BYTES};
 
 use super::library::Abi;
+use super::matching::Envelope;
 use super::mpich::{self, Mpich};
 use super::openmpi::OpenMpi;
 use super::procfs::{InspectError, LaunchRank, ProcessInspector};
-use super::{Capture, EventLog, Summary};
-use crate::event::{CollOp, EventKind};
+use super::{ids, Capture, EventLog, Summary};
+use crate::event::{CollOp, EventKind, MsgId};
 
 /// Answers from a fixed table: tgid -> (ABI, world rank, world size).
 struct FakeInspector(HashMap<u32, (Abi, Option<u32>, u32)>);
@@ -147,6 +148,17 @@ fn handles(hs: &[u32]) -> Vec<u8> {
 }
 
 /// The events of one process, as (cpu, kind).
+/// The id of the `k`-th message from rank `src` to rank `dst` with `tag` in `MPI_COMM_WORLD`.
+fn msg(src: u32, dst: u32, tag: i32, k: u64) -> MsgId {
+    let env = Envelope {
+        comm: ids::WORLD,
+        src,
+        dst,
+        tag,
+    };
+    ids::message(&env, k)
+}
+
 fn of(log: &EventLog, proc: u32) -> Vec<(u64, EventKind)> {
     log.events
         .iter()
@@ -193,14 +205,39 @@ fn blocking_ping_pong_cpu_split_into_work_and_waiting() {
     assert_matched(&log);
     let p0 = of(&log, 0);
     // The 50 ns until MPI_Init returned are start-up, in no event.
-    assert_eq!(p0[0], (50, EventKind::Send { msg: 0, bytes: 16 }));
+    assert_eq!(
+        p0[0],
+        (
+            50,
+            EventKind::Send {
+                msg: msg(0, 1, 0, 0),
+                bytes: 16
+            }
+        )
+    );
     // The 10 ns inside the send are work, carried to the receive's start.
     assert_eq!(p0[1], (20, EventKind::RecvStart));
-    assert_eq!(p0[2], (480, EventKind::RecvEnd { msg: 1 }));
+    assert_eq!(
+        p0[2],
+        (
+            480,
+            EventKind::RecvEnd {
+                msg: msg(1, 0, 0, 0)
+            }
+        )
+    );
     assert_eq!(p0[3], (100, EventKind::Exit));
     let p1 = of(&log, 1);
     assert_eq!(p1[0], (90, EventKind::RecvStart));
-    assert_eq!(p1[1], (250, EventKind::RecvEnd { msg: 0 }));
+    assert_eq!(
+        p1[1],
+        (
+            250,
+            EventKind::RecvEnd {
+                msg: msg(0, 1, 0, 0)
+            }
+        )
+    );
     assert_eq!(summary.stats[0].cpu_ns, 650);
     assert_eq!(summary.stats[1].cpu_ns, 740);
     assert_eq!(
@@ -313,11 +350,24 @@ fn waitany_completes_out_of_order_and_test_without_completion_is_work() {
     assert_eq!(p0[0], (40, EventKind::RecvStart));
     assert_eq!(
         p0[1],
-        (30, EventKind::RecvEnd { msg: 0 }),
+        (
+            30,
+            EventKind::RecvEnd {
+                msg: msg(2, 0, 5, 0)
+            }
+        ),
         "rank 2's message first"
     );
     assert_eq!(p0[2], (20, EventKind::RecvStart));
-    assert_eq!(p0[3], (5, EventKind::RecvEnd { msg: 1 }));
+    assert_eq!(
+        p0[3],
+        (
+            5,
+            EventKind::RecvEnd {
+                msg: msg(1, 0, 5, 0)
+            }
+        )
+    );
     assert_eq!(summary.stats[0].recvs, 2);
 }
 
@@ -365,8 +415,24 @@ fn waitall_uses_statuses_for_any_source() {
     let p0 = of(&log, 0);
     // Request 0xa got rank 2's message (status), 0xb rank 1's.
     assert_eq!(p0[1], (39, EventKind::RecvStart));
-    assert_eq!(p0[2], (40, EventKind::RecvEnd { msg: 2 }));
-    assert_eq!(p0[3], (0, EventKind::RecvEnd { msg: 1 }));
+    assert_eq!(
+        p0[2],
+        (
+            40,
+            EventKind::RecvEnd {
+                msg: msg(2, 0, 3, 0)
+            }
+        )
+    );
+    assert_eq!(
+        p0[3],
+        (
+            0,
+            EventKind::RecvEnd {
+                msg: msg(1, 0, 3, 0)
+            }
+        )
+    );
     assert_eq!(summary.stats[0].sends, 1);
 }
 
@@ -391,11 +457,36 @@ fn sendrecv_ring_and_probe() {
     let (log, _) = run.finish();
     assert_matched(&log);
     let p1 = of(&log, 1);
-    assert_eq!(p1[0], (10, EventKind::Send { msg: 1, bytes: 16 }));
+    assert_eq!(
+        p1[0],
+        (
+            10,
+            EventKind::Send {
+                msg: msg(1, 0, 9, 0),
+                bytes: 16
+            }
+        )
+    );
     assert_eq!(p1[1], (0, EventKind::RecvStart));
-    assert_eq!(p1[2], (25, EventKind::RecvEnd { msg: 0 }));
+    assert_eq!(
+        p1[2],
+        (
+            25,
+            EventKind::RecvEnd {
+                msg: msg(0, 1, 9, 0)
+            }
+        )
+    );
     assert_eq!(p1[3], (15, EventKind::RecvStart), "from the probe's entry");
-    assert_eq!(p1[4], (40, EventKind::RecvEnd { msg: 2 }));
+    assert_eq!(
+        p1[4],
+        (
+            40,
+            EventKind::RecvEnd {
+                msg: msg(0, 1, 4, 0)
+            }
+        )
+    );
 }
 
 #[test]

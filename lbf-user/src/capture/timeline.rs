@@ -199,6 +199,11 @@ impl RunClock {
         }
     }
 
+    /// The run's first record's time (`CLOCK_MONOTONIC` ns), once there is one.
+    pub fn first(&self) -> Option<u64> {
+        self.first_ts
+    }
+
     /// Nanoseconds from the run's first record to `ts` (0 before any record).
     pub fn since_first(&self, ts: u64) -> u64 {
         self.first_ts.map_or(0, |first| ts.saturating_sub(first))

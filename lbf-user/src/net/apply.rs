@@ -5,10 +5,11 @@
 use super::status::{Gate, Status};
 use crate::engine::{Engine, Prediction};
 use crate::event::{Event, EventKind};
-use crate::report::table;
+use crate::report::{add_teardown, table};
 use crate::target::Target;
 use crate::trace::{Header, Summary, TraceWriter};
 use anyhow::{Context, Result};
+use lbf_proto::{End, Hello};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -23,8 +24,8 @@ pub struct Work {
     pub node: String,
     /// Its events.
     pub events: Vec<Event>,
-    /// The node's measured seconds, on its final batch.
-    pub end: Option<f64>,
+    /// How the node's run ended, on its final batch.
+    pub end: Option<End>,
 }
 
 /// How the engine thread ends: the final predictions, with the measured run and losses.
@@ -51,6 +52,8 @@ pub struct Applier {
     pub report: Option<PathBuf>,
     /// Shared state to update.
     pub status: Arc<Status>,
+    /// The nodes of the job (the configuration's tokens).
+    pub nodes: Vec<String>,
 }
 
 impl Applier {
@@ -64,7 +67,7 @@ impl Applier {
     ) -> Result<()> {
         let procs = self.header.procs.len();
         let mut header = self.header.clone();
-        let mut engine = Some(Engine::new(procs, self.targets)?);
+        let mut engine = Some(Engine::new(procs, self.targets.clone())?);
         let part = self.merged_trace.as_deref().map(part_path);
         let mut trace = match &part {
             Some(path) => Some(
@@ -76,7 +79,7 @@ impl Applier {
         let mut exited = vec![false; procs];
         let mut remaining = procs;
         let mut ended = BTreeSet::new();
-        let mut measured = 0.0f64;
+        let mut clocks = RunClocks::default();
         let mut origin = 0u64;
         let mut gates: BTreeMap<String, (Vec<u32>, Arc<Gate>)> = BTreeMap::new();
         while let Some(w) = work.blocking_recv() {
@@ -85,13 +88,17 @@ impl Applier {
             };
             if !gates.contains_key(&w.node) {
                 let hello = self.status.hello(&w.node).unwrap_or_default();
+                if hello.run_start_unix_ns > 0 && clocks.origin.is_none() {
+                    clocks.origin = Some(self.live_origin());
+                }
+                let shift = clocks.shift(&hello);
                 let host = hello.host.unwrap_or_default().hostname;
                 for p in &hello.procs {
                     let info = &mut header.procs[p.id as usize];
                     info.host.clone_from(&host);
-                    info.start_ns = p.start_ns;
-                    if p.start_ns > 0 {
-                        e.set_start(p.id, p.start_ns as f64 * 1e-9);
+                    info.start_ns = p.start_ns + shift;
+                    if info.start_ns > 0 {
+                        e.set_start(p.id, info.start_ns as f64 * 1e-9);
                     }
                 }
                 let ids = hello.procs.iter().map(|p| p.id).collect();
@@ -122,29 +129,33 @@ impl Applier {
             for (procs, gate) in gates.values() {
                 gate.set(holds_back(e, procs));
             }
-            if let Some(m) = w.end {
-                measured = measured.max(m);
+            if let Some(end) = &w.end {
+                let hello = self.status.hello(&w.node).unwrap_or_default();
+                clocks.end(&hello, end);
                 ended.insert(w.node);
             }
             if remaining > 0 || ended.len() < self.status.node_count() {
                 continue;
             }
             let summary = Summary {
-                measured_seconds: measured,
+                measured_seconds: clocks.measured_seconds(),
                 lost_events: self.status.lost_events(),
-                teardown_seconds: 0.0,
+                teardown_seconds: clocks.teardown_seconds(),
             };
             for (_, gate) in gates.values() {
                 gate.set(false);
             }
             let predictions = match engine.take().expect("checked").finish() {
-                Ok(p) => p,
+                Ok(mut p) => {
+                    add_teardown(&mut p, Some(&summary));
+                    p
+                }
                 Err(err) => {
                     self.status.fail(err.to_string());
                     Vec::new()
                 }
             };
-            self.status.complete(&predictions, measured);
+            self.status.complete(&predictions, summary.measured_seconds);
             if let (Some(t), Some(path), Some(part)) = (trace.take(), &self.merged_trace, &part) {
                 t.finish(&summary)
                     .and_then(|_| write_merged(path, part, &header))
@@ -165,6 +176,79 @@ impl Applier {
             t.flush().context("writing the merged trace")?;
         }
         Ok(())
+    }
+}
+
+impl Applier {
+    /// The time line of a live job: the earliest run start of its nodes, once every node of
+    /// the job has said hello (nodes say hello once their ranks are past `MPI_Init`, which
+    /// MPI's start-up makes nearly simultaneous). Until then no node's events are applied
+    /// (their streams wait, held back by the channel).
+    fn live_origin(&self) -> u64 {
+        let mut said = false;
+        loop {
+            let starts: Vec<u64> = self
+                .nodes
+                .iter()
+                .filter_map(|n| self.status.hello(n))
+                .map(|h| h.run_start_unix_ns)
+                .collect();
+            if starts.len() == self.nodes.len() {
+                return starts.into_iter().filter(|&s| s > 0).min().unwrap_or(0);
+            }
+            if !said {
+                eprintln!(
+                    "lbf-gag: a live job: waiting for every node's hello to put its hosts on                      one time line"
+                );
+                said = true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+/// The job's time line across nodes. Live nodes say when their runs started and ended on the
+/// wall clock; the job runs from the earliest start to the latest end, and its teardown is
+/// from the last `MPI_Finalize` entry on any node to that end. Replayed nodes (no wall-clock
+/// start) share the trace's time line: the longest measured run, no teardown.
+#[derive(Default)]
+struct RunClocks {
+    /// The earliest live run start (ns since the Unix epoch), once known.
+    origin: Option<u64>,
+    /// The latest run end, in seconds after the origin (or of a replayed run).
+    end: f64,
+    /// The latest `MPI_Finalize` entry, in seconds after the origin.
+    last_finalize: Option<f64>,
+}
+
+impl RunClocks {
+    /// What to add to the start times `hello` gives (relative to its node's run start) to
+    /// place them after the origin.
+    fn shift(&self, hello: &Hello) -> u64 {
+        match self.origin {
+            Some(origin) if hello.run_start_unix_ns > 0 => {
+                hello.run_start_unix_ns.saturating_sub(origin)
+            }
+            _ => 0,
+        }
+    }
+
+    /// Notes how the run of the node of `hello` ended.
+    fn end(&mut self, hello: &Hello, end: &End) {
+        let end_s = self.shift(hello) as f64 * 1e-9 + end.measured_seconds;
+        self.end = self.end.max(end_s);
+        if self.origin.is_some() && end.teardown_seconds > 0.0 {
+            let finalize = end_s - end.teardown_seconds;
+            self.last_finalize = Some(self.last_finalize.map_or(finalize, |f| f.max(finalize)));
+        }
+    }
+
+    fn measured_seconds(&self) -> f64 {
+        self.end
+    }
+
+    fn teardown_seconds(&self) -> f64 {
+        self.last_finalize.map_or(0.0, |f| (self.end - f).max(0.0))
     }
 }
 

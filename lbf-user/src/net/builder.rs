@@ -82,6 +82,7 @@ pub fn serve(config: ServeConfig, exit_when_done: bool) -> Result<()> {
         merged_trace: config.merged_trace.clone(),
         report: config.report.clone(),
         status: status.clone(),
+        nodes: config.tokens.keys().cloned().collect(),
     };
     let engine = std::thread::Builder::new()
         .name("engine".into())
@@ -128,7 +129,7 @@ fn recover(
                     format!("journal of node `{}`: {e}", hello.node),
                 )
             })?;
-        let end = batch.end.map(|e| e.measured_seconds);
+        let end = batch.end;
         let n = events.len() as u64;
         status.batch(&hello.node, batch.seq, n, batch.lost_events, end.is_some());
         let item = Work {
@@ -353,7 +354,7 @@ async fn take_batch(
         .append_body(body)
         .map_err(|e| format!("cannot journal (not acknowledged): {e}"))?;
     io.last_seq = batch.seq;
-    let end = batch.end.map(|e| e.measured_seconds);
+    let end = batch.end;
     let n = events.len() as u64;
     ctx.status
         .batch(node, batch.seq, n, batch.lost_events, end.is_some());

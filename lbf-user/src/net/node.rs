@@ -42,11 +42,19 @@ pub enum Chunk {
         /// Its start, nanoseconds after the run's start.
         start_ns: u64,
     },
-    /// The source is done: the run's measured seconds, and events the source itself lost
-    /// (a capture's kernel-side drops).
+    /// When the run started (a live capture's first record), on the wall clock: what the
+    /// builder aligns the hosts' processes by. Before any [`Chunk::Started`].
+    Origin {
+        /// Nanoseconds since the Unix epoch.
+        run_start_unix_ns: u64,
+    },
+    /// The source is done: the run's measured seconds and teardown, and events the source
+    /// itself lost (a capture's kernel-side drops).
     End {
         /// Wall-clock seconds of the run as this node saw it.
         measured_seconds: f64,
+        /// Seconds from the last `MPI_Finalize` entry to the run's end (0 if unknown).
+        teardown_seconds: f64,
         /// Events lost before reaching the node.
         lost_events: u64,
     },
@@ -103,6 +111,8 @@ struct Shared {
     warned: Option<Instant>,
     /// Processes whose start the source has told, by global id.
     starts: std::collections::BTreeMap<u32, u64>,
+    /// When the source's run started on the wall clock, if it said ([`Chunk::Origin`]).
+    run_start_unix_ns: u64,
 }
 
 /// The node's tasks' common handles.
@@ -145,6 +155,7 @@ pub fn run(
         session: session_id(),
         host: Some(host_facts()),
         procs: config.procs.clone(),
+        run_start_unix_ns: 0,
     };
     let node = Arc::new(Node {
         config,
@@ -158,6 +169,7 @@ pub fn run(
             acked: 0,
             warned: None,
             starts: Default::default(),
+            run_start_unix_ns: 0,
         }),
         spooled: Notify::new(),
         acked: Notify::new(),
@@ -199,12 +211,20 @@ async fn spool_batches(node: Arc<Node>, mut rx: mpsc::Receiver<Chunk>) -> Result
                 node.lock().starts.insert(proc, start_ns);
                 continue;
             }
+            Chunk::Origin { run_start_unix_ns } => {
+                node.lock().run_start_unix_ns = run_start_unix_ns;
+                continue;
+            }
             Chunk::End {
                 measured_seconds,
+                teardown_seconds,
                 lost_events,
             } => {
                 node.lock().lost_events += lost_events;
-                let end = Some(End { measured_seconds });
+                let end = Some(End {
+                    measured_seconds,
+                    teardown_seconds,
+                });
                 (
                     Batch {
                         end,
@@ -335,6 +355,7 @@ async fn session(
     };
     let (mut rd, mut wr) = tokio::io::split(tls);
     let mut hello = node.hello.clone();
+    hello.run_start_unix_ns = node.lock().run_start_unix_ns;
     for p in &mut hello.procs {
         if let Some(&start) = node.lock().starts.get(&p.id) {
             p.start_ns = start;

@@ -56,6 +56,14 @@ impl Batcher {
         }
     }
 
+    /// Tells the node when the run started, on the wall clock.
+    fn origin(&mut self, run_start_unix_ns: u64) {
+        if !self.closed {
+            let chunk = Chunk::Origin { run_start_unix_ns };
+            self.closed = self.tx.blocking_send(chunk).is_err();
+        }
+    }
+
     /// Tells the node when process `proc` started.
     fn started(&mut self, proc: ProcId, start_ns: u64) {
         if !self.closed {
@@ -65,10 +73,11 @@ impl Batcher {
     }
 
     /// Hands over what is left, then the end.
-    fn end(mut self, measured_seconds: f64, lost_events: u64) {
+    fn end(mut self, measured_seconds: f64, teardown_seconds: f64, lost_events: u64) {
         self.flush();
         let _ = self.tx.blocking_send(Chunk::End {
             measured_seconds,
+            teardown_seconds,
             lost_events,
         });
     }
@@ -106,7 +115,7 @@ pub fn replay(
     let mut out = Batcher::new(tx);
     if stream(events, ids, rate, &mut out)? {
         let measured = reader.summary().map_or(0.0, |s| s.measured_seconds);
-        out.end(measured, 0);
+        out.end(measured, 0.0, 0);
     }
     Ok(())
 }
@@ -121,7 +130,7 @@ pub fn synthetic(
 ) -> Result<()> {
     let mut out = Batcher::new(tx);
     if stream(synthetic::events(config).map(Ok), ids, rate, &mut out)? {
-        out.end(0.0, 0);
+        out.end(0.0, 0.0, 0);
     }
     Ok(())
 }
@@ -241,7 +250,10 @@ impl Live {
             procs: self.procs,
             foreign: 0,
         };
-        let capture = Capture::new(Box::new(ProcFs::new()), self.host.clone());
+        // This host's ranks: messages from other hosts resolve without their send, with the
+        // ids the other hosts' nodes give them.
+        let capture = Capture::new(Box::new(ProcFs::new()), self.host.clone())
+            .only_ranks(filter.procs.clone());
         let mut sink = CaptureSink::new(capture, filter);
         probe::run(&mut self.tracer, &mut reader, &mut sink, stop)?;
         let (mut filter, summary) = sink.into_parts();
@@ -252,6 +264,7 @@ impl Live {
         if let Some(out) = filter.out.take() {
             out.end(
                 summary.measured_seconds,
+                summary.teardown_seconds,
                 summary.lost_records + filter.foreign,
             );
         }
@@ -299,6 +312,12 @@ struct Filter {
 }
 
 impl EventSink for Filter {
+    fn clock_origin(&mut self, monotonic_ns: u64) {
+        if let Some(out) = self.out.as_mut() {
+            out.origin(probe::unix_ns_of(monotonic_ns));
+        }
+    }
+
     fn process(&mut self, info: &ProcInfo) {
         if let (true, Some(out)) = (self.procs.contains(&info.id), self.out.as_mut()) {
             out.started(info.id, info.start_ns);

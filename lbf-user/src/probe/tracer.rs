@@ -406,6 +406,16 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// The wall-clock time (`CLOCK_REALTIME`, nanoseconds since the Unix epoch) of the
+/// `CLOCK_MONOTONIC` instant `monotonic` (a record's `ts_ns`): what hosts, whose monotonic
+/// clocks count from their own boots, can compare.
+pub fn unix_ns_of(monotonic: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (now + monotonic).saturating_sub(monotonic_ns())
+}
+
 /// Fails with a plain message when this process cannot load eBPF programs.
 fn check_privileges() -> Result<()> {
     const CAP_BPF: u32 = 39;

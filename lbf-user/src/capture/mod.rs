@@ -152,7 +152,8 @@ pub struct Summary {
     pub procs: Vec<ProcInfo>,
     /// Totals per rank, indexed like `procs`.
     pub stats: Vec<ProcStats>,
-    /// Wall time from the first record to the last process exit, in seconds.
+    /// Wall time from the first record to the last exit of a process started during the
+    /// capture (else the last record), in seconds.
     pub measured_seconds: f64,
     /// Wall seconds from the last `MPI_Finalize` entry to the end of the run: teardown, which
     /// predictions take as measured (see `trace::Summary::teardown_seconds`).

@@ -157,7 +157,7 @@ pub fn hand_out(
 }
 
 /// A capture's clock, kept from every record: when the run started (its first record), when
-/// it ended (the last process exit, else the last record), and when each process started (its
+/// it ended (the last exit of a process started during the capture, else the last record), and when each process started (its
 /// fork under the tracer, where its CPU clock starts, or its exec if it was not forked under
 /// the tracer). Shared by the MPI, PVM and socket captures. It also keeps what each process
 /// ran, from its exec (or its parent's, for a forked child): a process that exits before user
@@ -194,7 +194,12 @@ impl RunClock {
                         .insert(rec.tgid, String::from_utf8_lossy(base).into_owned());
                 }
             }
-            Some(RecordKind::Exit) => self.last_exit_ts = Some(rec.ts_ns),
+            // A process that ran before the capture (a remote-shell server, a resource
+            // manager's daemon the node follows) is not part of the run: its exit, maybe long
+            // after the job, does not end it.
+            Some(RecordKind::Exit) if self.starts.contains_key(&rec.tgid) => {
+                self.last_exit_ts = Some(rec.ts_ns)
+            }
             _ => {}
         }
     }
@@ -227,7 +232,8 @@ impl RunClock {
         format!("{command}[{tgid}]")
     }
 
-    /// When the run ended: the last process exit, else the last record.
+    /// When the run ended: the last exit of a process started during the capture, else the
+    /// last record.
     pub fn end(&self) -> u64 {
         self.last_exit_ts.unwrap_or(self.last_ts)
     }

@@ -165,7 +165,10 @@ fn stream(
     Ok(true)
 }
 
-/// Which local processes a live capture follows (with, always, their descendants).
+/// Which local processes a live capture follows (with, always, their descendants). Processes
+/// that come to match it during the capture are followed from when they are seen (within a
+/// fifth of a second).
+#[derive(Clone)]
 pub enum Selection {
     /// These PIDs.
     Pids(Vec<u32>),
@@ -182,12 +185,13 @@ pub struct Live {
     tracer: Tracer,
     procs: BTreeSet<ProcId>,
     host: String,
+    selection: Selection,
 }
 
 impl Live {
-    /// Waits up to `wait` for `selection` to match a process, loads the probes, attaches
-    /// them to `mpi_libs` (or the MPI libraries the selected processes map) and traces the
-    /// selected processes. Needs root; afterwards the capture needs much less (see
+    /// Loads the probes and attaches them to `mpi_libs` (or the installed MPI libraries, and
+    /// those the selected processes map), waits up to `wait` for `selection` to match a
+    /// process and traces the selected processes. Needs root; afterwards the capture needs much less (see
     /// [`super::privileges`]). `procs` are the global ids (MPI ranks) this node announces.
     pub fn start(
         selection: &Selection,
@@ -196,6 +200,30 @@ impl Live {
         ringbuf_bytes: u32,
         procs: BTreeSet<ProcId>,
     ) -> Result<Live> {
+        // Probes first, then the wait: a process found by the selection is traced within
+        // milliseconds, before its first MPI call (loading takes most of a second).
+        let mut tracer = Tracer::load(&TracerOptions { ringbuf_bytes })?;
+        let mut attached = BTreeSet::new();
+        let mut attach = |tracer: &mut Tracer, libs: Vec<PathBuf>| -> Result<()> {
+            for lib in libs {
+                if attached.insert(lib.clone()) {
+                    // The memory reads the library's ABI needs (statuses, request arrays, ...).
+                    let reads = Library::from_path(&lib.to_string_lossy())
+                        .map(Library::fn_reads)
+                        .unwrap_or_default();
+                    tracer.attach_mpi_library(&lib, &reads)?;
+                }
+            }
+            Ok(())
+        };
+        attach(
+            &mut tracer,
+            if mpi_libs.is_empty() {
+                probe::installed_mpi_libraries()?
+            } else {
+                mpi_libs.to_vec()
+            },
+        )?;
         let deadline = Instant::now() + wait;
         let pids = loop {
             let pids = select(selection)?;
@@ -205,39 +233,29 @@ impl Live {
             if Instant::now() >= deadline {
                 bail!("no process matches the selection after waiting {wait:?}");
             }
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(20));
         };
-        let libs = if mpi_libs.is_empty() {
-            let mut found = BTreeSet::new();
-            for &pid in &pids {
-                found.extend(probe::mpi_libraries_mapped_by(pid).unwrap_or_default());
-            }
-            if found.is_empty() {
-                found.extend(probe::installed_mpi_libraries()?);
-            }
-            found.into_iter().collect()
-        } else {
-            mpi_libs.to_vec()
-        };
-        if libs.is_empty() {
-            bail!("no MPI library found to probe; name one with --mpi-lib");
-        }
-        let mut tracer = Tracer::load(&TracerOptions { ringbuf_bytes })?;
-        for lib in &libs {
-            // The memory reads the library's ABI needs (statuses, request arrays, ...).
-            let reads = Library::from_path(&lib.to_string_lossy())
-                .map(Library::fn_reads)
-                .unwrap_or_default();
-            tracer.attach_mpi_library(lib, &reads)?;
-        }
-        for pid in pids {
+        for &pid in &pids {
             tracer.trace_pid(pid)?;
+        }
+        // An MPI library of the selected processes not installed where lbf looks.
+        if mpi_libs.is_empty() {
+            for &pid in &pids {
+                attach(
+                    &mut tracer,
+                    probe::mpi_libraries_mapped_by(pid).unwrap_or_default(),
+                )?;
+            }
+        }
+        if attached.is_empty() {
+            bail!("no MPI library found to probe; name one with --mpi-lib");
         }
         let host = super::node::host_facts().hostname;
         Ok(Live {
             tracer,
             procs,
             host,
+            selection: selection.clone(),
         })
     }
 
@@ -255,7 +273,23 @@ impl Live {
         let capture = Capture::new(Box::new(ProcFs::new()), self.host.clone())
             .only_ranks(filter.procs.clone());
         let mut sink = CaptureSink::new(capture, filter);
-        probe::run(&mut self.tracer, &mut reader, &mut sink, stop)?;
+        let selection = self.selection.clone();
+        let mut adopt = |tracer: &mut Tracer| -> Result<()> {
+            // A PID of the list that ended may be another process's by now: not adopted.
+            if matches!(selection, Selection::Pids(_)) {
+                return Ok(());
+            }
+            let traced: BTreeSet<u32> = tracer.traced_pids()?.into_iter().collect();
+            for pid in select(&selection)?
+                .into_iter()
+                .filter(|p| !traced.contains(p))
+            {
+                // One that ended since it was listed cannot be traced, and needs not be.
+                let _ = tracer.trace_pid(pid);
+            }
+            Ok(())
+        };
+        probe::run_adopting(&mut self.tracer, &mut reader, &mut sink, stop, &mut adopt)?;
         let (mut filter, summary) = sink.into_parts();
         let summary = summary.unwrap_or_default();
         for (what, n) in &summary.anomalies {

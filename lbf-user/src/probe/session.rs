@@ -39,6 +39,20 @@ pub fn run(
     sink: &mut dyn RecordSink,
     stop: &AtomicBool,
 ) -> Result<CaptureEnd> {
+    run_adopting(tracer, reader, sink, stop, &mut |_| Ok(()))
+}
+
+/// [`run`], calling `adopt` with the tracer every [`LIVENESS`] interval (before the check for
+/// live processes) so that it can trace processes that appeared since: a node daemon's
+/// selection by command name or cgroup matches processes that are not descendants of the
+/// ones it traces already.
+pub fn run_adopting(
+    tracer: &mut Tracer,
+    reader: &mut RecordReader,
+    sink: &mut dyn RecordSink,
+    stop: &AtomicBool,
+    adopt: &mut dyn FnMut(&mut Tracer) -> Result<()>,
+) -> Result<CaptureEnd> {
     let mut records = 0;
     let mut last_check = Instant::now();
     let stopped = loop {
@@ -52,6 +66,7 @@ pub fn run(
         }
         if last_check.elapsed() >= LIVENESS {
             last_check = Instant::now();
+            adopt(tracer)?;
             if !any_traced_alive(tracer)? {
                 break false;
             }

@@ -9,11 +9,17 @@
 //! with both the group size and the payload; it ignores contention, like the paper's
 //! point-to-point model (section 2.2).
 
+use super::comm::CachedNetwork;
 use crate::event::{CollOp, ProcId};
-use crate::target::Network;
 
 /// Cost in seconds, after the last arrival, of a collective.
-pub(super) fn cost(network: &Network, op: CollOp, size: u32, bytes: u64, multi_node: bool) -> f64 {
+pub(super) fn cost(
+    network: &CachedNetwork,
+    op: CollOp,
+    size: u32,
+    bytes: u64,
+    multi_node: bool,
+) -> f64 {
     if size <= 1 {
         return 0.0;
     }
@@ -22,12 +28,7 @@ pub(super) fn cost(network: &Network, op: CollOp, size: u32, bytes: u64, multi_n
         CollOp::Barrier | CollOp::Bcast | CollOp::Reduce => depth,
         CollOp::Allreduce => 2 * depth,
     };
-    let table = if multi_node {
-        &network.remote
-    } else {
-        &network.local
-    };
-    rounds as f64 * table.seconds(bytes)
+    rounds as f64 * network.seconds(!multi_node, bytes)
 }
 
 /// One collective instance in progress.
@@ -56,13 +57,13 @@ pub(super) struct Collective {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::CommTable;
+    use crate::target::{CommTable, Network};
 
-    fn net() -> Network {
-        Network {
+    fn net() -> CachedNetwork {
+        CachedNetwork::new(Network {
             local: CommTable::new(vec![(0.0, 1.0)]).unwrap(),
             remote: CommTable::new(vec![(0.0, 10.0)]).unwrap(),
-        }
+        })
     }
 
     #[test]

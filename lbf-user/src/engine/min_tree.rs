@@ -3,54 +3,69 @@
 //! The simulation keeps one slot per node (its next finish time) and asks for the earliest
 //! after every change; with many nodes a linear scan per event would dominate.
 
-use super::time::Time;
-
 /// Minimum over `len` slots, each holding a time or nothing.
+///
+/// A *winner tree*: each internal node holds the slot with the earliest time below it, and
+/// slot times are kept once, as IEEE-754 bits (which order like non-negative times). An
+/// update replays the matches on the slot's path to the root; each match compares two `u64`s
+/// and keeps the left slot on a tie (the lower one, since the left subtree holds the lower
+/// slots), which compiles to a conditional move rather than a hard-to-predict branch.
 #[derive(Debug)]
 pub(super) struct MinTree {
-    /// Leaves start at `leaves`; each internal node holds the min key below it. A key is the
-    /// time's bits above the slot number, so one integer comparison orders by time, then slot.
-    tree: Vec<u128>,
+    /// Each slot's time's bits, [`EMPTY`] for nothing.
+    times: Vec<u64>,
+    /// `winners[k]` for tree node `k`: nodes `1..leaves` are internal (the children of `k`
+    /// are `2k` and `2k + 1`), node `leaves + i` is slot `i` itself.
+    winners: Vec<u32>,
     leaves: usize,
 }
 
-const EMPTY: u128 = u128::MAX;
+/// The bits of an empty slot: a NaN pattern that no time has, and above every time's bits.
+const EMPTY: u64 = u64::MAX;
 
 impl MinTree {
     /// `len` empty slots.
     pub(super) fn new(len: usize) -> Self {
         let leaves = len.next_power_of_two().max(1);
+        let mut winners = vec![0; 2 * leaves];
+        for (i, w) in winners[leaves..].iter_mut().enumerate() {
+            *w = u32::try_from(i).expect("fewer than 2^32 slots");
+        }
+        // Every node's winner must be a slot below it, even while all are empty.
+        for k in (1..leaves).rev() {
+            winners[k] = winners[2 * k];
+        }
         MinTree {
-            tree: vec![EMPTY; 2 * leaves],
+            times: vec![EMPTY; leaves],
+            winners,
             leaves,
         }
     }
 
     /// Sets slot `i` to `time` (or empties it).
     pub(super) fn set(&mut self, i: usize, time: Option<f64>) {
-        let mut k = self.leaves + i;
-        self.tree[k] = time.map_or(EMPTY, |t| {
-            (u128::from(Time::new(t).bits()) << 64) | i as u128
+        // `+ 0.0` turns a -0.0 into +0.0, whose bits sort first.
+        self.times[i] = time.map_or(EMPTY, |t| {
+            debug_assert!(t >= 0.0, "negative or NaN time {t}");
+            (t + 0.0).to_bits()
         });
+        let mut k = self.leaves + i;
         while k > 1 {
-            let m = self.tree[k].min(self.tree[k ^ 1]);
             k /= 2;
-            if self.tree[k] == m {
-                break;
-            }
-            self.tree[k] = m;
+            let (a, b) = (self.winners[2 * k], self.winners[2 * k + 1]);
+            self.winners[k] = if self.times[b as usize] < self.times[a as usize] {
+                b
+            } else {
+                a
+            };
         }
     }
 
     /// The earliest `(time, slot)`, ties going to the lower slot.
     pub(super) fn min(&self) -> Option<(f64, usize)> {
-        let key = self.tree[1];
-        (key != EMPTY).then(|| {
-            (
-                Time::from_bits((key >> 64) as u64).get(),
-                key as u64 as usize,
-            )
-        })
+        let slot = self.winners[1] as usize;
+        let bits = self.times[slot];
+        (bits != EMPTY).then(|| (f64::from_bits(bits), slot))
     }
 }
 
@@ -81,5 +96,27 @@ mod tests {
         let mut t = MinTree::new(1);
         t.set(0, Some(1.0));
         assert_eq!(t.min(), Some((1.0, 0)));
+    }
+
+    #[test]
+    fn a_slot_set_first_is_not_hidden_by_a_lower_slot_set_later() {
+        let mut t = MinTree::new(8);
+        t.set(5, Some(3.0));
+        t.set(0, Some(1.0));
+        t.set(0, None);
+        assert_eq!(t.min(), Some((3.0, 5)));
+    }
+
+    #[test]
+    fn ties_go_to_the_lower_slot_whatever_the_order_of_updates() {
+        let mut t = MinTree::new(8);
+        for i in [6, 2, 7, 5] {
+            t.set(i, Some(1.0));
+        }
+        assert_eq!(t.min(), Some((1.0, 2)));
+        t.set(2, Some(0.0));
+        t.set(2, Some(-0.0));
+        t.set(0, Some(0.0));
+        assert_eq!(t.min(), Some((0.0, 0)));
     }
 }

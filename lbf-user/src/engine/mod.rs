@@ -8,6 +8,7 @@
 //! See `docs/engine.md` for the semantics and where they deviate from the paper's pseudocode.
 
 mod collective;
+mod comm;
 mod min_tree;
 mod node;
 mod sim;
@@ -277,7 +278,7 @@ impl Engine {
         let mut consumed = u64::MAX;
         for sim in &mut self.sims {
             sim.on_event(p, &self.streams).map_err(|e| *e)?;
-            consumed = consumed.min(sim.cursor(p));
+            consumed = consumed.min(sim.held(p));
         }
         self.streams.trim(p, consumed);
         Ok(())

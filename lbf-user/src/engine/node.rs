@@ -12,7 +12,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use super::time::Time;
+use super::time::TimeKey;
 use crate::event::ProcId;
 use crate::target::Node;
 
@@ -21,8 +21,8 @@ use crate::target::Node;
 pub(super) struct NodeState {
     cores: u32,
     speed: f64,
-    /// `(finish virtual time, process)`, smallest first.
-    runnable: BinaryHeap<Reverse<(Time, ProcId)>>,
+    /// Keyed by finish virtual time, then process; smallest first.
+    runnable: BinaryHeap<Reverse<TimeKey>>,
     /// Load of the waiting processes that poll: the number of polling processes times the
     /// target's spin weight. They share the cores but make no progress.
     polling: f64,
@@ -62,7 +62,7 @@ impl NodeState {
 
     /// The runnable processes, in no particular order.
     pub(super) fn runnable(&self) -> impl Iterator<Item = ProcId> + '_ {
-        self.runnable.iter().map(|Reverse((_, p))| *p)
+        self.runnable.iter().map(|Reverse(k)| k.id() as ProcId)
     }
 
     /// Brings the virtual clock up to real time `now`.
@@ -76,24 +76,26 @@ impl NodeState {
     /// Makes `proc` runnable at real time `now` with `work` CPU-seconds to do.
     pub(super) fn join(&mut self, now: f64, proc: ProcId, work: f64) {
         self.sync(now);
-        self.runnable
-            .push(Reverse((Time::new(self.virtual_now + work), proc)));
+        self.runnable.push(Reverse(TimeKey::new(
+            self.virtual_now + work,
+            proc as usize,
+        )));
     }
 
     /// Real time at which the next runnable process finishes its work, if any is runnable.
     pub(super) fn next_finish(&self) -> Option<f64> {
-        let Reverse((finish, _)) = self.runnable.peek()?;
-        let remaining = (finish.get() - self.virtual_now).max(0.0);
+        let Reverse(finish) = self.runnable.peek()?;
+        let remaining = (finish.time() - self.virtual_now).max(0.0);
         Some(self.synced_at + remaining / self.rate())
     }
 
     /// Removes the process that finishes first, at real time `now` (its finish time).
     pub(super) fn pop_finished(&mut self, now: f64) -> ProcId {
         self.sync(now);
-        let Reverse((finish, proc)) = self.runnable.pop().expect("pop_finished on an idle node");
+        let Reverse(finish) = self.runnable.pop().expect("pop_finished on an idle node");
         // Snap the clock to the finish time so rounding never leaves a sliver of work behind.
-        self.virtual_now = self.virtual_now.max(finish.get());
-        proc
+        self.virtual_now = self.virtual_now.max(finish.time());
+        finish.id() as ProcId
     }
 }
 

@@ -19,13 +19,14 @@ use std::collections::BinaryHeap;
 use rustc_hash::FxHashMap;
 
 use super::collective::{self, Collective};
+use super::comm::CachedNetwork;
 use super::min_tree::MinTree;
 use super::node::NodeState;
 use super::streams::{Queued, Streams};
-use super::time::Time;
+use super::time::TimeKey;
 use super::{EngineError, Prediction, Progress, ScheduleSink};
-use crate::event::{CollId, Event, EventKind, MsgId, ProcId};
-use crate::target::{Network, PlacementError, Target};
+use crate::event::{CollId, EventKind, MsgId, ProcId};
+use crate::target::{PlacementError, Target};
 
 /// Results inside the simulation: the error is boxed so that the hot paths move a pointer,
 /// not the whole error.
@@ -52,11 +53,10 @@ enum State {
 #[derive(Debug)]
 struct Proc {
     state: State,
-    /// The event being worked towards or waited at (meaningless when starved or exited).
-    /// (A plain value rather than an `Option`: copying an `Option<Queued>` out of this struct
-    /// stalled store forwarding on every event.)
-    current: Queued,
-    /// Absolute index of the next event to load from the stream.
+    /// Absolute index of the next event to load from the stream. While the process computes
+    /// or waits, the event before it is the *current* one, which stays in the stream (see
+    /// [`Sim::held`]): reading it there in place is cheaper than copying it here, and a
+    /// copy of a just-stored event stalled the processor's store forwarding.
     cursor: u64,
     /// Origin of the last event loaded, for errors.
     last_origin: u64,
@@ -78,7 +78,7 @@ enum Msg {
 /// The simulation of one target.
 pub(super) struct Sim {
     name: String,
-    network: Network,
+    network: CachedNetwork,
     /// The target's spin weight: the load a waiting process puts on its node.
     spin: f64,
     node_of: Vec<usize>,
@@ -90,8 +90,8 @@ pub(super) struct Sim {
     dirty: Vec<usize>,
     /// Whether each node is in `dirty`.
     is_dirty: Vec<bool>,
-    /// Wake-ups of waiting processes: `(time, process)`.
-    timers: BinaryHeap<Reverse<(Time, ProcId)>>,
+    /// Wake-ups of waiting processes, keyed by time, then process.
+    timers: BinaryHeap<Reverse<TimeKey>>,
     now: f64,
     procs: Vec<Proc>,
     /// Live processes whose next event has not arrived.
@@ -133,14 +133,6 @@ impl Sim {
         let procs = (0..num_procs)
             .map(|_| Proc {
                 state: State::Starved,
-                current: Queued {
-                    event: Event {
-                        proc: 0,
-                        cpu_ns: 0,
-                        kind: EventKind::Keepalive,
-                    },
-                    origin: 0,
-                },
                 cursor: 0,
                 last_origin: 0,
                 wait_since: 0.0,
@@ -154,7 +146,7 @@ impl Sim {
             is_dirty: vec![false; target.nodes.len()],
             slice_start: vec![0.0; target.nodes.len()],
             name: target.name,
-            network: target.network,
+            network: CachedNetwork::new(target.network),
             spin: target.spin,
             node_of,
             timers: BinaryHeap::new(),
@@ -183,12 +175,37 @@ impl Sim {
         self.procs[p].cursor
     }
 
+    /// Absolute index of the first event of process `p` this simulation still needs: the
+    /// current one while `p` works towards it or waits at it, else the next one to read.
+    pub(super) fn held(&self, p: usize) -> u64 {
+        let proc = &self.procs[p];
+        match proc.state {
+            State::Computing | State::WaitMsg | State::WaitColl => proc.cursor - 1,
+            State::Starved | State::NotStarted | State::Exited => proc.cursor,
+        }
+    }
+
+    /// The event process `p` works towards or waits at.
+    fn current<'s>(&self, p: usize, streams: &'s Streams) -> &'s Queued {
+        streams
+            .get(p, self.procs[p].cursor - 1)
+            .expect("a simulation holds its current events in the streams")
+    }
+
     /// Called when process `p`'s stream has grown: resumes `p` if it was starved, then runs as
-    /// far as the known events allow.
+    /// far as the known events allow. Inlined into the caller, which calls it for every target
+    /// and event: mostly `p` is not starved and there is nothing to do.
+    #[inline]
     pub(super) fn on_event(&mut self, p: usize, streams: &Streams) -> SimResult<()> {
         if self.procs[p].state != State::Starved {
             return Ok(());
         }
+        self.resume(p, streams)
+    }
+
+    /// [`Sim::on_event`] for a starved `p`.
+    #[inline(never)]
+    fn resume(&mut self, p: usize, streams: &Streams) -> SimResult<()> {
         self.starved -= 1;
         self.advance_proc(p, streams)?;
         self.run(streams)
@@ -202,15 +219,15 @@ impl Sim {
                 self.finishes.set(n, self.nodes[n].next_finish());
             }
             let finish = self.finishes.min();
-            let timer = self.timers.peek().map(|Reverse((t, p))| (t.get(), *p));
+            let timer = self.timers.peek().map(|Reverse(k)| (k.time(), k.id()));
             match (finish, timer) {
                 (Some((tf, n)), Some((tt, _))) if tf <= tt => self.finish_work(tf, n, streams)?,
                 (Some((tf, n)), None) => self.finish_work(tf, n, streams)?,
                 (_, Some((tt, p))) => {
                     self.timers.pop();
-                    self.wake(tt, p as usize, streams)?;
+                    self.wake(tt, p, streams)?;
                 }
-                (None, None) => return Err(Box::new(self.deadlock())),
+                (None, None) => return Err(Box::new(self.deadlock(streams))),
             }
         }
         Ok(())
@@ -222,7 +239,7 @@ impl Sim {
         self.close_slices(n);
         let p = self.nodes[n].pop_finished(t) as usize;
         self.mark_dirty(n);
-        if self.reach(p)? {
+        if self.reach(p, self.current(p, streams))? {
             self.advance_proc(p, streams)?;
         }
         Ok(())
@@ -237,7 +254,7 @@ impl Sim {
             return self.advance_proc(p, streams);
         }
         self.stop_polling(p);
-        let current = self.procs[p].current;
+        let current = self.current(p, streams);
         match current.event.kind {
             EventKind::RecvEnd { msg } => self.receive(p, msg),
             EventKind::CollEnd { coll } => self.leave_collective(coll),
@@ -258,19 +275,17 @@ impl Sim {
     fn advance_proc(&mut self, p: usize, streams: &Streams) -> SimResult<()> {
         loop {
             let proc = &mut self.procs[p];
-            let Some(&q) = streams.get(p, proc.cursor) else {
+            let Some(q) = streams.get(p, proc.cursor) else {
                 proc.state = State::Starved;
                 self.starved += 1;
                 return Ok(());
             };
             if proc.cursor == 0 && proc.start > self.now {
                 proc.state = State::NotStarted;
-                self.timers
-                    .push(Reverse((Time::new(proc.start), p as ProcId)));
+                self.timers.push(Reverse(TimeKey::new(proc.start, p)));
                 return Ok(());
             }
             proc.cursor += 1;
-            proc.current = q;
             proc.last_origin = q.origin;
             let work = match q.event.kind {
                 // The CPU recorded while blocked is spinning, not work.
@@ -285,7 +300,7 @@ impl Sim {
                 self.mark_dirty(n);
                 return Ok(());
             }
-            if !self.reach(p)? {
+            if !self.reach(p, q)? {
                 return Ok(());
             }
         }
@@ -299,10 +314,9 @@ impl Sim {
         }
     }
 
-    /// Process `p` has done the work before its current event: the event happens now unless it
-    /// blocks. Returns whether `p` may go on to its next event.
-    fn reach(&mut self, p: usize) -> SimResult<bool> {
-        let q = self.procs[p].current;
+    /// Process `p` has done the work before its current event `q`: the event happens now
+    /// unless it blocks. Returns whether `p` may go on to its next event.
+    fn reach(&mut self, p: usize, q: &Queued) -> SimResult<bool> {
         let done = self.reach_kind(p, q)?;
         if done || q.event.kind == EventKind::Exit {
             self.report(p, &q.event.kind);
@@ -318,7 +332,7 @@ impl Sim {
     }
 
     /// [`Sim::reach`] by event kind.
-    fn reach_kind(&mut self, p: usize, q: Queued) -> SimResult<bool> {
+    fn reach_kind(&mut self, p: usize, q: &Queued) -> SimResult<bool> {
         match q.event.kind {
             EventKind::Send { msg, bytes } => {
                 self.send(p, msg, bytes, q.origin)?;
@@ -359,7 +373,8 @@ impl Sim {
             None => Ok(()),
             Some(Msg::Awaited { by }) => {
                 let arrival = self.now + self.comm(p, by as usize, bytes);
-                self.timers.push(Reverse((Time::new(arrival), by)));
+                self.timers
+                    .push(Reverse(TimeKey::new(arrival, by as usize)));
                 Ok(())
             }
             Some(Msg::Sent { .. }) => Err(Box::new(EngineError::DuplicateMessage { msg, origin })),
@@ -381,7 +396,7 @@ impl Sim {
                 Ok(true)
             }
             Some(t) => {
-                self.timers.push(Reverse((Time::new(t), p as ProcId)));
+                self.timers.push(Reverse(TimeKey::new(t, p)));
                 self.start_wait(p, State::WaitMsg);
                 Ok(false)
             }
@@ -474,7 +489,7 @@ impl Sim {
                 self.now + collective::cost(&self.network, c.op, c.size, c.bytes, c.multi_node);
             c.ends_at = Some(ends);
             for w in c.waiters.drain(..) {
-                self.timers.push(Reverse((Time::new(ends), w)));
+                self.timers.push(Reverse(TimeKey::new(ends, w as usize)));
             }
         }
         Ok(())
@@ -495,7 +510,7 @@ impl Sim {
                 Ok(true)
             }
             Some(t) => {
-                self.timers.push(Reverse((Time::new(t), p as ProcId)));
+                self.timers.push(Reverse(TimeKey::new(t, p)));
                 self.start_wait(p, State::WaitColl);
                 Ok(false)
             }
@@ -532,14 +547,14 @@ impl Sim {
     }
 
     /// The error for a state where every live process waits and nothing can wake any.
-    fn deadlock(&self) -> EngineError {
+    fn deadlock(&self, streams: &Streams) -> EngineError {
         let waiting = self
             .procs
             .iter()
             .enumerate()
             .filter(|(_, pr)| matches!(pr.state, State::WaitMsg | State::WaitColl))
-            .map(|(p, pr)| {
-                let q = pr.current;
+            .map(|(p, _)| {
+                let q = self.current(p, streams);
                 let what = match q.event.kind {
                     EventKind::RecvEnd { msg } => {
                         format!("waits for message {msg}, which no live process will send")
@@ -589,10 +604,6 @@ impl Sim {
 
 /// One-way time on `network` of `bytes` from `from` to `to`, placed by `node_of`; a free
 /// function so that callers holding a mutable borrow of another field can use it.
-fn comm_of(network: &Network, node_of: &[usize], from: usize, to: usize, bytes: u64) -> f64 {
-    if node_of[from] == node_of[to] {
-        network.local.seconds(bytes)
-    } else {
-        network.remote.seconds(bytes)
-    }
+fn comm_of(network: &CachedNetwork, node_of: &[usize], from: usize, to: usize, bytes: u64) -> f64 {
+    network.seconds(node_of[from] == node_of[to], bytes)
 }

@@ -129,7 +129,8 @@ pub mod counter {
     pub const EXIT_WITHOUT_ENTRY: u32 = 1;
     /// User memory reads that failed (bad pointer, or page not resident): `mem_len` is 0.
     pub const MEM_READ_FAILED: u32 = 2;
-    /// Records of a traced thread without a CPU clock (map full): `cpu_ns` is the scheduler's
+    /// Probe hits of a traced thread without a per-thread state (the map was full): its MPI
+    /// calls are not recorded, and its other records' `cpu_ns` is the scheduler's
     /// `sum_exec_runtime` (stale by up to a tick), or 0 without BTF.
     pub const NO_CLOCK: u32 = 3;
     /// Number of counters.

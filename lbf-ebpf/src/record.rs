@@ -6,9 +6,9 @@ use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, gen::bpf_probe_read_user},
     maps::ring_buf::RingBufEntry,
 };
-use lbf_common::{counter, MemRead, Record, RecordKind, ARG_WORDS, MEM_BYTES};
+use lbf_common::{counter, maps::ThreadClock, MemRead, Record, RecordKind, ARG_WORDS, MEM_BYTES};
 
-use crate::maps::{count, current_sum_exec_runtime, CLOCKS, EVENTS};
+use crate::maps::{count, current_sum_exec_runtime, EVENTS, THREADS};
 
 /// The calling thread's ids: `(tgid, tid)`.
 #[inline(always)]
@@ -17,28 +17,34 @@ pub fn current_ids() -> (u32, u32) {
     ((id >> 32) as u32, id as u32)
 }
 
-/// The running (current) thread `tid`'s cumulative on-CPU nanoseconds at `now`. A clock that
-/// does not know when the thread was switched in (seeded by user space, or its switch-in not
-/// seen) takes the scheduler's `sum_exec_runtime` (stale by at most a scheduler tick) and
-/// starts its running interval now. Without a clock: `sum_exec_runtime`, or 0; counted.
+/// The running (current) thread `tid`'s cumulative on-CPU nanoseconds at `now`, from its
+/// state's clock ([`clock_at`]). Without a state: `sum_exec_runtime`, or 0; counted.
 #[inline(always)]
 pub fn cpu_now(tid: u32, now: u64) -> u64 {
-    let Some(clock) = CLOCKS.get_ptr_mut(&tid) else {
-        count(counter::NO_CLOCK);
-        return current_sum_exec_runtime().unwrap_or(0);
-    };
-    // SAFETY: map value pointer valid for the program's run; only this thread's events
-    // (which cannot run concurrently with it) and user space seeding write it.
-    unsafe {
-        if (*clock).switched_in_ns == 0 {
-            if let Some(sum) = current_sum_exec_runtime() {
-                (*clock).acc_ns = sum;
-            }
-            (*clock).switched_in_ns = now;
-            (*clock).acc_ns
-        } else {
-            (*clock).acc_ns + now.saturating_sub((*clock).switched_in_ns)
+    match THREADS.get_ptr_mut(&tid) {
+        // SAFETY: a map value, valid for the program's run.
+        Some(state) => clock_at(unsafe { &mut (*state).clock }, now),
+        None => {
+            count(counter::NO_CLOCK);
+            current_sum_exec_runtime().unwrap_or(0)
         }
+    }
+}
+
+/// The running (current) thread's cumulative on-CPU nanoseconds at `now`, by its `clock`. A
+/// clock that does not know when the thread was switched in (seeded by user space, or its
+/// switch-in not seen) takes the scheduler's `sum_exec_runtime` (stale by at most a scheduler
+/// tick) and starts its running interval now.
+#[inline(always)]
+pub fn clock_at(clock: &mut ThreadClock, now: u64) -> u64 {
+    if clock.switched_in_ns == 0 {
+        if let Some(sum) = current_sum_exec_runtime() {
+            clock.acc_ns = sum;
+        }
+        clock.switched_in_ns = now;
+        clock.acc_ns
+    } else {
+        clock.acc_ns + now.saturating_sub(clock.switched_in_ns)
     }
 }
 
@@ -48,10 +54,34 @@ pub struct Draft {
 }
 
 impl Draft {
-    /// Reserves a record of `kind` for the current thread, stamped now. `None` (and counted
-    /// as lost) when the ring buffer is full.
+    /// Reserves a record of `kind` for the current thread, stamped now, its CPU clock looked
+    /// up by `tid`. `None` (and counted as lost) when the ring buffer is full.
     #[inline(always)]
     pub fn reserve(kind: RecordKind, fn_id: u16, tgid: u32, tid: u32) -> Option<Self> {
+        Self::reserve_clocked(kind, fn_id, tgid, tid, |now| cpu_now(tid, now))
+    }
+
+    /// [`Draft::reserve`] with the thread's CPU clock at hand.
+    #[inline(always)]
+    pub fn reserve_with_clock(
+        kind: RecordKind,
+        fn_id: u16,
+        tgid: u32,
+        tid: u32,
+        clock: &mut ThreadClock,
+    ) -> Option<Self> {
+        Self::reserve_clocked(kind, fn_id, tgid, tid, |now| clock_at(clock, now))
+    }
+
+    /// Reserves a record stamped now, `cpu_at(now)` giving the thread's CPU clock.
+    #[inline(always)]
+    fn reserve_clocked(
+        kind: RecordKind,
+        fn_id: u16,
+        tgid: u32,
+        tid: u32,
+        cpu_at: impl FnOnce(u64) -> u64,
+    ) -> Option<Self> {
         let Some(mut entry) = EVENTS.reserve::<Record>(0) else {
             count(counter::LOST_RINGBUF);
             return None;
@@ -67,10 +97,26 @@ impl Draft {
             (*r).tgid = tgid;
             (*r).tid = tid;
             (*r).ts_ns = now;
-            (*r).cpu_ns = cpu_now(tid, now);
-            (*r).args = [0; ARG_WORDS];
+            (*r).cpu_ns = cpu_at(now);
         }
-        Some(Self { entry })
+        let mut d = Self { entry };
+        d.set_args(|_| 0);
+        Some(d)
+    }
+
+    /// Sets `args[i]` to `word(i)` for every `i`, one store per word: the BPF backend lowers
+    /// array copies and fills to calls of byte-at-a-time `memcpy`/`memset` subprograms, some
+    /// hundreds of instructions per record (volatile keeps LLVM from forming those calls).
+    #[inline(always)]
+    pub fn set_args(&mut self, word: impl Fn(usize) -> u64) {
+        let args = self.record() as *mut u8;
+        for i in 0..ARG_WORDS {
+            // SAFETY: `args` of the reserved record, `i` < ARG_WORDS.
+            unsafe {
+                let slot = args.add(core::mem::offset_of!(Record, args)) as *mut u64;
+                core::ptr::write_volatile(slot.add(i), word(i));
+            }
+        }
     }
 
     /// The record being filled.

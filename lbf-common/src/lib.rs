@@ -19,6 +19,13 @@ pub const ARG_WORDS: usize = 8;
 /// Bytes of user memory a record can carry (statuses, request handles, arrays of them).
 pub const MEM_BYTES: usize = 256;
 
+/// Room for user memory of a record whose read is this short or shorter (a status, a
+/// handle): it is reserved with this much `mem` instead of [`MEM_BYTES`].
+pub const SHORT_MEM_BYTES: usize = 32;
+
+/// Bytes of a [`Record`] before `mem`: the least a ring buffer item holds.
+pub const RECORD_HEAD_BYTES: usize = core::mem::offset_of!(Record, mem);
+
 /// Capacity of the per-function table of memory reads (indexed by [`FnId`] as `u16`).
 pub const MAX_FNS: u32 = 128;
 
@@ -58,6 +65,11 @@ impl RecordKind {
 }
 
 /// One record in the ring buffer.
+///
+/// A ring buffer item is a record cut short after `mem[..n]`: it holds the first
+/// [`RECORD_HEAD_BYTES`] + `n` bytes, `n` being 0 for records without memory,
+/// [`SHORT_MEM_BYTES`] for short reads and [`MEM_BYTES`] otherwise (`mem_len <= n`). Most
+/// records take 96 or 128 bytes of the ring instead of 352.
 ///
 /// `cpu_ns` is the calling thread's cumulative on-CPU time in nanoseconds, kept exact by the
 /// scheduler hooks (time switched in is added at every switch out), so the CPU used between two

@@ -21,14 +21,14 @@ use aya_ebpf::{
 };
 use lbf_common::{
     counter,
-    maps::{CallInFlight, ThreadState, MAX_NESTED},
+    maps::{CallInFlight, ThreadClock, ThreadState, MAX_NESTED},
     mpi::split_cookie,
-    RecordKind, ARG_WORDS,
+    MemRead, RecordKind, ARG_WORDS,
 };
 
 use crate::{
     maps::{count, fn_reads, thread_state},
-    record::{current_ids, Draft},
+    record::{current_ids, Draft, Mem, UserRead},
 };
 
 /// The function id and library slot the probe that fired was attached with.
@@ -67,6 +67,37 @@ fn pop_call(state: &mut ThreadState, fn_id: u16) -> Option<&CallInFlight> {
     state.calls.get(found)
 }
 
+/// Which call a record is about: the function and the calling thread.
+#[derive(Clone, Copy)]
+struct Call {
+    fn_id: u16,
+    tgid: u32,
+    tid: u32,
+}
+
+/// Emits a record of `kind` about `call`, stamped with the thread's `clock`, with `words` as
+/// its arguments and the user memory `read` asks for (pointer and count from `entry`, the
+/// call's entry arguments).
+#[inline(always)]
+fn emit(
+    kind: RecordKind,
+    call: Call,
+    clock: &mut ThreadClock,
+    read: Option<MemRead>,
+    entry: &[u64; ARG_WORDS],
+    words: impl Fn(usize) -> u64,
+) {
+    let read = read.and_then(|r| UserRead::plan(&r, entry));
+    let mem = Mem::for_read(read.as_ref());
+    let Call { fn_id, tgid, tid } = call;
+    if let Some(mut d) = Draft::reserve_with_clock(kind, fn_id, tgid, tid, mem, clock) {
+        if let Some(read) = &read {
+            d.read_user(read);
+        }
+        d.submit(words);
+    }
+}
+
 /// Entry of a probed function (which one: the attach cookie).
 #[inline(always)]
 fn on_entry(ctx: *mut c_void) {
@@ -103,15 +134,16 @@ fn on_entry(ctx: *mut c_void) {
         ]
     };
     push_call(state, fn_id, &args);
-    if let Some(mut d) =
-        Draft::reserve_with_clock(RecordKind::CallEntry, fn_id, tgid, tid, &mut state.clock)
-    {
-        d.set_args(|i| args[i]);
-        if let Some(reads) = fn_reads(slot, fn_id) {
-            d.read_user(&reads.entry, &args);
-        }
-        d.submit();
-    }
+    let read = fn_reads(slot, fn_id).map(|r| r.entry);
+    let call = Call { fn_id, tgid, tid };
+    emit(
+        RecordKind::CallEntry,
+        call,
+        &mut state.clock,
+        read,
+        &args,
+        |i| args[i],
+    );
 }
 
 /// Return of a probed function (which one: the attach cookie). Without kept entry arguments
@@ -136,15 +168,17 @@ fn on_exit(ctx: *mut c_void) {
     let entry: [u64; ARG_WORDS] =
         // SAFETY: `i` < ARG_WORDS, within `call.args`.
         core::array::from_fn(|i| unsafe { core::ptr::read_volatile(call.args.as_ptr().add(i)) });
-    if let Some(mut d) =
-        Draft::reserve_with_clock(RecordKind::CallExit, fn_id, tgid, tid, &mut state.clock)
-    {
-        d.set_args(|i| if i == 0 { ret } else { entry[i - 1] });
-        if let Some(reads) = fn_reads(slot, fn_id) {
-            d.read_user(&reads.exit, &entry);
-        }
-        d.submit();
-    }
+    let read = fn_reads(slot, fn_id).map(|r| r.exit);
+    let call = Call { fn_id, tgid, tid };
+    let words = |i| if i == 0 { ret } else { entry[i - 1] };
+    emit(
+        RecordKind::CallExit,
+        call,
+        &mut state.clock,
+        read,
+        &entry,
+        words,
+    );
 }
 
 /// Entry of any probed function, through a uprobe_multi link.

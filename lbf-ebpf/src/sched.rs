@@ -16,7 +16,7 @@ use lbf_common::{maps::KernelOffsets, RecordKind, MEM_BYTES};
 
 use crate::{
     maps::{current_sum_exec_runtime, is_traced, new_thread_state, offsets, THREADS, TRACED},
-    record::{current_ids, Draft},
+    record::{current_ids, Draft, Mem},
 };
 
 /// `CLONE_THREAD`: the new task is a thread of its parent's group, not a new process.
@@ -52,10 +52,8 @@ pub fn task_newtask(ctx: TracePointContext) -> u32 {
         return 0;
     }
     let _ = TRACED.insert(&child, &1, 0);
-    if let Some(mut d) = Draft::reserve(RecordKind::Fork, 0, tgid, tid) {
-        // SAFETY: the draft's record is reserved and ours.
-        unsafe { (*d.record()).args[0] = child as u64 };
-        d.submit();
+    if let Some(d) = Draft::reserve(RecordKind::Fork, 0, tgid, tid, Mem::None) {
+        d.submit(|i| if i == 0 { child as u64 } else { 0 });
     }
     0
 }
@@ -71,7 +69,7 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     let Some(loc) = field::<u32>(&ctx, offsets().exec_filename) else {
         return 0;
     };
-    let Some(mut d) = Draft::reserve(RecordKind::Exec, 0, tgid, tid) else {
+    let Some(mut d) = Draft::reserve(RecordKind::Exec, 0, tgid, tid, Mem::Full) else {
         return 0;
     };
     let r = d.record();
@@ -84,7 +82,7 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     if n > 0 {
         unsafe { (*r).mem_len = n as u16 };
     }
-    d.submit();
+    d.submit(|_| 0);
     // Calls of the old image in flight never return.
     if let Some(state) = THREADS.get_ptr_mut(&tid) {
         // SAFETY: a map value, written only by this thread's hooks and probes.
@@ -109,8 +107,8 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
         field::<u8>(&ctx, off).unwrap_or(0) != 0
     };
     if group_dead {
-        if let Some(d) = Draft::reserve(RecordKind::Exit, 0, tgid, tid) {
-            d.submit();
+        if let Some(d) = Draft::reserve(RecordKind::Exit, 0, tgid, tid, Mem::None) {
+            d.submit(|_| 0);
         }
         let _ = TRACED.remove(&tgid);
     }

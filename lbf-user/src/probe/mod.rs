@@ -15,7 +15,7 @@
 //! repeated); `mem` = the exit read, whose pointer and count come from the entry's 8 words.
 //! `Fork`: `args[0]` = the child's tgid (record of the parent). `Exec`: `mem` = the file
 //! name, NUL-terminated. `Exit`: the last thread of the group ended. Bytes of `mem` past
-//! `mem_len` are unspecified.
+//! `mem_len` are unspecified (0 past the end of a short ring buffer item).
 
 mod baseline;
 mod btf;

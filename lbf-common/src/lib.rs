@@ -95,7 +95,8 @@ pub struct Record {
     pub cpu_ns: u64,
     /// `CallEntry`: rdi, rsi, rdx, rcx, r8, r9 (the 6 integer register arguments), then the
     /// 64-bit words at user `sp+8` and `sp+16` (the 7th and 8th integer arguments; 0 if
-    /// unreadable). Arguments of C type `int` only have their low 32 bits defined.
+    /// unreadable, and 0 for functions known to take at most 6, see `mpi::cookie`).
+    /// Arguments of C type `int` only have their low 32 bits defined.
     /// `CallExit`: `args[0]` = rax (the return value), `args[1..8]` = the entry's
     /// `args[0..7]` (the 8th entry word is not repeated). `Fork`: `args[0]` = the child's
     /// tgid. Otherwise 0.

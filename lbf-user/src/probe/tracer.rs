@@ -322,7 +322,6 @@ impl Tracer {
         Ok(RecordReader::new(RingBuf::try_from(map)?))
     }
 
-    /// Attaches the loaded uprobe program `name` at `points` of `path`, for all processes.
     /// Attaches the entry and the exit program at `points` of the file at `path` (absolute),
     /// each point's cookie naming its function. The exit probes first: a call entered between
     /// the two attaches then yields an exit without entry (counted), never an entry whose exit
@@ -337,6 +336,7 @@ impl Tracer {
         self.attach_uprobes(enter, path, points)
     }
 
+    /// Attaches the loaded uprobe program `name` at `points` of `path`, for all processes.
     fn attach_uprobes(
         &mut self,
         name: &str,

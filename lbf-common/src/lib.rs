@@ -19,6 +19,13 @@ pub const ARG_WORDS: usize = 8;
 /// Bytes of user memory a record can carry (statuses, request handles, arrays of them).
 pub const MEM_BYTES: usize = 256;
 
+/// Room for user memory of a record whose read is this short or shorter (a status, a
+/// handle): it is reserved with this much `mem` instead of [`MEM_BYTES`].
+pub const SHORT_MEM_BYTES: usize = 32;
+
+/// Bytes of a [`Record`] before `mem`: the least a ring buffer item holds.
+pub const RECORD_HEAD_BYTES: usize = core::mem::offset_of!(Record, mem);
+
 /// Capacity of the per-function table of memory reads (indexed by [`FnId`] as `u16`).
 pub const MAX_FNS: u32 = 128;
 
@@ -59,6 +66,11 @@ impl RecordKind {
 
 /// One record in the ring buffer.
 ///
+/// A ring buffer item is a record cut short after `mem[..n]`: it holds the first
+/// [`RECORD_HEAD_BYTES`] + `n` bytes, `n` being 0 for records without memory,
+/// [`SHORT_MEM_BYTES`] for short reads and [`MEM_BYTES`] otherwise (`mem_len <= n`). Most
+/// records take 96 or 128 bytes of the ring instead of 352.
+///
 /// `cpu_ns` is the calling thread's cumulative on-CPU time in nanoseconds, kept exact by the
 /// scheduler hooks (time switched in is added at every switch out), so the CPU used between two
 /// records of one thread is a subtraction, without sampling.
@@ -83,7 +95,8 @@ pub struct Record {
     pub cpu_ns: u64,
     /// `CallEntry`: rdi, rsi, rdx, rcx, r8, r9 (the 6 integer register arguments), then the
     /// 64-bit words at user `sp+8` and `sp+16` (the 7th and 8th integer arguments; 0 if
-    /// unreadable). Arguments of C type `int` only have their low 32 bits defined.
+    /// unreadable, and 0 for functions known to take at most 6, see `mpi::cookie`).
+    /// Arguments of C type `int` only have their low 32 bits defined.
     /// `CallExit`: `args[0]` = rax (the return value), `args[1..8]` = the entry's
     /// `args[0..7]` (the 8th entry word is not repeated). `Fork`: `args[0]` = the child's
     /// tgid. Otherwise 0.
@@ -129,7 +142,8 @@ pub mod counter {
     pub const EXIT_WITHOUT_ENTRY: u32 = 1;
     /// User memory reads that failed (bad pointer, or page not resident): `mem_len` is 0.
     pub const MEM_READ_FAILED: u32 = 2;
-    /// Records of a traced thread without a CPU clock (map full): `cpu_ns` is the scheduler's
+    /// Probe hits of a traced thread without a per-thread state (the map was full): its MPI
+    /// calls are not recorded, and its other records' `cpu_ns` is the scheduler's
     /// `sum_exec_runtime` (stale by up to a tick), or 0 without BTF.
     pub const NO_CLOCK: u32 = 3;
     /// Number of counters.

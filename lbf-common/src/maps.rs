@@ -2,34 +2,35 @@
 //! value types and sizes. The record stream itself is described by [`crate::Record`].
 //!
 //! The kernel side keeps only what it needs to filter and to stamp records: which processes
-//! are traced, each traced thread's CPU clock, each call's entry arguments until it returns,
-//! and which MPI library (slot) a process uses so it reads memory with that library's layout.
+//! are traced, and per traced thread its CPU clock and the entry arguments of its calls until
+//! they return (one map lookup per probe hit finds both). Which library's memory layout a call
+//! is read with comes from the probe's attach cookie (`crate::mpi::cookie`).
 
 /// The ring buffer of [`crate::Record`]s. Its size is set by user space before loading.
 pub const EVENTS: &str = "EVENTS";
 /// Traced thread group ids (`u32` tgid -> `u8` 1). User space seeds it; forks extend it.
 pub const TRACED: &str = "TRACED";
-/// Per-thread CPU clocks (`u32` tid -> [`ThreadClock`]) of traced threads.
-pub const CLOCKS: &str = "CLOCKS";
+/// Per-thread state (`u32` tid -> [`ThreadState`]) of traced threads.
+pub const THREADS: &str = "THREADS";
 /// Memory reads per library slot and function: an array indexed by
 /// `slot * MAX_FNS + fn_id` of [`crate::FnReads`].
 pub const FN_READS: &str = "FN_READS";
-/// Library slot of each traced process (`u32` tgid -> `u32` slot); absent means slot 0.
-pub const LIB_OF: &str = "LIB_OF";
 /// Per-CPU `u64` counters indexed by [`crate::counter`] constants.
 pub const COUNTERS: &str = "COUNTERS";
 /// The global holding [`KernelOffsets`], set by user space before loading.
 pub const KERNEL_OFFSETS: &str = "KERNEL_OFFSETS";
 
-/// Maximum number of traced processes and of traced threads' clocks.
+/// Maximum number of traced processes and of traced threads.
 pub const MAX_TRACED: u32 = 16384;
-/// Maximum number of calls (thread, function) in flight at once.
+/// Maximum number of system calls (one per thread) in flight at once.
 pub const MAX_IN_FLIGHT: u32 = 16384;
 /// Number of MPI library slots: each attached library gets one, so that processes of
 /// different MPI implementations (whose handles and statuses differ in size) get their own
-/// memory reads. The `PMPI_Init` and `PMPI_Init_thread` probes of slot `k` set the caller's
-/// slot to `k`.
+/// memory reads. A call is read with the reads of the slot in its probe's attach cookie.
 pub const MAX_LIBS: u32 = 4;
+/// Probed calls one thread can have in flight at once (a probed function calling another,
+/// as Open MPI's `MPI_Sendrecv_replace` calls `PMPI_Sendrecv`).
+pub const MAX_NESTED: usize = 4;
 
 /// One traced thread's CPU clock, as the `sched_switch` hook keeps it.
 ///
@@ -46,6 +47,44 @@ pub struct ThreadClock {
     pub acc_ns: u64,
     /// `bpf_ktime_get_ns()` at the last switch-in, 0 if unknown or switched out.
     pub switched_in_ns: u64,
+}
+
+/// The entry arguments of a probed call in flight, kept for its exit record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallInFlight {
+    /// The function's id (`u64` to keep `args` aligned).
+    pub fn_id: u64,
+    /// The entry record's `args`.
+    pub args: [u64; crate::ARG_WORDS],
+}
+
+/// What the kernel side keeps per traced thread: its CPU clock and its probed calls in flight.
+///
+/// A probe hit finds it with one lookup by thread id; `tgid` tells a stale entry (a thread id
+/// reused by another process whose exit was not seen) from the caller's own.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadState {
+    /// The thread's CPU clock.
+    pub clock: ThreadClock,
+    /// The thread's group id.
+    pub tgid: u32,
+    /// Number of calls in `calls` (innermost last); at most [`MAX_NESTED`].
+    pub depth: u32,
+    /// The calls in flight, outermost first.
+    pub calls: [CallInFlight; MAX_NESTED],
+}
+
+impl ThreadState {
+    /// The state of a thread of process `tgid` with clock `clock` and no call in flight.
+    pub fn new(tgid: u32, clock: ThreadClock) -> Self {
+        Self {
+            clock,
+            tgid,
+            ..Self::default()
+        }
+    }
 }
 
 /// Byte offsets of the kernel data the kernel side reads, so that it follows the running
@@ -93,6 +132,8 @@ impl KernelOffsets {
 mod pod {
     // SAFETY: repr(C) plain old data, every bit pattern valid.
     unsafe impl aya::Pod for super::ThreadClock {}
+    // SAFETY: repr(C) plain old data (u64s and u32s, no padding), every bit pattern valid.
+    unsafe impl aya::Pod for super::ThreadState {}
     // SAFETY: repr(C) plain old data, every bit pattern valid.
     unsafe impl aya::Pod for super::KernelOffsets {}
 }

@@ -2,9 +2,10 @@
 //! these ids; user space attaches the probes (the id in each one's [`cookie`]) and decodes the
 //! arguments.
 
-/// Declares the probed functions: each gets an id constant and a symbol name in [`NAMES`].
+/// Declares the probed functions: each gets an id constant, a symbol name in [`NAMES`] and
+/// its number of arguments in [`arg_count`].
 macro_rules! mpi_functions {
-    ($($id:ident = $num:literal => $sym:literal,)*) => {
+    ($($id:ident = $num:literal => $sym:literal ($args:literal),)*) => {
         $(
             #[doc = concat!("`", $sym, "`")]
             pub const $id: u16 = $num;
@@ -12,77 +13,108 @@ macro_rules! mpi_functions {
         /// `(id, PMPI symbol name)` of every probed function. The `MPI_` names are weak
         /// aliases at the same address, so one probe on the `PMPI_` symbol catches both.
         pub const NAMES: &[(u16, &str)] = &[$(($num, $sym),)*];
+
+        /// The number of arguments of the probed function `fn_id` (from the MPI standard's
+        /// C prototypes); `None` for ids not in the list.
+        pub const fn arg_count(fn_id: u16) -> Option<u8> {
+            match fn_id {
+                $($num => Some($args),)*
+                _ => None,
+            }
+        }
     };
 }
 
 /// Calls the macro `$callback` with the whole list of probed functions, one
-/// `NAME = id => "PMPI_symbol",` line each. This is the single place the list is written:
-/// [`NAMES`] and the id constants come from it here. (The eBPF side needs no list: its one
-/// entry and one exit program learn the function from the attach [`cookie`].)
+/// `NAME = id => "PMPI_symbol" (argument count),` line each. This is the single place the list
+/// is written: [`NAMES`], [`arg_count`] and the id constants come from it here. (The eBPF side
+/// needs no list: its one entry and one exit program learn the function, and whether it takes
+/// stack arguments, from the attach [`cookie`].)
 #[macro_export]
 macro_rules! with_mpi_functions {
     ($callback:ident) => {
         $callback! {
-            INIT = 1 => "PMPI_Init",
-            INIT_THREAD = 2 => "PMPI_Init_thread",
-            FINALIZE = 3 => "PMPI_Finalize",
-            COMM_RANK = 4 => "PMPI_Comm_rank",
-            COMM_SIZE = 5 => "PMPI_Comm_size",
-            SEND = 10 => "PMPI_Send",
-            SSEND = 11 => "PMPI_Ssend",
-            BSEND = 12 => "PMPI_Bsend",
-            RSEND = 13 => "PMPI_Rsend",
-            ISEND = 14 => "PMPI_Isend",
-            ISSEND = 15 => "PMPI_Issend",
-            IBSEND = 16 => "PMPI_Ibsend",
-            IRSEND = 17 => "PMPI_Irsend",
-            RECV = 20 => "PMPI_Recv",
-            IRECV = 21 => "PMPI_Irecv",
-            SENDRECV = 22 => "PMPI_Sendrecv",
-            SENDRECV_REPLACE = 23 => "PMPI_Sendrecv_replace",
-            PROBE = 24 => "PMPI_Probe",
-            IPROBE = 25 => "PMPI_Iprobe",
-            WAIT = 30 => "PMPI_Wait",
-            WAITALL = 31 => "PMPI_Waitall",
-            WAITANY = 32 => "PMPI_Waitany",
-            WAITSOME = 33 => "PMPI_Waitsome",
-            TEST = 34 => "PMPI_Test",
-            TESTALL = 35 => "PMPI_Testall",
-            TESTANY = 36 => "PMPI_Testany",
-            TESTSOME = 37 => "PMPI_Testsome",
-            BARRIER = 40 => "PMPI_Barrier",
-            BCAST = 41 => "PMPI_Bcast",
-            REDUCE = 42 => "PMPI_Reduce",
-            ALLREDUCE = 43 => "PMPI_Allreduce",
-            GATHER = 44 => "PMPI_Gather",
-            GATHERV = 45 => "PMPI_Gatherv",
-            SCATTER = 46 => "PMPI_Scatter",
-            SCATTERV = 47 => "PMPI_Scatterv",
-            ALLGATHER = 48 => "PMPI_Allgather",
-            ALLGATHERV = 49 => "PMPI_Allgatherv",
-            ALLTOALL = 50 => "PMPI_Alltoall",
-            ALLTOALLV = 51 => "PMPI_Alltoallv",
-            REDUCE_SCATTER = 52 => "PMPI_Reduce_scatter",
-            SCAN = 53 => "PMPI_Scan",
-            COMM_DUP = 60 => "PMPI_Comm_dup",
-            COMM_SPLIT = 61 => "PMPI_Comm_split",
-            COMM_FREE = 62 => "PMPI_Comm_free",
+            INIT = 1 => "PMPI_Init" (2),
+            INIT_THREAD = 2 => "PMPI_Init_thread" (4),
+            FINALIZE = 3 => "PMPI_Finalize" (0),
+            COMM_RANK = 4 => "PMPI_Comm_rank" (2),
+            COMM_SIZE = 5 => "PMPI_Comm_size" (2),
+            SEND = 10 => "PMPI_Send" (6),
+            SSEND = 11 => "PMPI_Ssend" (6),
+            BSEND = 12 => "PMPI_Bsend" (6),
+            RSEND = 13 => "PMPI_Rsend" (6),
+            ISEND = 14 => "PMPI_Isend" (7),
+            ISSEND = 15 => "PMPI_Issend" (7),
+            IBSEND = 16 => "PMPI_Ibsend" (7),
+            IRSEND = 17 => "PMPI_Irsend" (7),
+            RECV = 20 => "PMPI_Recv" (7),
+            IRECV = 21 => "PMPI_Irecv" (7),
+            SENDRECV = 22 => "PMPI_Sendrecv" (12),
+            SENDRECV_REPLACE = 23 => "PMPI_Sendrecv_replace" (9),
+            PROBE = 24 => "PMPI_Probe" (4),
+            IPROBE = 25 => "PMPI_Iprobe" (5),
+            WAIT = 30 => "PMPI_Wait" (2),
+            WAITALL = 31 => "PMPI_Waitall" (3),
+            WAITANY = 32 => "PMPI_Waitany" (4),
+            WAITSOME = 33 => "PMPI_Waitsome" (5),
+            TEST = 34 => "PMPI_Test" (3),
+            TESTALL = 35 => "PMPI_Testall" (4),
+            TESTANY = 36 => "PMPI_Testany" (5),
+            TESTSOME = 37 => "PMPI_Testsome" (5),
+            BARRIER = 40 => "PMPI_Barrier" (1),
+            BCAST = 41 => "PMPI_Bcast" (5),
+            REDUCE = 42 => "PMPI_Reduce" (7),
+            ALLREDUCE = 43 => "PMPI_Allreduce" (6),
+            GATHER = 44 => "PMPI_Gather" (8),
+            GATHERV = 45 => "PMPI_Gatherv" (9),
+            SCATTER = 46 => "PMPI_Scatter" (8),
+            SCATTERV = 47 => "PMPI_Scatterv" (9),
+            ALLGATHER = 48 => "PMPI_Allgather" (7),
+            ALLGATHERV = 49 => "PMPI_Allgatherv" (8),
+            ALLTOALL = 50 => "PMPI_Alltoall" (7),
+            ALLTOALLV = 51 => "PMPI_Alltoallv" (9),
+            REDUCE_SCATTER = 52 => "PMPI_Reduce_scatter" (6),
+            SCAN = 53 => "PMPI_Scan" (6),
+            COMM_DUP = 60 => "PMPI_Comm_dup" (2),
+            COMM_SPLIT = 61 => "PMPI_Comm_split" (4),
+            COMM_FREE = 62 => "PMPI_Comm_free" (1),
         }
     };
 }
 
 with_mpi_functions!(mpi_functions);
 
-/// The attach cookie of the MPI probes on function `fn_id` of the library in slot `slot`: the
+/// The attach cookie of the probes on function `fn_id` of the library in slot `slot`: the
 /// kernel hands it to the probe program (`bpf_get_attach_cookie`), so one entry and one exit
-/// program serve every function and library. Low 16 bits: `fn_id`; next 16: `slot`.
+/// program serve every function and library. Low 16 bits: `fn_id`; next 16: `slot`; bit 32:
+/// the function may take stack arguments (more than the 6 passed in registers, or a count
+/// [`arg_count`] does not know), which the entry program then reads.
 pub const fn cookie(fn_id: u16, slot: u32) -> u64 {
-    ((slot as u64 & 0xffff) << 16) | fn_id as u64
+    let stack_args = match arg_count(fn_id) {
+        Some(n) => n > 6,
+        None => true,
+    };
+    ((stack_args as u64) << 32) | ((slot as u64 & 0xffff) << 16) | fn_id as u64
 }
 
-/// `(fn_id, slot)` from a [`cookie`].
-pub const fn split_cookie(cookie: u64) -> (u16, u32) {
-    (cookie as u16, (cookie >> 16) as u16 as u32)
+/// What a probe's attach [`cookie`] says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cookie {
+    /// The probed function.
+    pub fn_id: u16,
+    /// The slot of the library the probe is in.
+    pub slot: u32,
+    /// Whether the function may take arguments on the stack.
+    pub stack_args: bool,
+}
+
+/// Decodes a [`cookie`].
+pub const fn split_cookie(cookie: u64) -> Cookie {
+    Cookie {
+        fn_id: cookie as u16,
+        slot: (cookie >> 16) as u16 as u32,
+        stack_args: (cookie >> 32) & 1 != 0,
+    }
 }
 
 #[cfg(test)]
@@ -93,8 +125,18 @@ mod tests {
     fn cookie_round_trips() {
         for &(id, _) in NAMES {
             for slot in 0..crate::maps::MAX_LIBS {
-                assert_eq!(split_cookie(cookie(id, slot)), (id, slot));
+                let c = split_cookie(cookie(id, slot));
+                assert_eq!((c.fn_id, c.slot), (id, slot));
             }
         }
+    }
+
+    #[test]
+    fn only_functions_of_more_than_6_arguments_or_unknown_ones_read_stack_arguments() {
+        let stack_args = |id| split_cookie(cookie(id, 1)).stack_args;
+        assert!(!stack_args(SEND) && !stack_args(COMM_RANK) && !stack_args(FINALIZE));
+        assert!(stack_args(ISEND) && stack_args(RECV) && stack_args(SENDRECV));
+        assert!(stack_args(crate::pvm::PRECV));
+        assert!(NAMES.iter().all(|&(id, _)| arg_count(id).is_some()));
     }
 }

@@ -1,13 +1,14 @@
 //! The maps shared with user space (names, sizes and value types in `lbf_common::maps`) and
-//! the one kernel-private map: the entry arguments of calls in flight.
+//! the kernel-private template new thread states are copied from.
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use lbf_common::{
-    maps::{KernelOffsets, ThreadClock, MAX_IN_FLIGHT, MAX_LIBS, MAX_TRACED},
-    FnReads, ARG_WORDS, MAX_FNS,
+    counter,
+    maps::{KernelOffsets, ThreadState, MAX_LIBS, MAX_TRACED},
+    FnReads, MAX_FNS,
 };
 
 /// Records for user space. User space sets the size before loading; this is a placeholder.
@@ -18,28 +19,23 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 #[map]
 pub static TRACED: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TRACED, 0);
 
-/// CPU clock per traced thread id.
+/// State (CPU clock, calls in flight) per traced thread id.
 #[map]
-pub static CLOCKS: HashMap<u32, ThreadClock> = HashMap::with_max_entries(MAX_TRACED, 0);
+pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(MAX_TRACED, 0);
+
+/// One all-zero [`ThreadState`], never written: new entries of [`THREADS`] are copied from it
+/// (a `ThreadState` does not fit the 512-byte eBPF stack with room to spare).
+#[map]
+static NEW_THREAD: Array<ThreadState> = Array::with_max_entries(1, 0);
 
 /// Memory reads per `slot * MAX_FNS + fn_id`.
 #[map]
 pub static FN_READS: Array<FnReads> = Array::with_max_entries(MAX_FNS * MAX_LIBS, 0);
 
-/// MPI library slot per traced tgid (absent: slot 0).
-#[map]
-pub static LIB_OF: HashMap<u32, u32> = HashMap::with_max_entries(MAX_TRACED, 0);
-
 /// Per-CPU counters indexed by `lbf_common::counter`.
 #[map]
 pub static COUNTERS: PerCpuArray<u64> =
     PerCpuArray::with_max_entries(lbf_common::counter::COUNT, 0);
-
-/// Entry arguments of calls in flight, keyed by [`in_flight_key`]. LRU so that entries whose
-/// return was never seen (thread killed inside a call) age out instead of filling the map.
-#[map]
-pub static IN_FLIGHT: LruHashMap<u64, [u64; ARG_WORDS]> =
-    LruHashMap::with_max_entries(MAX_IN_FLIGHT, 0);
 
 /// Offsets of the kernel data read (tracepoint fields, `task_struct`), set before loading.
 #[unsafe(no_mangle)]
@@ -52,11 +48,44 @@ pub fn offsets() -> KernelOffsets {
     unsafe { core::ptr::read_volatile(&KERNEL_OFFSETS) }
 }
 
-/// Key of a call in flight: thread id and function id (a thread cannot be inside the same
-/// probed function twice, barring recursion, which MPI functions do not do).
+/// The memory reads of function `fn_id` in library slot `slot`.
 #[inline(always)]
-pub fn in_flight_key(tid: u32, fn_id: u16) -> u64 {
-    ((tid as u64) << 16) | fn_id as u64
+pub fn fn_reads(slot: u32, fn_id: u16) -> Option<&'static FnReads> {
+    FN_READS.get((slot & (MAX_LIBS - 1)) * MAX_FNS + fn_id as u32)
+}
+
+/// The state of thread `tid` of process `tgid`: its entry in [`THREADS`], or a new one if the
+/// process is traced (a thread whose creation was not seen, or whose entry belonged to an
+/// earlier thread of that id). `None` for threads of untraced processes, and when the map is
+/// full (counted as `NO_CLOCK`).
+#[inline(always)]
+pub fn thread_state(tgid: u32, tid: u32) -> Option<*mut ThreadState> {
+    if let Some(state) = THREADS.get_ptr_mut(&tid) {
+        // SAFETY: a map value; only this thread's probes and hooks write it.
+        if unsafe { (*state).tgid } == tgid {
+            return Some(state);
+        }
+    }
+    if !is_traced(tgid) {
+        return None;
+    }
+    new_thread_state(tgid, tid)
+}
+
+/// Gives thread `tid` of process `tgid` a fresh state (no clock yet, no call in flight),
+/// replacing any it had. `None` (counted as `NO_CLOCK`) when the map is full.
+#[inline(always)]
+pub fn new_thread_state(tgid: u32, tid: u32) -> Option<*mut ThreadState> {
+    let state = NEW_THREAD
+        .get(0)
+        .and_then(|zero| THREADS.insert(&tid, zero, 0).ok())
+        .and_then(|()| THREADS.get_ptr_mut(&tid));
+    match state {
+        // SAFETY: the map value just inserted.
+        Some(s) => unsafe { (*s).tgid = tgid },
+        None => count(counter::NO_CLOCK),
+    }
+    state
 }
 
 /// Adds one to the per-CPU counter `index`.

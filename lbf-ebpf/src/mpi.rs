@@ -3,92 +3,157 @@
 //! slot). `mpi_enter`/`mpi_exit` are `uprobe.multi` programs: user space attaches each with one
 //! uprobe_multi link per library, which the kernel removes in one go at the end (perf-event
 //! uprobes are removed one RCU grace period each). `mpi_enter_pp`/`mpi_exit_pp` are the same
-//! code as classic per-point programs, for kernels without uprobe_multi (before 6.6). The entry
-//! of `PMPI_Init` and `PMPI_Init_thread` records the caller's library slot, so that later calls
-//! read memory with that library's layout.
+//! code as classic per-point programs, for kernels without uprobe_multi (before 6.6). The
+//! cookie's slot selects the memory reads of the library the probe is in.
 //!
-//! Entry: records the 6 register arguments and the first 2 stack arguments, reads the user
-//! memory the function's entry [`lbf_common::MemRead`] asks for, and keeps the arguments until
-//! the return. Exit: records the return value and the kept arguments, and reads memory with
-//! the exit `MemRead`, whose pointers are taken from the kept entry arguments.
+//! Both look up the calling thread's state (`lbf_common::maps::ThreadState`) once: it says
+//! whether the thread is traced, and holds its CPU clock and its calls in flight. Entry:
+//! records the 6 register arguments and the first 2 stack arguments, reads the user memory the
+//! function's entry [`lbf_common::MemRead`] asks for, and keeps the arguments in the thread's
+//! state until the return. Exit: records the return value and the kept arguments, and reads
+//! memory with the exit `MemRead`, whose pointers are taken from the kept entry arguments.
 
-use core::ffi::c_void;
+use core::{ffi::c_void, mem::MaybeUninit};
 
 use aya_ebpf::{
-    helpers::{bpf_probe_read_user, gen::bpf_get_attach_cookie},
+    helpers::gen::{bpf_get_attach_cookie, bpf_probe_read_user},
     programs::{ProbeContext, RetProbeContext},
 };
 use lbf_common::{
     counter,
-    maps::MAX_LIBS,
-    mpi::{split_cookie, INIT, INIT_THREAD},
-    FnReads, RecordKind, ARG_WORDS, MAX_FNS,
+    maps::{CallInFlight, ThreadClock, ThreadState, MAX_NESTED},
+    mpi::{split_cookie, Cookie},
+    MemRead, RecordKind, ARG_WORDS,
 };
 
 use crate::{
-    maps::{count, in_flight_key, is_traced, FN_READS, IN_FLIGHT, LIB_OF},
-    record::{current_ids, Draft},
+    maps::{count, fn_reads, thread_state},
+    record::{current_ids, Draft, Mem, UserRead},
 };
 
-/// The memory reads for `fn_id` in the library slot of process `tgid`.
+/// What the probe that fired was attached with: function, library slot, stack arguments.
 #[inline(always)]
-fn reads_for(tgid: u32, fn_id: u16) -> Option<FnReads> {
-    // SAFETY: values are copied out at once.
-    let slot = unsafe { LIB_OF.get(&tgid).copied() }.unwrap_or(0) & (MAX_LIBS - 1);
-    FN_READS.get(slot * MAX_FNS + fn_id as u32).copied()
-}
-
-/// The function id and library slot the probe that fired was attached with.
-#[inline(always)]
-fn attach_cookie(ctx: *mut c_void) -> (u16, u32) {
+fn attach_cookie(ctx: *mut c_void) -> Cookie {
     // SAFETY: `ctx` is the probe program's context.
     split_cookie(unsafe { bpf_get_attach_cookie(ctx) })
+}
+
+/// Keeps the entry arguments of a call of `fn_id` as the thread's innermost call in flight.
+/// With [`MAX_NESTED`] calls already in flight (returns missed), the innermost is replaced.
+#[inline(always)]
+fn push_call(state: &mut ThreadState, fn_id: u16, args: &[u64; ARG_WORDS]) {
+    let depth = (state.depth as usize).min(MAX_NESTED - 1);
+    let Some(call) = state.calls.get_mut(depth) else {
+        return;
+    };
+    call.fn_id = fn_id as u64;
+    // One store per word: an array copy would become a byte-at-a-time `memcpy` call.
+    for (i, &word) in args.iter().enumerate() {
+        // SAFETY: `i` < ARG_WORDS, within `call.args`.
+        unsafe { core::ptr::write_volatile(call.args.as_mut_ptr().add(i), word) };
+    }
+    state.depth = depth as u32 + 1;
+}
+
+/// Takes the innermost call of `fn_id` in flight off the thread's calls, with the calls
+/// inside it (whose returns were missed). `None` if `fn_id` has no call in flight.
+#[inline(always)]
+fn pop_call(state: &mut ThreadState, fn_id: u16) -> Option<&CallInFlight> {
+    let depth = (state.depth as usize).min(MAX_NESTED);
+    let found = (0..MAX_NESTED)
+        .rev()
+        .find(|&i| i < depth && state.calls[i].fn_id == fn_id as u64)?;
+    state.depth = found as u32;
+    state.calls.get(found)
+}
+
+/// Which call a record is about: the function and the calling thread.
+#[derive(Clone, Copy)]
+struct Call {
+    fn_id: u16,
+    tgid: u32,
+    tid: u32,
+}
+
+/// Emits a record of `kind` about `call`, stamped with the thread's `clock`, with `words` as
+/// its arguments and the user memory `read` asks for (pointer and count from `entry`, the
+/// call's entry arguments).
+#[inline(always)]
+fn emit(
+    kind: RecordKind,
+    call: Call,
+    clock: &mut ThreadClock,
+    read: Option<MemRead>,
+    entry: &[u64; ARG_WORDS],
+    words: impl Fn(usize) -> u64,
+) {
+    let read = read.and_then(|r| UserRead::plan(&r, entry));
+    let mem = Mem::for_read(read.as_ref());
+    let Call { fn_id, tgid, tid } = call;
+    if let Some(mut d) = Draft::reserve_with_clock(kind, fn_id, tgid, tid, mem, clock) {
+        if let Some(read) = &read {
+            d.read_user(read);
+        }
+        d.submit(words);
+    }
 }
 
 /// Entry of a probed function (which one: the attach cookie).
 #[inline(always)]
 fn on_entry(ctx: *mut c_void) {
     let (tgid, tid) = current_ids();
-    if !is_traced(tgid) {
+    let Some(state) = thread_state(tgid, tid) else {
         return;
-    }
-    let (fn_id, slot) = attach_cookie(ctx);
-    if fn_id == INIT || fn_id == INIT_THREAD {
-        let _ = LIB_OF.insert(&tgid, &slot, 0);
-    }
-    let ctx = ProbeContext::new(ctx);
-    let regs = ctx.regs;
-    // SAFETY: `regs` is the probe's register context.
-    let (mut args, sp) = unsafe {
-        (
-            [
-                (*regs).rdi,
-                (*regs).rsi,
-                (*regs).rdx,
-                (*regs).rcx,
-                (*regs).r8,
-                (*regs).r9,
-                0,
-                0,
-            ],
-            (*regs).rsp,
-        )
     };
-    // At entry [sp] is the return address; the 7th and 8th arguments follow it. One read of
-    // both (each helper call costs tens of ns per MPI call).
-    // SAFETY: checked user read; a failure leaves 0s.
-    let [a7, a8] = unsafe { bpf_probe_read_user((sp + 8) as *const [u64; 2]) }.unwrap_or([0, 0]);
-    args[6] = a7;
-    args[7] = a8;
-    let _ = IN_FLIGHT.insert(&in_flight_key(tid, fn_id), &args, 0);
-    if let Some(mut d) = Draft::reserve(RecordKind::CallEntry, fn_id, tgid, tid) {
-        // SAFETY: the draft's record is reserved and ours.
-        unsafe { (*d.record()).args = args };
-        if let Some(reads) = reads_for(tgid, fn_id) {
-            d.read_user(&reads.entry, &args);
+    // SAFETY: a map value, written only by this thread's probes and hooks (which cannot run
+    // concurrently with this one).
+    let state = unsafe { &mut *state };
+    let Cookie {
+        fn_id,
+        slot,
+        stack_args,
+    } = attach_cookie(ctx);
+    let regs = ProbeContext::new(ctx).regs;
+    // At entry [sp] is the return address; the 7th and 8th arguments follow it: one read of
+    // both, which zeroes them on failure, and only for functions that have them (a user read
+    // costs some 40 ns). Else zeroed word by word (`[0, 0]` would call a byte-wise `memset`).
+    let mut stack = MaybeUninit::<[u64; 2]>::uninit();
+    // SAFETY: `regs` is the probe's register context; `stack` is filled either way.
+    let args = unsafe {
+        if stack_args {
+            bpf_probe_read_user(
+                stack.as_mut_ptr() as *mut c_void,
+                16,
+                ((*regs).rsp + 8) as *const c_void,
+            );
+        } else {
+            let words = stack.as_mut_ptr() as *mut u64;
+            core::ptr::write_volatile(words, 0);
+            core::ptr::write_volatile(words.add(1), 0);
         }
-        d.submit();
-    }
+        let stack = stack.assume_init();
+        [
+            (*regs).rdi,
+            (*regs).rsi,
+            (*regs).rdx,
+            (*regs).rcx,
+            (*regs).r8,
+            (*regs).r9,
+            stack[0],
+            stack[1],
+        ]
+    };
+    push_call(state, fn_id, &args);
+    let read = fn_reads(slot, fn_id).map(|r| r.entry);
+    let call = Call { fn_id, tgid, tid };
+    emit(
+        RecordKind::CallEntry,
+        call,
+        &mut state.clock,
+        read,
+        &args,
+        |i| args[i],
+    );
 }
 
 /// Return of a probed function (which one: the attach cookie). Without kept entry arguments
@@ -96,33 +161,34 @@ fn on_entry(ctx: *mut c_void) {
 #[inline(always)]
 fn on_exit(ctx: *mut c_void) {
     let (tgid, tid) = current_ids();
-    if !is_traced(tgid) {
+    let Some(state) = thread_state(tgid, tid) else {
         return;
-    }
-    let (fn_id, _) = attach_cookie(ctx);
-    let ctx = RetProbeContext::new(ctx);
-    let key = in_flight_key(tid, fn_id);
-    // SAFETY: the value is copied out at once.
-    let Some(entry) = (unsafe { IN_FLIGHT.get(&key).copied() }) else {
+    };
+    // SAFETY: as in `on_entry`.
+    let state = unsafe { &mut *state };
+    let Cookie { fn_id, slot, .. } = attach_cookie(ctx);
+    // SAFETY: `regs` is the probe's register context.
+    let ret = unsafe { (*RetProbeContext::new(ctx).regs).rax };
+    let Some(call) = pop_call(state, fn_id) else {
         count(counter::EXIT_WITHOUT_ENTRY);
         return;
     };
-    let _ = IN_FLIGHT.remove(&key);
-    // SAFETY: `regs` is the probe's register context.
-    let ret = unsafe { (*ctx.regs).rax };
-    if let Some(mut d) = Draft::reserve(RecordKind::CallExit, fn_id, tgid, tid) {
-        let r = d.record();
-        // SAFETY: the draft's record is reserved and ours.
-        unsafe {
-            let args = &mut (*r).args;
-            args[0] = ret;
-            args[1..ARG_WORDS].copy_from_slice(&entry[..ARG_WORDS - 1]);
-        }
-        if let Some(reads) = reads_for(tgid, fn_id) {
-            d.read_user(&reads.exit, &entry);
-        }
-        d.submit();
-    }
+    // A copy on the stack, one load per word (an array copy would call a byte-at-a-time
+    // `memcpy`): the verifier accepts the variable index of a memory read into it.
+    let entry: [u64; ARG_WORDS] =
+        // SAFETY: `i` < ARG_WORDS, within `call.args`.
+        core::array::from_fn(|i| unsafe { core::ptr::read_volatile(call.args.as_ptr().add(i)) });
+    let read = fn_reads(slot, fn_id).map(|r| r.exit);
+    let call = Call { fn_id, tgid, tid };
+    let words = |i| if i == 0 { ret } else { entry[i - 1] };
+    emit(
+        RecordKind::CallExit,
+        call,
+        &mut state.clock,
+        read,
+        &entry,
+        words,
+    );
 }
 
 /// Entry of any probed function, through a uprobe_multi link.

@@ -1,14 +1,23 @@
-//! Writing records into the ring buffer: the header (kind, ids, time, CPU clock) and the
-//! optional user memory read. Never blocks: a full ring buffer drops the record and counts it.
+//! Writing records into the ring buffer: the header (kind, ids, time, CPU clock), the
+//! arguments and the optional user memory read, in an item only as long as that read needs.
+//! Never blocks: a full ring buffer drops the record and counts it.
+
+use core::ffi::c_void;
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, gen::bpf_probe_read_user},
-    maps::ring_buf::RingBufEntry,
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns,
+        gen::{bpf_probe_read_user, bpf_ringbuf_reserve, bpf_ringbuf_submit},
+    },
+    maps::RingBuf,
 };
-use lbf_common::{counter, MemRead, Record, RecordKind, ARG_WORDS, MEM_BYTES};
+use lbf_common::{
+    counter, maps::ThreadClock, MemRead, Record, RecordKind, ARG_WORDS, MEM_BYTES,
+    RECORD_HEAD_BYTES, SHORT_MEM_BYTES,
+};
 
-use crate::maps::{count, current_sum_exec_runtime, CLOCKS, EVENTS};
+use crate::maps::{count, current_sum_exec_runtime, EVENTS, THREADS};
 
 /// The calling thread's ids: `(tgid, tid)`.
 #[inline(always)]
@@ -17,48 +26,140 @@ pub fn current_ids() -> (u32, u32) {
     ((id >> 32) as u32, id as u32)
 }
 
-/// The running (current) thread `tid`'s cumulative on-CPU nanoseconds at `now`. A clock that
-/// does not know when the thread was switched in (seeded by user space, or its switch-in not
-/// seen) takes the scheduler's `sum_exec_runtime` (stale by at most a scheduler tick) and
-/// starts its running interval now. Without a clock: `sum_exec_runtime`, or 0; counted.
+/// The running (current) thread `tid`'s cumulative on-CPU nanoseconds at `now`, from its
+/// state's clock ([`clock_at`]). Without a state: `sum_exec_runtime`, or 0; counted.
 #[inline(always)]
 pub fn cpu_now(tid: u32, now: u64) -> u64 {
-    let Some(clock) = CLOCKS.get_ptr_mut(&tid) else {
-        count(counter::NO_CLOCK);
-        return current_sum_exec_runtime().unwrap_or(0);
-    };
-    // SAFETY: map value pointer valid for the program's run; only this thread's events
-    // (which cannot run concurrently with it) and user space seeding write it.
-    unsafe {
-        if (*clock).switched_in_ns == 0 {
-            if let Some(sum) = current_sum_exec_runtime() {
-                (*clock).acc_ns = sum;
-            }
-            (*clock).switched_in_ns = now;
-            (*clock).acc_ns
-        } else {
-            (*clock).acc_ns + now.saturating_sub((*clock).switched_in_ns)
+    match THREADS.get_ptr_mut(&tid) {
+        // SAFETY: a map value, valid for the program's run.
+        Some(state) => clock_at(unsafe { &mut (*state).clock }, now),
+        None => {
+            count(counter::NO_CLOCK);
+            current_sum_exec_runtime().unwrap_or(0)
         }
+    }
+}
+
+/// The running (current) thread's cumulative on-CPU nanoseconds at `now`, by its `clock`. A
+/// clock that does not know when the thread was switched in (seeded by user space, or its
+/// switch-in not seen) takes the scheduler's `sum_exec_runtime` (stale by at most a scheduler
+/// tick) and starts its running interval now.
+#[inline(always)]
+pub fn clock_at(clock: &mut ThreadClock, now: u64) -> u64 {
+    if clock.switched_in_ns == 0 {
+        if let Some(sum) = current_sum_exec_runtime() {
+            clock.acc_ns = sum;
+        }
+        clock.switched_in_ns = now;
+        clock.acc_ns
+    } else {
+        clock.acc_ns + now.saturating_sub(clock.switched_in_ns)
+    }
+}
+
+/// How much of `mem` a record is reserved with (see [`lbf_common::Record`]): records that carry
+/// no memory or a short read take a few cache lines of the ring buffer instead of six.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Mem {
+    /// No `mem`.
+    None,
+    /// [`SHORT_MEM_BYTES`] of `mem`.
+    Short,
+    /// All [`MEM_BYTES`] of `mem`.
+    Full,
+}
+
+impl Mem {
+    /// The room a record needs for `read`.
+    #[inline(always)]
+    pub fn for_read(read: Option<&UserRead>) -> Self {
+        match read {
+            None => Self::None,
+            Some(r) if r.len as usize <= SHORT_MEM_BYTES => Self::Short,
+            Some(_) => Self::Full,
+        }
+    }
+}
+
+/// A read of user memory a record carries: `len` (1 to [`MEM_BYTES`]) bytes at `ptr`.
+#[derive(Clone, Copy)]
+pub struct UserRead {
+    ptr: u64,
+    len: u32,
+}
+
+impl UserRead {
+    /// The read `read` asks for, taking the pointer and the element count from `args` (the
+    /// call's entry arguments); the length is capped at [`MEM_BYTES`]. `None` if it asks for
+    /// none, or for none here: nothing is mapped in the first page, so pointers there (0 is
+    /// NULL, Open MPI's `MPI_STATUS_IGNORE`; 1 is MPICH's) mean "no data", not a failed read.
+    #[inline(always)]
+    pub fn plan(read: &MemRead, args: &[u64; ARG_WORDS]) -> Option<Self> {
+        // `get` rather than indexing: a bounds-check panic would not pass the verifier.
+        let &ptr = args.get((read.ptr_arg as usize).wrapping_sub(1))?;
+        let mut len = read.len as u64;
+        if read.count_arg != 0 {
+            let &n = args.get(read.count_arg as usize - 1)?;
+            // Counts are C ints: only the low 32 bits of the register are defined.
+            len = len.saturating_mul(n as u32 as u64);
+        }
+        let len = len.min(MEM_BYTES as u64) as u32;
+        (ptr >= 4096 && len > 0).then_some(Self { ptr, len })
     }
 }
 
 /// A reserved record being filled; submitted with [`Draft::submit`].
 pub struct Draft {
-    entry: RingBufEntry<Record>,
+    record: *mut Record,
+    mem: Mem,
 }
 
 impl Draft {
-    /// Reserves a record of `kind` for the current thread, stamped now. `None` (and counted
-    /// as lost) when the ring buffer is full.
+    /// Reserves a record of `kind` for the current thread with room `mem`, stamped now, its
+    /// CPU clock looked up by `tid`. `None` (and counted as lost) when the ring buffer is full.
     #[inline(always)]
-    pub fn reserve(kind: RecordKind, fn_id: u16, tgid: u32, tid: u32) -> Option<Self> {
-        let Some(mut entry) = EVENTS.reserve::<Record>(0) else {
+    pub fn reserve(kind: RecordKind, fn_id: u16, tgid: u32, tid: u32, mem: Mem) -> Option<Self> {
+        Self::reserve_clocked(kind, fn_id, tgid, tid, mem, |now| cpu_now(tid, now))
+    }
+
+    /// [`Draft::reserve`] with the thread's CPU clock at hand.
+    #[inline(always)]
+    pub fn reserve_with_clock(
+        kind: RecordKind,
+        fn_id: u16,
+        tgid: u32,
+        tid: u32,
+        mem: Mem,
+        clock: &mut ThreadClock,
+    ) -> Option<Self> {
+        Self::reserve_clocked(kind, fn_id, tgid, tid, mem, |now| clock_at(clock, now))
+    }
+
+    /// Reserves a record stamped now, `cpu_at(now)` giving the thread's CPU clock.
+    #[inline(always)]
+    fn reserve_clocked(
+        kind: RecordKind,
+        fn_id: u16,
+        tgid: u32,
+        tid: u32,
+        mem: Mem,
+        cpu_at: impl FnOnce(u64) -> u64,
+    ) -> Option<Self> {
+        let size = RECORD_HEAD_BYTES
+            + match mem {
+                Mem::None => 0,
+                Mem::Short => SHORT_MEM_BYTES,
+                Mem::Full => MEM_BYTES,
+            };
+        let ring = &EVENTS as *const RingBuf as *mut c_void;
+        // SAFETY: `ring` is the ring buffer map; the size is one of three constants.
+        let r = unsafe { bpf_ringbuf_reserve(ring, size as u64, 0) } as *mut Record;
+        if r.is_null() {
             count(counter::LOST_RINGBUF);
             return None;
-        };
+        }
         let now = unsafe { bpf_ktime_get_ns() };
-        let r = entry.as_mut_ptr();
-        // SAFETY: `r` points at a reserved, exclusively owned record.
+        // SAFETY: `r` points at a reserved, exclusively owned record head.
         unsafe {
             (*r).kind = kind as u16;
             (*r).fn_id = fn_id;
@@ -67,46 +168,30 @@ impl Draft {
             (*r).tgid = tgid;
             (*r).tid = tid;
             (*r).ts_ns = now;
-            (*r).cpu_ns = cpu_now(tid, now);
-            (*r).args = [0; ARG_WORDS];
+            (*r).cpu_ns = cpu_at(now);
         }
-        Some(Self { entry })
+        Some(Self { record: r, mem })
     }
 
-    /// The record being filled.
+    /// The record being filled; only its head, and `mem` as far as reserved, exist.
     #[inline(always)]
     pub fn record(&mut self) -> *mut Record {
-        self.entry.as_mut_ptr()
+        self.record
     }
 
-    /// Reads user memory into `mem` as `read` says, taking the pointer and the element count
-    /// from `args` (the call's entry arguments). A failed read leaves `mem_len` 0 (counted).
+    /// Reads user memory into `mem` as `read` says, as much as the record has room for. A
+    /// failed read leaves `mem_len` 0 (counted).
     #[inline(always)]
-    pub fn read_user(&mut self, read: &MemRead, args: &[u64; ARG_WORDS]) {
-        // `get` rather than indexing: a bounds-check panic would not pass the verifier.
-        let Some(&ptr) = args.get((read.ptr_arg as usize).wrapping_sub(1)) else {
-            return;
+    pub fn read_user(&mut self, read: &UserRead) {
+        let len = match self.mem {
+            Mem::None => return,
+            Mem::Short => read.len.min(SHORT_MEM_BYTES as u32),
+            Mem::Full => read.len.min(MEM_BYTES as u32),
         };
-        let mut len = read.len as u64;
-        if read.count_arg != 0 {
-            let Some(&n) = args.get(read.count_arg as usize - 1) else {
-                return;
-            };
-            // Counts are C ints: only the low 32 bits of the register are defined.
-            len = len.saturating_mul(n as u32 as u64);
-        }
-        if len > MEM_BYTES as u64 {
-            len = MEM_BYTES as u64;
-        }
-        // Nothing is mapped in the first page: 0 is NULL (Open MPI's MPI_STATUS_IGNORE), 1 is
-        // MPICH's MPI_STATUS_IGNORE. Such pointers mean "no data", not a failed read.
-        if ptr < 4096 || len == 0 {
-            return;
-        }
-        let r = self.record();
-        // SAFETY: the destination is the reserved record's `mem`, `len` <= MEM_BYTES.
+        let r = self.record;
+        // SAFETY: the destination is the reserved record's `mem`, `len` within its room.
         let rc = unsafe {
-            bpf_probe_read_user((*r).mem.as_mut_ptr() as *mut _, len as u32, ptr as *const _)
+            bpf_probe_read_user((*r).mem.as_mut_ptr() as *mut _, len, read.ptr as *const _)
         };
         if rc == 0 {
             unsafe { (*r).mem_len = len as u16 };
@@ -115,12 +200,21 @@ impl Draft {
         }
     }
 
-    /// Hands the record to user space, waking the reader only once the ring buffer is an
-    /// eighth full: a wake-up per record (an interrupt, and a context switch on a machine whose
-    /// cores run the traced program) costs several times the probe itself. The reader polls
-    /// on a short timer besides.
+    /// Sets `args[i]` to `word(i)` for every `i` and hands the record to user space, waking
+    /// the reader only once the ring buffer is an eighth full: a wake-up per record (an
+    /// interrupt, and a context switch on a machine whose cores run the traced program) costs
+    /// several times the probe itself. The reader polls on a short timer besides.
+    ///
+    /// The words are stored one by one: the BPF backend lowers array copies and fills to
+    /// calls of byte-at-a-time `memcpy`/`memset` subprograms, some hundreds of instructions
+    /// per record (volatile keeps LLVM from forming those calls).
     #[inline(always)]
-    pub fn submit(self) {
+    pub fn submit(self, word: impl Fn(usize) -> u64) {
+        // SAFETY: `args` of the reserved record head, `i` < ARG_WORDS.
+        let args = unsafe { (*self.record).args.as_mut_ptr() };
+        for i in 0..ARG_WORDS {
+            unsafe { core::ptr::write_volatile(args.add(i), word(i)) };
+        }
         let avail = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
         let size = EVENTS.query(BPF_RB_RING_SIZE as u64);
         let wake = if avail >= size / 8 {
@@ -128,6 +222,7 @@ impl Draft {
         } else {
             BPF_RB_NO_WAKEUP
         };
-        self.entry.submit(wake as u64);
+        // SAFETY: the record reserved above, submitted once.
+        unsafe { bpf_ringbuf_submit(self.record as *mut c_void, wake as u64) };
     }
 }

@@ -12,11 +12,11 @@ use aya_ebpf::{
     programs::TracePointContext,
     EbpfContext,
 };
-use lbf_common::{maps::KernelOffsets, maps::ThreadClock, RecordKind, MEM_BYTES};
+use lbf_common::{maps::KernelOffsets, RecordKind, MEM_BYTES};
 
 use crate::{
-    maps::{current_sum_exec_runtime, is_traced, offsets, CLOCKS, LIB_OF, TRACED},
-    record::{current_ids, Draft},
+    maps::{current_sum_exec_runtime, is_traced, new_thread_state, offsets, THREADS, TRACED},
+    record::{current_ids, Draft, Mem},
 };
 
 /// `CLONE_THREAD`: the new task is a thread of its parent's group, not a new process.
@@ -30,8 +30,8 @@ fn field<T>(ctx: &TracePointContext, offset: u32) -> Option<T> {
 }
 
 /// A task was created (fork, vfork, clone of a thread) by a traced process: give the new
-/// thread a CPU clock; if it is a new process, trace it and emit `Fork` with `args[0]` = its
-/// tgid.
+/// thread a state (CPU clock); if it is a new process, trace it and emit `Fork` with
+/// `args[0]` = its tgid.
 #[tracepoint]
 pub fn task_newtask(ctx: TracePointContext) -> u32 {
     let (tgid, tid) = current_ids();
@@ -46,20 +46,14 @@ pub fn task_newtask(ctx: TracePointContext) -> u32 {
         return 0;
     };
     let child = child as u32;
-    let _ = CLOCKS.insert(&child, &ThreadClock::default(), 0);
-    if flags & CLONE_THREAD != 0 {
+    let thread = flags & CLONE_THREAD != 0;
+    let _ = new_thread_state(if thread { tgid } else { child }, child);
+    if thread {
         return 0;
     }
     let _ = TRACED.insert(&child, &1, 0);
-    // SAFETY: the value is copied out at once.
-    if let Some(slot) = unsafe { LIB_OF.get(&tgid) } {
-        let slot = *slot;
-        let _ = LIB_OF.insert(&child, &slot, 0);
-    }
-    if let Some(mut d) = Draft::reserve(RecordKind::Fork, 0, tgid, tid) {
-        // SAFETY: the draft's record is reserved and ours.
-        unsafe { (*d.record()).args[0] = child as u64 };
-        d.submit();
+    if let Some(d) = Draft::reserve(RecordKind::Fork, 0, tgid, tid, Mem::None) {
+        d.submit(|i| if i == 0 { child as u64 } else { 0 });
     }
     0
 }
@@ -75,7 +69,7 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     let Some(loc) = field::<u32>(&ctx, offsets().exec_filename) else {
         return 0;
     };
-    let Some(mut d) = Draft::reserve(RecordKind::Exec, 0, tgid, tid) else {
+    let Some(mut d) = Draft::reserve(RecordKind::Exec, 0, tgid, tid, Mem::Full) else {
         return 0;
     };
     let r = d.record();
@@ -88,13 +82,16 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     if n > 0 {
         unsafe { (*r).mem_len = n as u16 };
     }
-    d.submit();
-    // The new image may use another MPI library: its `PMPI_Init*` sets the slot again.
-    let _ = LIB_OF.remove(&tgid);
+    d.submit(|_| 0);
+    // Calls of the old image in flight never return.
+    if let Some(state) = THREADS.get_ptr_mut(&tid) {
+        // SAFETY: a map value, written only by this thread's hooks and probes.
+        unsafe { (*state).depth = 0 };
+    }
     0
 }
 
-/// A traced thread exited: drop its clock. If it was the last thread of its group (the
+/// A traced thread exited: drop its state. If it was the last thread of its group (the
 /// tracepoint's `group_dead`; on kernels without that field, the thread whose tid is the
 /// tgid), emit `Exit` and stop tracing the group.
 #[tracepoint]
@@ -110,13 +107,12 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
         field::<u8>(&ctx, off).unwrap_or(0) != 0
     };
     if group_dead {
-        if let Some(d) = Draft::reserve(RecordKind::Exit, 0, tgid, tid) {
-            d.submit();
+        if let Some(d) = Draft::reserve(RecordKind::Exit, 0, tgid, tid, Mem::None) {
+            d.submit(|_| 0);
         }
         let _ = TRACED.remove(&tgid);
-        let _ = LIB_OF.remove(&tgid);
     }
-    let _ = CLOCKS.remove(&tid);
+    let _ = THREADS.remove(&tid);
     0
 }
 
@@ -133,9 +129,10 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
         return 0;
     };
     let now = unsafe { bpf_ktime_get_ns() };
-    if let Some(c) = CLOCKS.get_ptr_mut(&(prev as u32)) {
+    if let Some(s) = THREADS.get_ptr_mut(&(prev as u32)) {
         // SAFETY: map value valid during the program; the thread is switching out on this CPU.
         unsafe {
+            let c = &raw mut (*s).clock;
             if let Some(sum) = current_sum_exec_runtime() {
                 (*c).acc_ns = sum;
             } else if (*c).switched_in_ns != 0 {
@@ -144,9 +141,9 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
             (*c).switched_in_ns = 0;
         }
     }
-    if let Some(c) = CLOCKS.get_ptr_mut(&(next as u32)) {
+    if let Some(s) = THREADS.get_ptr_mut(&(next as u32)) {
         // SAFETY: as above; the thread is switching in on this CPU.
-        unsafe { (*c).switched_in_ns = now };
+        unsafe { (*s).clock.switched_in_ns = now };
     }
     0
 }

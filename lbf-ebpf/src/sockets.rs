@@ -20,7 +20,7 @@ use lbf_common::{
 
 use crate::{
     maps::{count, is_traced},
-    record::{cpu_now, current_ids, Draft},
+    record::{cpu_now, current_ids, Draft, Mem, UserRead},
 };
 
 /// The recorded system calls: number -> memory reads. Filled by user space.
@@ -91,19 +91,22 @@ pub fn sys_exit(ctx: RawTracePointContext) -> u32 {
         return 0;
     };
     let ret = raw_arg(&ctx, 1);
-    if let Some(mut d) = Draft::reserve(RecordKind::Syscall, nr as u16, tgid, tid) {
-        // SAFETY: the draft's record is reserved and ours.
-        unsafe {
-            let args = &mut (*d.record()).args;
-            args[0] = ret;
-            args[1..7].copy_from_slice(&saved[..6]);
-            args[7] = saved[7];
+    // Memory is read only after a successful call; pointers index the 6 arguments.
+    let read = if (ret as i64) >= 0 {
+        UserRead::plan(&reads.exit, &saved)
+    } else {
+        None
+    };
+    let mem = Mem::for_read(read.as_ref());
+    if let Some(mut d) = Draft::reserve(RecordKind::Syscall, nr as u16, tgid, tid, mem) {
+        if let Some(read) = &read {
+            d.read_user(read);
         }
-        // Memory is read only after a successful call; pointers index the 6 arguments.
-        if (ret as i64) >= 0 {
-            d.read_user(&reads.exit, &saved);
-        }
-        d.submit();
+        d.submit(|i| match i {
+            0 => ret,
+            7 => saved[7],
+            _ => saved[i - 1],
+        });
     }
     0
 }

@@ -10,7 +10,11 @@
 //! 2. Whole runs: communication-heavy (`ring`, `pingpong` without compute) and compute-heavy
 //!    (`halo`) workloads of `tests/workloads/mpi`, traced versus untraced, by their own
 //!    reported wall time (`wall_ns`, from before `MPI_Init` to after `MPI_Finalize`), so the
-//!    tracer's own start and end are not counted; those are printed separately.
+//!    tracer's own start and end are not counted; those are printed separately. Each also
+//!    runs under the empty uprobe + uretprobe on every function lbf probes: its slowdown is
+//!    what the uprobe mechanism alone costs the workload, whatever a tracer does in it (`ring`
+//!    without compute makes an MPI call every few microseconds, so even empty probes slow it
+//!    down by a large factor).
 //!
 //! Each configuration runs `--runs` times, interleaved, and the fastest run counts: other
 //! load on the machine only ever adds time. Needs root.
@@ -23,6 +27,7 @@ use std::{
 };
 
 use anyhow::{bail, Context, Result};
+use lbf_common::mpi;
 
 use crate::cmd::run_cmd;
 
@@ -74,12 +79,7 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
         ("untraced", loop_cmd(vec![])),
         (
             "empty uprobe+uretprobe",
-            loop_cmd(vec![
-                tools.empty_probe.display().to_string(),
-                LIBMPICH.into(),
-                "PMPI_Comm_rank".into(),
-                "--".into(),
-            ]),
+            loop_cmd(empty_probe_prefix(&tools, "PMPI_Comm_rank")),
         ),
         ("lbf-trace", loop_cmd(lbf_trace_prefix(&tools))),
     ];
@@ -120,7 +120,16 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
         (per_call[1] - per_call[0]) / empty * 100.0
     );
 
-    println!("\nwhole runs (2 ranks; wall time reported by the ranks), {runs} runs each");
+    println!(
+        "\nwhole runs (2 ranks; wall time reported by the ranks), {runs} runs each; \"empty\": \
+         the empty uprobe+uretprobe on all {} functions lbf probes",
+        mpi::NAMES.len()
+    );
+    let all_functions = mpi::NAMES
+        .iter()
+        .map(|(_, name)| *name)
+        .collect::<Vec<_>>()
+        .join(",");
     let workloads = [
         ("ring 20000 0", "communication-heavy"),
         ("pingpong 500 0", "communication-heavy"),
@@ -132,33 +141,54 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
         let mut cmd: Vec<String> = ["mpirun.mpich", "-n", "2"].map(String::from).to_vec();
         cmd.push(exe.display().to_string());
         cmd.extend(words.map(String::from));
-        let mut traced_cmd = lbf_trace_prefix(&tools);
-        traced_cmd.extend(cmd.iter().cloned());
-        let (mut plain, mut traced, mut plain_total, mut traced_total) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let prefixed = |mut prefix: Vec<String>| {
+            prefix.extend(cmd.iter().cloned());
+            prefix
+        };
+        let configs = [
+            cmd.clone(),
+            prefixed(empty_probe_prefix(&tools, &all_functions)),
+            prefixed(lbf_trace_prefix(&tools)),
+        ];
+        let (mut wall, mut total) = (vec![Vec::new(); 3], vec![Vec::new(); 3]);
         for _ in 0..runs {
-            for (cmd, wall, total) in [
-                (&cmd, &mut plain, &mut plain_total),
-                (&traced_cmd, &mut traced, &mut traced_total),
-            ] {
+            for (i, cmd) in configs.iter().enumerate() {
                 let start = Instant::now();
                 let out = run_cmd(cmd)?;
-                total.push(start.elapsed().as_secs_f64());
-                wall.push(max_field(&out.stdout, "LBF-CHECK", "wall_ns")? / 1e9);
+                total[i].push(start.elapsed().as_secs_f64());
+                wall[i].push(max_field(&out.stdout, "LBF-CHECK", "wall_ns")? / 1e9);
             }
         }
-        let (p, t) = (fastest(&plain), fastest(&traced));
+        let [p, e, t] = [0, 1, 2].map(|i| fastest(&wall[i]));
         println!(
-            "  {workload:<16} ({kind}): untraced {p:7.3} s, traced {t:7.3} s, slowdown \
-             x{:.4} ({:+.2} %; target: under 3 %); whole command incl. lbf-trace start and \
-             end: {:.2} s vs {:.2} s",
+            "  {workload:<16} ({kind}): untraced {p:7.3} s, empty {e:7.3} s (x{:.4}), traced \
+             {t:7.3} s: slowdown x{:.4} ({:+.2} %; target: under 3 %), x{:.4} of the empty \
+             probes' run; whole command incl. lbf-trace start and end: {:.2} s vs {:.2} s",
+            e / p,
             t / p,
             (t / p - 1.0) * 100.0,
-            fastest(&traced_total),
-            fastest(&plain_total)
+            t / e,
+            fastest(&total[2]),
+            fastest(&total[0])
         );
     }
+    println!(
+        "  (the empty probes' slowdown is what the uprobe mechanism alone costs a workload, \
+         {empty:.0} ns per probed call here: no uprobe-based tracer does better; lbf's own \
+         share is its ratio to the empty probes' run)"
+    );
     Ok(())
+}
+
+/// `empty_probe LIBMPICH FUNCTIONS --`: the command prefix of a run under the empty uprobe +
+/// uretprobe on `functions` (comma-separated).
+fn empty_probe_prefix(tools: &Tools, functions: &str) -> Vec<String> {
+    vec![
+        tools.empty_probe.display().to_string(),
+        LIBMPICH.into(),
+        functions.into(),
+        "--".into(),
+    ]
 }
 
 /// `lbf-trace --mpi-lib LIBMPICH --`: the command prefix of a traced run.

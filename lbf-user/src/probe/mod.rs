@@ -10,12 +10,13 @@
 //! What a record holds (see `lbf_common::Record`): `ts_ns` is CLOCK_MONOTONIC, `cpu_ns` the
 //! thread's exact on-CPU time (0 if the thread has no clock). `CallEntry`: `args` = rdi, rsi,
 //! rdx, rcx, r8, r9, then the 64-bit words at user sp+8 and sp+16 (the 7th and 8th integer
-//! arguments; 0 if unreadable); `mem` = the entry read. `CallExit`: `args[0]` = rax (the
-//! return value), `args[1..8]` = the entry's `args[0..7]` (the 8th entry word is not
-//! repeated); `mem` = the exit read, whose pointer and count come from the entry's 8 words.
+//! arguments; 0 if unreadable or if the function takes at most 6); `mem` = the entry read.
+//! `CallExit`: `args[0]` = rax (the return value), `args[1..8]` = the entry's `args[0..7]`
+//! (the 8th entry word is not repeated); `mem` = the exit read, whose pointer and count come
+//! from the entry's 8 words.
 //! `Fork`: `args[0]` = the child's tgid (record of the parent). `Exec`: `mem` = the file
 //! name, NUL-terminated. `Exit`: the last thread of the group ended. Bytes of `mem` past
-//! `mem_len` are unspecified.
+//! `mem_len` are unspecified (0 past the end of a short ring buffer item).
 
 mod baseline;
 mod btf;

@@ -5,7 +5,7 @@ use std::{mem, os::fd::AsRawFd, time::Duration};
 
 use anyhow::Result;
 use aya::maps::{MapData, RingBuf};
-use lbf_common::Record;
+use lbf_common::{Record, RECORD_HEAD_BYTES};
 
 /// Where the record stream goes: the capture layer implements this to turn records into
 /// engine events and trace files; `JsonLinesSink` dumps them for debugging.
@@ -65,11 +65,41 @@ impl RecordReader {
     }
 }
 
-/// A record from ring buffer bytes; `None` for a short item (never written by lbf-ebpf).
+/// A record from the bytes of a ring buffer item, which may end anywhere after the head (see
+/// [`Record`]): the bytes past its end read as 0. `None` for an item shorter than the head
+/// (never written by lbf-ebpf).
 pub fn decode(bytes: &[u8]) -> Option<Record> {
-    if bytes.len() < mem::size_of::<Record>() {
+    if bytes.len() < RECORD_HEAD_BYTES {
         return None;
     }
-    // SAFETY: Record is plain old data and `bytes` holds at least one.
-    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const Record) })
+    let n = bytes.len().min(mem::size_of::<Record>());
+    // SAFETY: Record is plain old data, for which all zeros is a valid value.
+    let mut record: Record = unsafe { mem::zeroed() };
+    // SAFETY: `n` bytes fit both the item and the record.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), &mut record as *mut Record as *mut u8, n)
+    };
+    Some(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use lbf_common::{RecordKind, SHORT_MEM_BYTES};
+
+    use super::*;
+
+    #[test]
+    fn items_cut_after_the_head_or_a_short_read_decode_with_zeros_past_their_end() {
+        let mut item = vec![0xff_u8; RECORD_HEAD_BYTES + SHORT_MEM_BYTES];
+        item[..2].copy_from_slice(&(RecordKind::CallExit as u16).to_ne_bytes());
+        item[4..6].copy_from_slice(&4u16.to_ne_bytes());
+        let r = decode(&item).expect("a record");
+        assert_eq!(r.kind, RecordKind::CallExit as u16);
+        assert_eq!(r.mem_len, 4);
+        assert_eq!(r.args, [u64::MAX; 8]);
+        assert!(r.mem[..SHORT_MEM_BYTES].iter().all(|&b| b == 0xff));
+        assert!(r.mem[SHORT_MEM_BYTES..].iter().all(|&b| b == 0));
+        assert!(decode(&item[..RECORD_HEAD_BYTES]).is_some());
+        assert!(decode(&item[..RECORD_HEAD_BYTES - 1]).is_none());
+    }
 }

@@ -18,7 +18,7 @@ use aya::{
 };
 use lbf_common::{
     counter,
-    maps::{self, ThreadClock, MAX_LIBS},
+    maps::{self, ThreadClock, ThreadState, MAX_LIBS},
     mpi, FnReads, MAX_FNS,
 };
 
@@ -163,16 +163,15 @@ impl Tracer {
     }
 
     /// Starts tracing process `pid` (and, from now on, its descendants): adds it to the
-    /// kernel's filter, seeds its threads' CPU clocks from `/proc` and, if it has one of the
-    /// attached MPI libraries mapped, selects that library's memory reads for it.
+    /// kernel's filter and seeds its threads' states with their CPU clocks from `/proc`.
     pub fn trace_pid(&mut self, pid: u32) -> Result<()> {
         ensure!(
             procfs::exists(pid),
             "no process with PID {pid} (nothing in /proc/{pid})"
         );
         let now = monotonic_ns();
-        let mut clocks: HashMap<&mut MapData, u32, ThreadClock> =
-            HashMap::try_from(self.ebpf.map_mut(maps::CLOCKS).context("map CLOCKS")?)?;
+        let mut threads: HashMap<&mut MapData, u32, ThreadState> =
+            HashMap::try_from(self.ebpf.map_mut(maps::THREADS).context("map THREADS")?)?;
         for tid in procfs::thread_ids(pid)? {
             // A thread that ended meanwhile has no schedstat; it needs no clock either.
             if let Ok(acc_ns) = procfs::thread_cpu_ns(pid, tid) {
@@ -180,15 +179,10 @@ impl Tracer {
                     acc_ns,
                     switched_in_ns: now,
                 };
-                clocks
-                    .insert(&tid, &clock, 0)
-                    .context("seeding a CPU clock")?;
+                threads
+                    .insert(&tid, &ThreadState::new(pid, clock), 0)
+                    .context("seeding a thread's CPU clock")?;
             }
-        }
-        if let Some(slot) = self.slot_of_process(pid) {
-            let mut lib_of: HashMap<&mut MapData, u32, u32> =
-                HashMap::try_from(self.ebpf.map_mut(maps::LIB_OF).context("map LIB_OF")?)?;
-            lib_of.insert(&pid, &slot, 0)?;
         }
         let mut traced: HashMap<&mut MapData, u32, u8> =
             HashMap::try_from(self.ebpf.map_mut(maps::TRACED).context("map TRACED")?)?;
@@ -328,20 +322,6 @@ impl Tracer {
         Ok(RecordReader::new(RingBuf::try_from(map)?))
     }
 
-    /// The slot of the attached library that process `pid` has mapped, if any.
-    fn slot_of_process(&self, pid: u32) -> Option<u32> {
-        let mapped = procfs::executable_mappings(pid).ok()?;
-        mapped.iter().find_map(|p| {
-            let meta = p.metadata().ok()?;
-            let id = (meta.dev(), meta.ino());
-            self.libraries
-                .iter()
-                .find(|l| l.identity == id)
-                .map(|l| l.slot)
-        })
-    }
-
-    /// Attaches the loaded uprobe program `name` at `points` of `path`, for all processes.
     /// Attaches the entry and the exit program at `points` of the file at `path` (absolute),
     /// each point's cookie naming its function. The exit probes first: a call entered between
     /// the two attaches then yields an exit without entry (counted), never an entry whose exit
@@ -356,6 +336,7 @@ impl Tracer {
         self.attach_uprobes(enter, path, points)
     }
 
+    /// Attaches the loaded uprobe program `name` at `points` of `path`, for all processes.
     fn attach_uprobes(
         &mut self,
         name: &str,

@@ -10,6 +10,12 @@
 pub const EVENTS: &str = "EVENTS";
 /// Traced thread group ids (`u32` tgid -> `u8` 1). User space seeds it; forks extend it.
 pub const TRACED: &str = "TRACED";
+/// A command name (`[u8; COMM_BYTES]`, NUL-padded; all zero: none) whose processes the kernel
+/// side starts tracing when they execute it, as `task_newtask` does for forks: a node daemon
+/// selecting by name traces a rank from its exec, before its first MPI call.
+pub const ADOPT_COMM: &str = "ADOPT_COMM";
+/// Bytes of a task's command name in the kernel (`TASK_COMM_LEN`), the NUL included.
+pub const COMM_BYTES: usize = 16;
 /// Per-thread state (`u32` tid -> [`ThreadState`]) of traced threads.
 pub const THREADS: &str = "THREADS";
 /// Memory reads per library slot and function: an array indexed by

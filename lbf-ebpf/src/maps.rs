@@ -7,9 +7,13 @@ use aya_ebpf::{
 };
 use lbf_common::{
     counter,
-    maps::{KernelOffsets, ThreadState, MAX_LIBS, MAX_TRACED},
+    maps::{KernelOffsets, ThreadState, COMM_BYTES, MAX_LIBS, MAX_TRACED},
     FnReads, MAX_FNS,
 };
+
+/// The command name whose executions are traced (`lbf_common::maps::ADOPT_COMM`).
+#[map]
+pub static ADOPT_COMM: Array<[u8; COMM_BYTES]> = Array::with_max_entries(1, 0);
 
 /// Records for user space. User space sets the size before loading; this is a placeholder.
 #[map]

@@ -7,7 +7,7 @@
 //! `sched_process_exit` in the exiting thread, `sched_switch` in the thread switched out.
 
 use aya_ebpf::{
-    helpers::{bpf_ktime_get_ns, gen::bpf_probe_read_kernel_str},
+    helpers::{bpf_get_current_comm, bpf_ktime_get_ns, gen::bpf_probe_read_kernel_str},
     macros::tracepoint,
     programs::TracePointContext,
     EbpfContext,
@@ -15,7 +15,10 @@ use aya_ebpf::{
 use lbf_common::{maps::KernelOffsets, RecordKind, MEM_BYTES};
 
 use crate::{
-    maps::{current_sum_exec_runtime, is_traced, new_thread_state, offsets, THREADS, TRACED},
+    maps::{
+        current_sum_exec_runtime, is_traced, new_thread_state, offsets, ADOPT_COMM, THREADS,
+        TRACED,
+    },
     record::{current_ids, Draft, Mem},
 };
 
@@ -58,12 +61,31 @@ pub fn task_newtask(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// A traced process replaced its image: emit `Exec` with the file name in `mem`
-/// (NUL-terminated, `mem_len` counts the NUL).
+/// Whether the current task's command name (the new image's, at exec) is the one user space
+/// asked to adopt; if so, it is traced from now on.
+#[inline(always)]
+fn adopt_by_name(tgid: u32) -> bool {
+    let Some(want) = ADOPT_COMM.get(0) else {
+        return false;
+    };
+    if want[0] == 0 {
+        return false;
+    }
+    let Ok(comm) = bpf_get_current_comm() else {
+        return false;
+    };
+    // Both are NUL-padded to the same length: equal names are equal arrays.
+    let same = (0..comm.len()).all(|i| comm[i] == want[i]);
+    same && TRACED.insert(&tgid, &1, 0).is_ok()
+}
+
+/// A traced process replaced its image, or a process started running the command name user
+/// space adopts: emit `Exec` with the file name in `mem` (NUL-terminated, `mem_len` counts
+/// the NUL).
 #[tracepoint]
 pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     let (tgid, tid) = current_ids();
-    if !is_traced(tgid) {
+    if !is_traced(tgid) && !adopt_by_name(tgid) {
         return 0;
     }
     let Some(loc) = field::<u32>(&ctx, offsets().exec_filename) else {

@@ -179,3 +179,61 @@ fn an_mpi_job_across_two_hosts_is_matched_and_predicted_centrally() {
         "predicted {p:.3} s, measured {measured:.3} s"
     );
 }
+
+/// A node selecting by command name follows processes that start after it began capturing and
+/// descend from none it traces: here the second rank, a sibling of the first under mpirun.
+#[test]
+fn a_node_selecting_by_command_name_adopts_ranks_started_later() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 || Command::new("mpicc.openmpi").arg("-v").output().is_err()
+    {
+        eprintln!("skipping: needs root and Open MPI (mpicc.openmpi)");
+        return;
+    }
+    let root = scratch("adopt");
+    let halo = compile("mpicc.openmpi", "mpi/halo.c", &root);
+    // A name no other process has: the node waits for the first process of that name.
+    let name = format!("lbfadopt{}", std::process::id() % 100_000);
+    let bin = root.join(&name);
+    std::fs::rename(&halo, &bin).unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let as_run = format!("[[node]]\ncores = {cores}\nprocs = [0, 1]\n");
+    let s = builder_setup(
+        &root,
+        &listen,
+        &["127.0.0.1"],
+        2,
+        &[("as-run", &as_run)],
+        &[("n1", "token-n1")],
+    );
+    let builder = s.start("builder.log");
+    let mut node = Command::new(env!("CARGO_BIN_EXE_lbf-node"));
+    node.env("LBF_NODE_TOKEN", "token-n1")
+        .args(["--builder", &listen, "--node", "n1", "--procs", "0-1"])
+        .arg("--ca")
+        .arg(&s.cert)
+        .args(["--comm", &name, "--spool-dir"])
+        .arg(root.join("spool"));
+    let node = Daemon::spawn("lbf-node", node, &root.join("node.log"));
+    // The ranks start 1 s apart (Open MPI's wire-up waits for both): the node finds the first
+    // by its selection and must adopt the second.
+    let script = format!(
+        "exec env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun.openmpi \
+         --bind-to none -np 1 sh -c 'exec {bin} 20 5' : -np 1 sh -c 'sleep 1; exec {bin} 20 5'",
+        bin = bin.display()
+    );
+    let mut job = Command::new("sh");
+    job.args(["-c", &script]);
+    let job = Daemon::spawn("mpirun", job, &root.join("job.log"));
+    let (ok, out) = job.wait(Duration::from_secs(90));
+    let job_log = std::fs::read_to_string(root.join("job.log")).unwrap();
+    assert!(ok, "the MPI job failed:\n{out}\n{job_log}");
+    let (ok, _) = node.wait(Duration::from_secs(60));
+    let node_log = std::fs::read_to_string(root.join("node.log")).unwrap();
+    assert!(ok, "lbf-node failed:\n{node_log}");
+    assert!(builder.wait(Duration::from_secs(60)).0);
+    let report = s.report();
+    assert_eq!(report["complete"], true, "{report}\n{node_log}");
+    assert_eq!(report["lost_events"], 0, "{report}\n{node_log}");
+}

@@ -166,8 +166,8 @@ fn stream(
 }
 
 /// Which local processes a live capture follows (with, always, their descendants). Processes
-/// that come to match it during the capture are followed from when they are seen (within a
-/// fifth of a second).
+/// that come to match it during the capture are followed too: from their exec for a command
+/// name, else from when a scan sees them (every fifth of a second).
 #[derive(Clone)]
 pub enum Selection {
     /// These PIDs.
@@ -224,6 +224,10 @@ impl Live {
                 mpi_libs.to_vec()
             },
         )?;
+        // Processes that start the named program later are traced from their exec on.
+        if let Selection::Comm(name) = selection {
+            tracer.adopt_comm(name)?;
+        }
         let deadline = Instant::now() + wait;
         let pids = loop {
             let pids = select(selection)?;
@@ -275,8 +279,9 @@ impl Live {
         let mut sink = CaptureSink::new(capture, filter);
         let selection = self.selection.clone();
         let mut adopt = |tracer: &mut Tracer| -> Result<()> {
-            // A PID of the list that ended may be another process's by now: not adopted.
-            if matches!(selection, Selection::Pids(_)) {
+            // A PID of the list that ended may be another process's by now: not adopted. A
+            // command name is adopted by the kernel side at exec.
+            if matches!(selection, Selection::Pids(_) | Selection::Comm(_)) {
                 return Ok(());
             }
             let traced: BTreeSet<u32> = tracer.traced_pids()?.into_iter().collect();

@@ -18,7 +18,7 @@ use aya::{
 };
 use lbf_common::{
     counter,
-    maps::{self, ThreadClock, ThreadState, MAX_LIBS},
+    maps::{self, ThreadClock, ThreadState, COMM_BYTES, MAX_LIBS},
     mpi, FnReads, MAX_FNS,
 };
 
@@ -281,6 +281,26 @@ impl Tracer {
             );
             table.set(slot * MAX_FNS + id as u32, &r, 0)?;
         }
+        Ok(())
+    }
+
+    /// Makes the kernel side trace every process that executes a program whose command name
+    /// (as in `/proc/PID/comm`: the file's name, cut to 15 bytes) is `name`, from its exec on.
+    pub fn adopt_comm(&mut self, name: &str) -> Result<()> {
+        let bytes = name.as_bytes();
+        ensure!(
+            !bytes.is_empty() && bytes.len() < COMM_BYTES && !bytes.contains(&0),
+            "command name `{name}`: the kernel keeps 1 to {} bytes of a command name",
+            COMM_BYTES - 1
+        );
+        let mut comm = [0u8; COMM_BYTES];
+        comm[..bytes.len()].copy_from_slice(bytes);
+        let mut map: Array<&mut MapData, [u8; COMM_BYTES]> = Array::try_from(
+            self.ebpf
+                .map_mut(maps::ADOPT_COMM)
+                .context("map ADOPT_COMM")?,
+        )?;
+        map.set(0, &comm, 0)?;
         Ok(())
     }
 

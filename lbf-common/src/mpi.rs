@@ -84,17 +84,47 @@ macro_rules! with_mpi_functions {
 
 with_mpi_functions!(mpi_functions);
 
+/// Most arguments a probed function has; a record carries [`crate::ARG_WORDS`] of them.
+pub const MAX_ARGS: u8 = 12;
+
+/// The arguments of `fn_id` left out of its records, as a bit mask (bit `i`: argument `i`),
+/// for the functions with more than [`crate::ARG_WORDS`] arguments: buffers and the like,
+/// which the capture never needs, so that the communicator, the receive's source and tag and
+/// its status fit. 0 for the others.
+pub const fn dropped_args(fn_id: u16) -> u16 {
+    match fn_id {
+        // (sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
+        // recvtag, comm, status)
+        SENDRECV => 0b0000_1110_0001,
+        // Sendrecv_replace: the buffer; Gatherv, Scatterv, Alltoallv: the send buffer.
+        SENDRECV_REPLACE | GATHERV | SCATTERV | ALLTOALLV => 0b1,
+        _ => 0,
+    }
+}
+
+/// Where argument `arg` of `fn_id` is in its records' `args`: `arg` less the arguments before
+/// it that are left out ([`dropped_args`]).
+pub const fn word(fn_id: u16, arg: usize) -> usize {
+    let below = dropped_args(fn_id) & ((1u16 << arg) - 1);
+    arg - below.count_ones() as usize
+}
+
 /// The attach cookie of the probes on function `fn_id` of the library in slot `slot`: the
 /// kernel hands it to the probe program (`bpf_get_attach_cookie`), so one entry and one exit
 /// program serve every function and library. Low 16 bits: `fn_id`; next 16: `slot`; bit 32:
 /// the function may take stack arguments (more than the 6 passed in registers, or a count
-/// [`arg_count`] does not know), which the entry program then reads.
+/// [`arg_count`] does not know), which the entry program then reads; bits 33-44: the
+/// [`dropped_args`] mask, with which the entry program reads all [`MAX_ARGS`] and keeps the
+/// others.
 pub const fn cookie(fn_id: u16, slot: u32) -> u64 {
     let stack_args = match arg_count(fn_id) {
         Some(n) => n > 6,
         None => true,
     };
-    ((stack_args as u64) << 32) | ((slot as u64 & 0xffff) << 16) | fn_id as u64
+    ((dropped_args(fn_id) as u64 & 0xfff) << 33)
+        | ((stack_args as u64) << 32)
+        | ((slot as u64 & 0xffff) << 16)
+        | fn_id as u64
 }
 
 /// What a probe's attach [`cookie`] says.
@@ -106,6 +136,8 @@ pub struct Cookie {
     pub slot: u32,
     /// Whether the function may take arguments on the stack.
     pub stack_args: bool,
+    /// The arguments left out of its records ([`dropped_args`]).
+    pub dropped: u16,
 }
 
 /// Decodes a [`cookie`].
@@ -114,6 +146,7 @@ pub const fn split_cookie(cookie: u64) -> Cookie {
         fn_id: cookie as u16,
         slot: (cookie >> 16) as u16 as u32,
         stack_args: (cookie >> 32) & 1 != 0,
+        dropped: ((cookie >> 33) & 0xfff) as u16,
     }
 }
 
@@ -129,6 +162,23 @@ mod tests {
                 assert_eq!((c.fn_id, c.slot), (id, slot));
             }
         }
+    }
+
+    /// Every function's kept arguments fit a record, and those with more arguments than a
+    /// record holds keep what the capture reads.
+    #[test]
+    fn kept_arguments_fit_and_sendrecv_keeps_its_receive() {
+        for &(id, _) in NAMES {
+            let n = arg_count(id).unwrap();
+            assert!(n <= MAX_ARGS);
+            let kept = n as u32 - dropped_args(id).count_ones();
+            assert!(kept as usize <= crate::ARG_WORDS, "function {id}");
+            assert_eq!(split_cookie(cookie(id, 3)).dropped, dropped_args(id));
+        }
+        // source, recvtag, comm, status after sendcount, sendtype, dest, sendtag.
+        let at: [usize; 8] = core::array::from_fn(|i| [1, 2, 3, 4, 8, 9, 10, 11][i]);
+        assert_eq!(at.map(|a| word(SENDRECV, a)), [0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!((word(GATHERV, 8), word(SEND, 5)), (7, 5));
     }
 
     #[test]

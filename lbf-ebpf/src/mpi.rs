@@ -22,7 +22,7 @@ use aya_ebpf::{
 use lbf_common::{
     counter,
     maps::{CallInFlight, ThreadClock, ThreadState, MAX_NESTED},
-    mpi::{split_cookie, Cookie},
+    mpi::{split_cookie, Cookie, MAX_ARGS},
     MemRead, RecordKind, ARG_WORDS,
 };
 
@@ -112,8 +112,14 @@ fn on_entry(ctx: *mut c_void) {
         fn_id,
         slot,
         stack_args,
+        dropped,
     } = attach_cookie(ctx);
     let regs = ProbeContext::new(ctx).regs;
+    if dropped != 0 {
+        // SAFETY: `regs` is the probe's register context.
+        let args = unsafe { kept_args(&*regs, dropped) };
+        return enter(state, fn_id, slot, Call { fn_id, tgid, tid }, &args);
+    }
     // At entry [sp] is the return address; the 7th and 8th arguments follow it: one read of
     // both, which zeroes them on failure, and only for functions that have them (a user read
     // costs some 40 ns). Else zeroed word by word (`[0, 0]` would call a byte-wise `memset`).
@@ -143,17 +149,62 @@ fn on_entry(ctx: *mut c_void) {
             stack[1],
         ]
     };
-    push_call(state, fn_id, &args);
+    enter(state, fn_id, slot, Call { fn_id, tgid, tid }, &args);
+}
+
+/// Keeps `args` as the thread's call of `fn_id` in flight and emits its entry record.
+#[inline(always)]
+fn enter(state: &mut ThreadState, fn_id: u16, slot: u32, call: Call, args: &[u64; ARG_WORDS]) {
+    push_call(state, fn_id, args);
     let read = fn_reads(slot, fn_id).map(|r| r.entry);
-    let call = Call { fn_id, tgid, tid };
     emit(
         RecordKind::CallEntry,
         call,
         &mut state.clock,
         read,
-        &args,
+        args,
         |i| args[i],
     );
+}
+
+/// The arguments of a function with more than [`ARG_WORDS`] of them: all [`MAX_ARGS`] (6 in
+/// registers, then the stack above the return address), less those `dropped` marks, in order,
+/// zero-padded.
+#[inline(always)]
+unsafe fn kept_args(regs: &aya_ebpf::bindings::pt_regs, dropped: u16) -> [u64; ARG_WORDS] {
+    const STACK: usize = MAX_ARGS as usize - 6;
+    let mut stack = MaybeUninit::<[u64; STACK]>::uninit();
+    // SAFETY: reads user memory into `stack` (zeroed on failure).
+    unsafe {
+        bpf_probe_read_user(
+            stack.as_mut_ptr() as *mut c_void,
+            (STACK * 8) as u32,
+            (regs.rsp + 8) as *const c_void,
+        );
+    }
+    // SAFETY: filled above either way.
+    let stack = unsafe { stack.assume_init() };
+    let all = [
+        regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9, stack[0], stack[1], stack[2],
+        stack[3], stack[4], stack[5],
+    ];
+    let mut out = MaybeUninit::<[u64; ARG_WORDS]>::uninit();
+    let words = out.as_mut_ptr() as *mut u64;
+    let mut j = 0;
+    for (i, &word) in all.iter().enumerate() {
+        if dropped & (1 << i) == 0 && j < ARG_WORDS {
+            // SAFETY: `j` < ARG_WORDS; one store per word (no byte-wise `memcpy`).
+            unsafe { core::ptr::write_volatile(words.add(j), word) };
+            j += 1;
+        }
+    }
+    while j < ARG_WORDS {
+        // SAFETY: as above.
+        unsafe { core::ptr::write_volatile(words.add(j), 0) };
+        j += 1;
+    }
+    // SAFETY: every word written.
+    unsafe { out.assume_init() }
 }
 
 /// Return of a probed function (which one: the attach cookie). Without kept entry arguments

@@ -1,7 +1,7 @@
 //! Cluster mode with live capture across hosts: three network namespaces act as hosts, the
 //! builder on one and an `lbf-node` under real eBPF probes on each of the others. A real Open
-//! MPI job (the nonblocking halo exchange, one rank per host, so that every message crosses
-//! hosts over TCP) is launched by `mpirun` on host n1, which starts its daemon on host n2 through a
+//! MPI job (the ring: blocking sends and receives, then `MPI_Sendrecv`; one rank per host, so
+//! that every message crosses hosts over TCP) is launched by `mpirun` on host n1, which starts its daemon on host n2 through a
 //! remote shell (`tests/workloads/cluster/rsh.c`, standing in for ssh). Each node sees one end
 //! of every message; the builder must match them all, complete, lose nothing, and predict
 //! what `lbf-gag predict` does from the merged trace.
@@ -80,7 +80,7 @@ fn an_mpi_job_across_two_hosts_is_matched_and_predicted_centrally() {
     }
     let hosts = Hosts::new("live");
     let root = scratch("live");
-    let halo = compile("mpicc.openmpi", "mpi/halo.c", &root);
+    let ring = compile("mpicc.openmpi", "mpi/ring.c", &root);
     let rsh = compile("cc", "cluster/rsh.c", &root);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let as_run = format!("[[node]]\ncores = {cores}\nprocs = [0, 1]\n");
@@ -125,11 +125,11 @@ fn an_mpi_job_across_two_hosts_is_matched_and_predicted_centrally() {
         "read x < {go}; exec env LBF_RSH_DIR={dir} OMPI_ALLOW_RUN_AS_ROOT=1 \
          OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun.openmpi --mca plm_rsh_agent {rsh} \
          --host lbf-n1:1,lbf-n2:1 --mca btl self,tcp --mca btl_tcp_if_include {subnet} \
-         --mca oob_tcp_if_include {subnet} --bind-to none -np 2 {halo} 20 5",
+         --mca oob_tcp_if_include {subnet} --bind-to none -np 2 {ring} 20 5",
         go = go.display(),
         dir = root.display(),
         rsh = rsh.display(),
-        halo = halo.display(),
+        ring = ring.display(),
     );
     let job = Daemon::spawn(
         "mpirun",

@@ -6,10 +6,10 @@
 //! libraries (handle widths, special ranks, status layout, datatype sizes) is asked of the
 //! [`Abi`].
 //!
-//! Probed functions have at most [`ARG_WORDS`] arguments visible (6 registers and 2 stack
-//! words). Calls with more lose their tail: `MPI_Sendrecv`'s source, receive tag, communicator
-//! and status; the communicator of `MPI_Gatherv`, `MPI_Scatterv` and `MPI_Alltoallv`;
-//! `MPI_Sendrecv_replace`'s status. Those are decoded with the documented assumptions below.
+//! A record carries [`ARG_WORDS`] arguments. Functions with more (`MPI_Sendrecv`,
+//! `MPI_Sendrecv_replace`, `MPI_Gatherv`, `MPI_Scatterv`, `MPI_Alltoallv`) leave out buffers
+//! the capture never needs (`mpi::dropped_args`); argument positions here are the C
+//! prototype's, placed in the record by `mpi::word`.
 
 use lbf_common::{mpi, FnReads, MemRead, ARG_WORDS, MAX_FNS};
 
@@ -168,15 +168,17 @@ pub fn int_arg(word: u64) -> i32 {
 
 /// Decodes the entry of probed function `fn_id` from its argument words and entry memory.
 pub fn decode_entry(abi: &Abi, fn_id: u16, args: &[u64; ARG_WORDS], mem: &[u8]) -> Entry {
-    let count = |i: usize| int_arg(args[i]).max(0) as u64;
+    // Argument `i` of the C prototype, wherever the record keeps it (`mpi::word`).
+    let arg = |i: usize| args[mpi::word(fn_id, i)];
+    let count = |i: usize| int_arg(arg(i)).max(0) as u64;
     let bytes = |count_arg: usize, type_arg: usize| {
-        abi.datatype_size(args[type_arg], mem)
+        abi.datatype_size(arg(type_arg), mem)
             .map(|size| count(count_arg) * size)
     };
     let send = |comm: u64| SendArgs {
         comm,
-        dest: abi.peer(int_arg(args[3])),
-        tag: int_arg(args[4]),
+        dest: abi.peer(int_arg(arg(3))),
+        tag: int_arg(arg(4)),
         bytes: bytes(1, 2),
     };
     let collective = |comm: Option<u64>, op: CollOp, bytes: Option<u64>| Entry::Collective {
@@ -188,45 +190,41 @@ pub fn decode_entry(abi: &Abi, fn_id: u16, args: &[u64; ARG_WORDS], mem: &[u8]) 
         mpi::INIT | mpi::INIT_THREAD => Entry::Init,
         mpi::FINALIZE => Entry::Finalize,
         mpi::COMM_RANK | mpi::COMM_SIZE => Entry::CommQuery {
-            comm: abi.comm_handle(args[0]),
+            comm: abi.comm_handle(arg(0)),
             size: fn_id == mpi::COMM_SIZE,
         },
         mpi::SEND | mpi::SSEND | mpi::BSEND | mpi::RSEND => Entry::Send {
-            send: send(abi.comm_handle(args[5])),
+            send: send(abi.comm_handle(arg(5))),
             nonblocking: false,
         },
         mpi::ISEND | mpi::ISSEND | mpi::IBSEND | mpi::IRSEND => Entry::Send {
-            send: send(abi.comm_handle(args[5])),
+            send: send(abi.comm_handle(arg(5))),
             nonblocking: true,
         },
         mpi::RECV | mpi::IRECV => Entry::Recv {
             recv: RecvArgs {
-                comm: Some(abi.comm_handle(args[5])),
-                source: abi.peer(int_arg(args[3])),
-                tag: abi.tag(int_arg(args[4])),
+                comm: Some(abi.comm_handle(arg(5))),
+                source: abi.peer(int_arg(arg(3))),
+                tag: abi.tag(int_arg(arg(4))),
             },
             nonblocking: fn_id == mpi::IRECV,
         },
-        // (sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype | source,
-        // recvtag, comm, status): the communicator is not visible; assume MPI_COMM_WORLD, and
-        // leave source and tag open (resolved from the sends addressed to the receiver).
-        mpi::SENDRECV => Entry::SendRecv {
-            send: send(abi.world()),
-            recv: RecvArgs {
-                comm: None,
-                source: Peer::Any,
-                tag: None,
-            },
-        },
-        // (buf, count, datatype, dest, sendtag, source, recvtag, comm | status)
-        mpi::SENDRECV_REPLACE => {
-            let comm = abi.comm_handle(args[7]);
+        // (sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
+        // recvtag, comm, status) and (buf, count, datatype, dest, sendtag, source, recvtag,
+        // comm, status): the buffers are left out of the record, so all the rest fits.
+        mpi::SENDRECV | mpi::SENDRECV_REPLACE => {
+            let (source, tag, comm) = if fn_id == mpi::SENDRECV {
+                (8, 9, 10)
+            } else {
+                (5, 6, 7)
+            };
+            let comm = abi.comm_handle(arg(comm));
             Entry::SendRecv {
                 send: send(comm),
                 recv: RecvArgs {
                     comm: Some(comm),
-                    source: abi.peer(int_arg(args[5])),
-                    tag: abi.tag(int_arg(args[6])),
+                    source: abi.peer(int_arg(arg(source))),
+                    tag: abi.tag(int_arg(arg(tag))),
                 },
             }
         }
@@ -235,35 +233,38 @@ pub fn decode_entry(abi: &Abi, fn_id: u16, args: &[u64; ARG_WORDS], mem: &[u8]) 
         mpi::WAITANY | mpi::WAITSOME | mpi::TEST | mpi::TESTALL | mpi::TESTANY | mpi::TESTSOME => {
             complete(abi, mem, Completion::Changed, fn_id, args)
         }
-        mpi::BARRIER => collective(Some(args[0]), CollOp::Barrier, Some(0)),
+        mpi::BARRIER => collective(Some(arg(0)), CollOp::Barrier, Some(0)),
         // (buf, count, datatype, root, comm)
-        mpi::BCAST => collective(Some(args[4]), CollOp::Bcast, bytes(1, 2)),
+        mpi::BCAST => collective(Some(arg(4)), CollOp::Bcast, bytes(1, 2)),
         // (sendbuf, recvbuf, count, datatype, op, root, comm)
-        mpi::REDUCE => collective(Some(args[6]), CollOp::Reduce, bytes(2, 3)),
+        mpi::REDUCE => collective(Some(arg(6)), CollOp::Reduce, bytes(2, 3)),
         // (sendbuf, recvbuf, count, datatype, op, comm)
-        mpi::ALLREDUCE => collective(Some(args[5]), CollOp::Allreduce, bytes(2, 3)),
-        mpi::SCAN => collective(Some(args[5]), CollOp::Allreduce, bytes(2, 3)),
+        mpi::ALLREDUCE => collective(Some(arg(5)), CollOp::Allreduce, bytes(2, 3)),
+        mpi::SCAN => collective(Some(arg(5)), CollOp::Allreduce, bytes(2, 3)),
         // (sendbuf, recvbuf, recvcounts[], datatype, op, comm): counts not read.
-        mpi::REDUCE_SCATTER => collective(Some(args[5]), CollOp::Allreduce, None),
+        mpi::REDUCE_SCATTER => collective(Some(arg(5)), CollOp::Allreduce, None),
         // (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm)
-        mpi::GATHER => collective(Some(args[7]), CollOp::Reduce, bytes(1, 2)),
-        mpi::GATHERV => collective(None, CollOp::Reduce, bytes(1, 2)),
+        mpi::GATHER => collective(Some(arg(7)), CollOp::Reduce, bytes(1, 2)),
+        // (sendbuf, sendcount, sendtype, recvbuf, recvcounts[], displs[], recvtype, root, comm)
+        mpi::GATHERV => collective(Some(arg(8)), CollOp::Reduce, bytes(1, 2)),
         // Scatter: the receive side is significant at every rank.
-        mpi::SCATTER => collective(Some(args[7]), CollOp::Bcast, bytes(4, 5)),
-        // (sendbuf, sendcounts[], displs[], sendtype, recvbuf, recvcount, recvtype, root | comm)
-        mpi::SCATTERV => collective(None, CollOp::Bcast, bytes(5, 6)),
+        mpi::SCATTER => collective(Some(arg(7)), CollOp::Bcast, bytes(4, 5)),
+        // (sendbuf, sendcounts[], displs[], sendtype, recvbuf, recvcount, recvtype, root, comm)
+        mpi::SCATTERV => collective(Some(arg(8)), CollOp::Bcast, bytes(5, 6)),
         // (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
-        mpi::ALLGATHER | mpi::ALLTOALL => collective(Some(args[6]), CollOp::Allreduce, bytes(1, 2)),
+        mpi::ALLGATHER | mpi::ALLTOALL => collective(Some(arg(6)), CollOp::Allreduce, bytes(1, 2)),
         // (sendbuf, sendcount, sendtype, recvbuf, recvcounts[], displs[], recvtype, comm)
-        mpi::ALLGATHERV => collective(Some(args[7]), CollOp::Allreduce, bytes(1, 2)),
-        mpi::ALLTOALLV => collective(None, CollOp::Allreduce, None),
+        mpi::ALLGATHERV => collective(Some(arg(7)), CollOp::Allreduce, bytes(1, 2)),
+        // (sendbuf, sendcounts[], sdispls[], sendtype, recvbuf, recvcounts[], rdispls[],
+        // recvtype, comm): counts not read.
+        mpi::ALLTOALLV => collective(Some(arg(8)), CollOp::Allreduce, None),
         mpi::COMM_DUP => Entry::CommCreate {
-            parent: abi.comm_handle(args[0]),
+            parent: abi.comm_handle(arg(0)),
             split: None,
         },
         mpi::COMM_SPLIT => Entry::CommCreate {
-            parent: abi.comm_handle(args[0]),
-            split: Some((int_arg(args[1]), int_arg(args[2]))),
+            parent: abi.comm_handle(arg(0)),
+            split: Some((int_arg(arg(1)), int_arg(arg(2)))),
         },
         mpi::COMM_FREE => Entry::CommFree {
             comm: abi.handles(mem).first().copied(),
@@ -319,9 +320,24 @@ pub fn fn_reads(layout: Layout) -> Vec<(u16, FnReads)> {
     };
     let none = MemRead::default();
     let mut table = [FnReads::default(); MAX_FNS as usize];
+    // Reads name prototype positions; the kernel takes record words (`mpi::word`).
+    let place = |id: u16, r: MemRead| {
+        let word = |a: u8| match a {
+            0 => 0,
+            a => mpi::word(id, a as usize - 1) as u8 + 1,
+        };
+        MemRead {
+            ptr_arg: word(r.ptr_arg),
+            count_arg: word(r.count_arg),
+            len: r.len,
+        }
+    };
     let mut set = |ids: &[u16], entry: MemRead, exit: MemRead| {
         for &id in ids {
-            table[id as usize] = FnReads { entry, exit };
+            table[id as usize] = FnReads {
+                entry: place(id, entry),
+                exit: place(id, exit),
+            };
         }
     };
     set(&[mpi::COMM_RANK, mpi::COMM_SIZE], none, at(1, 4));
@@ -337,7 +353,8 @@ pub fn fn_reads(layout: Layout) -> Vec<(u16, FnReads)> {
     );
     set(&[mpi::RECV], none, at(6, layout.status));
     set(&[mpi::IRECV], none, at(6, layout.handle));
-    set(&[mpi::SENDRECV, mpi::SENDRECV_REPLACE], datatype(2), none);
+    set(&[mpi::SENDRECV], datatype(2), at(11, layout.status));
+    set(&[mpi::SENDRECV_REPLACE], datatype(2), at(8, layout.status));
     set(&[mpi::PROBE], none, at(3, layout.status));
     set(&[mpi::WAIT], at(0, layout.handle), at(1, layout.status));
     set(

@@ -28,9 +28,6 @@
 //!
 //! # Limits
 //!
-//! - `MPI_Sendrecv` has 12 arguments and the records carry 8: its communicator is taken to be
-//!   `MPI_COMM_WORLD` and its receive matched to the oldest send addressed to the caller.
-//!   Likewise the `v` collectives' communicator is taken to be `MPI_COMM_WORLD`.
 //! - Wait/test calls see at most as many requests as fit in a record (32 for Open MPI, 64 for
 //!   MPICH); completions beyond are lost (counted).
 //! - Persistent requests, one-sided and neighbourhood calls, intercommunicators are not handled.

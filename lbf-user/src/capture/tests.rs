@@ -443,9 +443,13 @@ fn sendrecv_ring_and_probe() {
     run.init(1, 0);
     for r in 0..2u32 {
         let other = u64::from(1 - r);
-        run.enter(r, mpi::SENDRECV, 10, &[0, 4, INT, other, 9, 0, 4, INT], &[]);
+        // The record keeps (sendcount, sendtype, dest, sendtag, source, recvtag, comm,
+        // status): the buffers, receive count and type are left out.
+        let args = [4, INT, other, 9, other, 9, WORLD, 0x1000];
+        run.enter(r, mpi::SENDRECV, 10, &args, &[]);
     }
-    run.leave(0, mpi::SENDRECV, 30, &[]);
+    // Rank 0's status says rank 1 sent 16 bytes with tag 9.
+    run.leave(0, mpi::SENDRECV, 30, &status(1, 9, 16));
     run.leave(1, mpi::SENDRECV, 35, &[]);
     // Rank 1 probes, then receives what it probed: the wait starts at the probe.
     run.send(0, 40, 1, 1, 4);

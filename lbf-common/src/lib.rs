@@ -83,8 +83,10 @@ pub struct Record {
     pub fn_id: u16,
     /// Number of valid bytes in `mem`.
     pub mem_len: u16,
-    /// Reserved, zero.
-    pub _pad: u16,
+    /// `Syscall` records: which part of its call this record is. A call whose memory read
+    /// spans several records (a long `sendmmsg`/`recvmmsg` vector, see
+    /// [`syscalls::SyscallRead`]) has parts 0, 1, ... in a row; every other record is part 0.
+    pub part: u16,
     /// Process id (thread group id).
     pub tgid: u32,
     /// Thread id.
@@ -152,8 +154,9 @@ pub mod counter {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: all three are repr(C) plain old data with no padding-dependent invariants.
+    // SAFETY: all four are repr(C) plain old data with no padding-dependent invariants.
     unsafe impl aya::Pod for super::Record {}
     unsafe impl aya::Pod for super::MemRead {}
     unsafe impl aya::Pod for super::FnReads {}
+    unsafe impl aya::Pod for super::syscalls::SyscallRead {}
 }

@@ -103,7 +103,14 @@ impl UserRead {
             // Counts are C ints: only the low 32 bits of the register are defined.
             len = len.saturating_mul(n as u32 as u64);
         }
-        let len = len.min(MEM_BYTES as u64) as u32;
+        Self::at(ptr, len.min(MEM_BYTES as u64) as u32)
+    }
+
+    /// A read of `len` bytes at `ptr`, capped at [`MEM_BYTES`]; `None` for none (see
+    /// [`UserRead::plan`]).
+    #[inline(always)]
+    pub fn at(ptr: u64, len: u32) -> Option<Self> {
+        let len = len.min(MEM_BYTES as u32);
         (ptr >= 4096 && len > 0).then_some(Self { ptr, len })
     }
 }
@@ -164,7 +171,7 @@ impl Draft {
             (*r).kind = kind as u16;
             (*r).fn_id = fn_id;
             (*r).mem_len = 0;
-            (*r)._pad = 0;
+            (*r).part = 0;
             (*r).tgid = tgid;
             (*r).tid = tid;
             (*r).ts_ns = now;
@@ -198,6 +205,38 @@ impl Draft {
         } else {
             count(counter::MEM_READ_FAILED);
         }
+    }
+
+    /// Marks the record as part `part` of its call (see [`lbf_common::Record::part`]).
+    #[inline(always)]
+    pub fn set_part(&mut self, part: u16) {
+        // SAFETY: the reserved record head.
+        unsafe { (*self.record).part = part };
+    }
+
+    /// Reads the `u32` at user address `ptr` into word `index` of `mem` (a [`Mem::Full`]
+    /// record's), which then ends `mem`. False, and `mem` left as it was, for an index out of
+    /// room or a failed read (counted).
+    #[inline(always)]
+    pub fn read_user_word(&mut self, index: usize, ptr: u64) -> bool {
+        if self.mem != Mem::Full || index >= MEM_BYTES / 4 {
+            return false;
+        }
+        let r = self.record;
+        // SAFETY: 4 bytes within the reserved record's `mem`, `index` < MEM_BYTES / 4.
+        let rc = unsafe {
+            bpf_probe_read_user(
+                (*r).mem.as_mut_ptr().add(index * 4) as *mut _,
+                4,
+                ptr as *const _,
+            )
+        };
+        if rc != 0 {
+            count(counter::MEM_READ_FAILED);
+            return false;
+        }
+        unsafe { (*r).mem_len = (index as u16 + 1) * 4 };
+        true
     }
 
     /// Sets `args[i]` to `word(i)` for every `i` and hands the record to user space, waking

@@ -1,21 +1,26 @@
 //! System call probes for the socket capture: the `sys_enter` and `sys_exit` raw tracepoints
 //! (no kprobes, no tracefs needed). For a traced process calling a system call listed in
-//! `SYSCALLS`, the entry keeps the 6 arguments and the CPU clock; the return emits one
+//! `SYSCALLS`, the entry keeps the 6 arguments and the CPU clock; the return emits a
 //! `Syscall` record (see `lbf_common::RecordKind::Syscall`) with the return value, the kept
-//! arguments and the entry's CPU clock, and reads the user memory the call's `exit` read asks
-//! for (`sendmmsg`/`recvmmsg` message vectors, `socketpair`'s descriptors). Which descriptors are sockets, and which
-//! sockets talk to which, is user space's business.
+//! arguments and the entry's CPU clock, and the user memory the call's
+//! `lbf_common::syscalls::SyscallRead` asks for (`sendto`'s and `sendmsg`'s destination,
+//! `recvmsg`'s control data, `socketpair`'s descriptors, the message sizes of `sendmmsg` and
+//! `recvmmsg`, whose long vectors take several records). Which descriptors are sockets, and
+//! which sockets talk to which, is user space's business.
 
 use aya_ebpf::{
     bindings::pt_regs,
-    helpers::bpf_probe_read_kernel,
+    helpers::{bpf_probe_read_kernel, bpf_probe_read_user},
     macros::{map, raw_tracepoint},
     maps::{HashMap, LruHashMap},
     programs::RawTracePointContext,
     EbpfContext,
 };
 use lbf_common::{
-    counter, maps::MAX_IN_FLIGHT, syscalls::MAX_SYSCALLS, FnReads, RecordKind, ARG_WORDS,
+    counter,
+    maps::MAX_IN_FLIGHT,
+    syscalls::{how, SyscallRead, MAX_PARTS, MAX_SYSCALLS, WORDS_PER_PART},
+    RecordKind, ARG_WORDS,
 };
 
 use crate::{
@@ -23,9 +28,9 @@ use crate::{
     record::{cpu_now, current_ids, Draft, Mem, UserRead},
 };
 
-/// The recorded system calls: number -> memory reads. Filled by user space.
+/// The recorded system calls: number -> memory read. Filled by user space.
 #[map]
-pub static SYSCALLS: HashMap<u32, FnReads> = HashMap::with_max_entries(MAX_SYSCALLS, 0);
+pub static SYSCALLS: HashMap<u32, SyscallRead> = HashMap::with_max_entries(MAX_SYSCALLS, 0);
 
 /// Per thread id, the system call in progress: its 6 arguments, its number and the CPU
 /// clock at its entry. LRU so that calls that never return (exit) age out.
@@ -91,22 +96,95 @@ pub fn sys_exit(ctx: RawTracePointContext) -> u32 {
         return 0;
     };
     let ret = raw_arg(&ctx, 1);
-    // Memory is read only after a successful call; pointers index the 6 arguments.
+    let word = |i: usize| match i {
+        0 => ret,
+        7 => saved[7],
+        _ => saved[i - 1],
+    };
+    // Memory is read only after a successful call.
+    if (ret as i64) >= 0 && reads.how == how::STRIDED {
+        emit_parts(&reads, &saved, ret, nr as u16, tgid, tid, word);
+        return 0;
+    }
     let read = if (ret as i64) >= 0 {
-        UserRead::plan(&reads.exit, &saved)
+        plan(&reads, &saved)
     } else {
         None
     };
-    let mem = Mem::for_read(read.as_ref());
-    if let Some(mut d) = Draft::reserve(RecordKind::Syscall, nr as u16, tgid, tid, mem) {
+    if let Some(mut d) = Draft::reserve(
+        RecordKind::Syscall,
+        nr as u16,
+        tgid,
+        tid,
+        Mem::for_read(read.as_ref()),
+    ) {
         if let Some(read) = &read {
             d.read_user(read);
         }
-        d.submit(|i| match i {
-            0 => ret,
-            7 => saved[7],
-            _ => saved[i - 1],
-        });
+        d.submit(word);
     }
     0
+}
+
+/// The read `read` asks for ([`how::PLAIN`] or [`how::INDIRECT`]), pointers taken from the
+/// call's entry `args`; `None` for none.
+#[inline(always)]
+fn plan(read: &SyscallRead, args: &[u64; ARG_WORDS]) -> Option<UserRead> {
+    // `get` rather than indexing: a bounds-check panic would not pass the verifier.
+    let &ptr = args.get(read.arg as usize)?;
+    match read.how {
+        how::PLAIN => UserRead::at(ptr, read.len as u32),
+        how::INDIRECT if ptr >= 4096 => {
+            // SAFETY: a checked read of user memory.
+            let [at, len] =
+                unsafe { bpf_probe_read_user((ptr + read.offset as u64) as *const [u64; 2]) }
+                    .ok()?;
+            UserRead::at(at, (len as u32).min(read.len as u32))
+        }
+        _ => None,
+    }
+}
+
+/// Emits the records of a call with a [`how::STRIDED`] read that returned `ret` elements:
+/// [`WORDS_PER_PART`] of them to a record, as parts 0, 1, ... (at least part 0). A failed
+/// read ends the call's records (user space sees elements missing).
+#[inline(always)]
+fn emit_parts(
+    read: &SyscallRead,
+    args: &[u64; ARG_WORDS],
+    ret: u64,
+    nr: u16,
+    tgid: u32,
+    tid: u32,
+    word: impl Fn(usize) -> u64,
+) {
+    let Some(&base) = args.get(read.arg as usize) else {
+        return;
+    };
+    let n = ret.min((MAX_PARTS * WORDS_PER_PART) as u64) as usize;
+    for part in 0..MAX_PARTS {
+        let first = part * WORDS_PER_PART;
+        if part > 0 && first >= n {
+            return;
+        }
+        let Some(mut d) = Draft::reserve(RecordKind::Syscall, nr, tgid, tid, Mem::Full) else {
+            return;
+        };
+        d.set_part(part as u16);
+        let mut complete = true;
+        for i in 0..WORDS_PER_PART {
+            if first + i >= n {
+                break;
+            }
+            let at = base + ((first + i) * read.stride as usize + read.offset as usize) as u64;
+            if !d.read_user_word(i, at) {
+                complete = false;
+                break;
+            }
+        }
+        d.submit(&word);
+        if !complete {
+            return;
+        }
+    }
 }

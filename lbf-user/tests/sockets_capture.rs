@@ -1,9 +1,12 @@
 //! The socket capture end to end, under the real eBPF tracer: the SPA client/server and the
 //! TSP-like master/worker of `tests/workloads/sockets`, over UNIX sockets, TCP on IPv6
-//! loopback, and TCP between two network namespaces joined by a veth pair; and datagram
-//! ping-pong over UDP and a UNIX datagram socketpair (sendmmsg/recvmmsg). Each run
-//! must match every message, agree with the programs' own counts and CPU times, and predict
-//! its own configuration's run time. Needs root; skips otherwise.
+//! loopback, and TCP between two network namespaces joined by a veth pair; datagram ping-pong
+//! over UDP (connected and unconnected sockets, destinations named by `sendto` and `sendmsg`)
+//! and over a UNIX datagram socketpair (`sendmmsg`/`recvmmsg` of 100 messages); and a socket
+//! handed to another process (`SCM_RIGHTS`), copied with `fcntl(F_DUPFD)` and `dup2`, and fed
+//! by `sendfile` and `splice`. Each run must match every message, agree with the programs' own
+//! counts and CPU times, and predict its own configuration's run time. Needs root; skips
+//! otherwise.
 
 mod traced;
 
@@ -88,8 +91,10 @@ fn tsp_over_tcp_on_ipv6_loopback() {
     });
 }
 
+/// UDP requests sent with `send` on a connected socket and with `sendmsg` naming the server
+/// on an unconnected one; answers by `sendto` and by `sendmsg` naming the client.
 #[test]
-fn datagrams_over_udp() {
+fn datagrams_over_udp_to_addresses_named_by_sendto_and_sendmsg() {
     if !can_trace() {
         return;
     }
@@ -105,8 +110,10 @@ fn datagrams_over_udp() {
     });
 }
 
+/// 100 datagrams per `sendmmsg` and `recvmmsg` call: more than one record of the kernel side
+/// holds, each a message of its own.
 #[test]
-fn datagrams_over_a_unix_socketpair_with_sendmmsg_and_recvmmsg() {
+fn datagrams_over_a_unix_socketpair_with_long_sendmmsg_and_recvmmsg_vectors() {
     if !can_trace() {
         return;
     }
@@ -114,6 +121,22 @@ fn datagrams_over_a_unix_socketpair_with_sendmmsg_and_recvmmsg() {
     timed(|| {
         check(
             &trace_sockets("dgram-unix", &format!("{} unix 30 4", dgram.display())),
+            2,
+        )
+    });
+}
+
+/// A socket received over a UNIX socket (`SCM_RIGHTS`), used through copies made by
+/// `fcntl(F_DUPFD)` and `dup2`, its peer sending with `sendfile` and `splice`.
+#[test]
+fn a_handed_over_socket_fed_by_sendfile_and_splice() {
+    if !can_trace() {
+        return;
+    }
+    let handoff = workload("sockets", "handoff", &[]);
+    timed(|| {
+        check(
+            &trace_sockets("handoff", &format!("{} 30 4", handoff.display())),
             2,
         )
     });

@@ -254,7 +254,7 @@ mod tests {
             kind: kind as u16,
             fn_id: 0,
             mem_len: mem.len() as u16,
-            _pad: 0,
+            part: 0,
             tgid,
             tid: tgid,
             ts_ns: 1_000,

@@ -7,15 +7,15 @@ use aya::{
     maps::{HashMap, MapData},
     programs::RawTracePoint,
 };
-use lbf_common::{syscalls, FnReads};
+use lbf_common::syscalls::{self, SyscallRead};
 
 use super::Tracer;
 
 impl Tracer {
     /// Records, for every traced process, the system calls `table` lists (number -> the
     /// memory to read at the return). Call once, before tracing starts.
-    pub fn record_syscalls(&mut self, table: &[(u16, FnReads)]) -> Result<()> {
-        let mut calls: HashMap<&mut MapData, u32, FnReads> = HashMap::try_from(
+    pub fn record_syscalls(&mut self, table: &[(u16, SyscallRead)]) -> Result<()> {
+        let mut calls: HashMap<&mut MapData, u32, SyscallRead> = HashMap::try_from(
             self.ebpf
                 .map_mut(syscalls::SYSCALLS)
                 .context("map SYSCALLS")?,

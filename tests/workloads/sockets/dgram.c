@@ -1,19 +1,21 @@
-/* Datagram ping-pong: a client sends ROUNDS requests of 64 bytes, computing COMPUTE_MS before
- * each, and a server answers each with 512 bytes after COMPUTE_MS/2 of work.
+/* Datagram ping-pong: a client sends ROUNDS requests, computing COMPUTE_MS before each, and a
+ * server answers each with 512 bytes after COMPUTE_MS/2 of work.
  *
  * udp:  UDP; the server, bound to the wildcard address and port PORT, answers each
- *       recvfrom() with a sendto() to the sender; the client sends to 127.0.0.1:PORT with
- *       send()/recv() on a connected socket.
- * unix: a UNIX datagram socketpair; each round the client sends its request as two datagrams
- *       with one sendmmsg() and the server takes both with one recvmmsg(); answers use
- *       sendmsg()/recvmsg().
+ *       recvfrom() alternately with a sendto() and a sendmsg() naming the sender. The client
+ *       sends its 64-byte requests to 127.0.0.1:PORT alternately with send() on a connected
+ *       socket and with sendmsg() naming the address on an unconnected one, and takes each
+ *       answer with recv() on the socket that asked.
+ * unix: a UNIX datagram socketpair; each round the client sends its request as VECTOR
+ *       datagrams of 16 bytes with sendmmsg() and the server takes them with recvmmsg()
+ *       (more than a record of lbf holds); answers use sendmsg()/recvmsg().
  *
  * Usage: dgram udp PORT ROUNDS COMPUTE_MS | dgram unix ROUNDS COMPUTE_MS */
 #include "sock_check.h" /* first: it defines _GNU_SOURCE (sendmmsg, recvmmsg) */
 
 #include <sys/wait.h>
 
-enum { REQUEST = 64, REPLY = 512 };
+enum { REQUEST = 64, REPLY = 512, VECTOR = 100, PIECE = 16 };
 
 static void dsend(int fd, const void *buf, size_t n) {
     ssize_t k = send(fd, buf, n, 0);
@@ -29,6 +31,16 @@ static void drecv(int fd, void *buf, size_t n) {
     sc_recv_bytes += k;
 }
 
+/* Sends `n` bytes to `to` with sendmsg() naming the address. */
+static void dsend_to(int fd, const void *buf, size_t n, struct sockaddr_in *to) {
+    struct iovec iov = {(void *)buf, n};
+    struct msghdr mh = {.msg_name = to, .msg_namelen = sizeof *to, .msg_iov = &iov, .msg_iovlen = 1};
+    ssize_t k = sendmsg(fd, &mh, 0);
+    if (k != (ssize_t)n) sc_die("sendmsg");
+    sc_sends++;
+    sc_send_bytes += k;
+}
+
 static void udp_server(int fd, int rounds, double ms) {
     char req[REQUEST], reply[REPLY];
     memset(reply, 'r', sizeof reply);
@@ -40,6 +52,10 @@ static void udp_server(int fd, int rounds, double ms) {
         sc_recvs++;
         sc_recv_bytes += k;
         sc_compute(ms / 2);
+        if (i % 2) {
+            dsend_to(fd, reply, sizeof reply, &peer);
+            continue;
+        }
         k = sendto(fd, reply, sizeof reply, 0, (struct sockaddr *)&peer, len);
         if (k != REPLY) sc_die("sendto");
         sc_sends++;
@@ -48,29 +64,45 @@ static void udp_server(int fd, int rounds, double ms) {
 }
 
 static void udp_client(int port, int rounds, double ms) {
-    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    int conn = socket(AF_INET, SOCK_DGRAM, 0), loose = socket(AF_INET, SOCK_DGRAM, 0);
     struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(port)};
     inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-    if (connect(fd, (struct sockaddr *)&to, sizeof to) < 0) sc_die("connect");
+    if (connect(conn, (struct sockaddr *)&to, sizeof to) < 0) sc_die("connect");
     char req[REQUEST], reply[REPLY];
     memset(req, 'q', sizeof req);
     for (int i = 0; i < rounds; i++) {
         sc_compute(ms);
-        dsend(fd, req, sizeof req);
-        drecv(fd, reply, sizeof reply);
+        if (i % 2) {
+            dsend_to(loose, req, sizeof req, &to);
+            drecv(loose, reply, sizeof reply);
+        } else {
+            dsend(conn, req, sizeof req);
+            drecv(conn, reply, sizeof reply);
+        }
+    }
+}
+
+/* The VECTOR datagrams of PIECE bytes at `buf`, as messages of sendmmsg()/recvmmsg(). */
+static void vector(char *buf, struct iovec *iov, struct mmsghdr *msgs) {
+    memset(msgs, 0, VECTOR * sizeof *msgs);
+    for (int m = 0; m < VECTOR; m++) {
+        iov[m] = (struct iovec){buf + m * PIECE, PIECE};
+        msgs[m].msg_hdr.msg_iov = &iov[m];
+        msgs[m].msg_hdr.msg_iovlen = 1;
     }
 }
 
 static void unix_server(int fd, int rounds, double ms) {
-    char a[REQUEST / 2], b[REQUEST / 2], reply[REPLY];
+    static char in[VECTOR * PIECE];
+    static struct iovec iov[VECTOR];
+    static struct mmsghdr msgs[VECTOR];
+    char reply[REPLY];
     memset(reply, 'r', sizeof reply);
     for (int i = 0; i < rounds; i++) {
-        struct iovec iov[2] = {{a, sizeof a}, {b, sizeof b}};
-        struct mmsghdr msgs[2] = {{.msg_hdr = {.msg_iov = &iov[0], .msg_iovlen = 1}},
-                                  {.msg_hdr = {.msg_iov = &iov[1], .msg_iovlen = 1}}};
+        vector(in, iov, msgs);
         int got = 0;
-        while (got < 2) {
-            int n = recvmmsg(fd, msgs + got, 2 - got, 0, NULL);
+        while (got < VECTOR) {
+            int n = recvmmsg(fd, msgs + got, VECTOR - got, 0, NULL);
             if (n <= 0) sc_die("recvmmsg");
             for (int m = got; m < got + n; m++) {
                 sc_recvs++;
@@ -89,17 +121,17 @@ static void unix_server(int fd, int rounds, double ms) {
 }
 
 static void unix_client(int fd, int rounds, double ms) {
-    char a[REQUEST / 2], b[REQUEST / 2], reply[REPLY];
-    memset(a, 'a', sizeof a);
-    memset(b, 'b', sizeof b);
+    static char out[VECTOR * PIECE];
+    static struct iovec iov[VECTOR];
+    static struct mmsghdr msgs[VECTOR];
+    char reply[REPLY];
+    memset(out, 'q', sizeof out);
     for (int i = 0; i < rounds; i++) {
         sc_compute(ms);
-        struct iovec iov[2] = {{a, sizeof a}, {b, sizeof b}};
-        struct mmsghdr msgs[2] = {{.msg_hdr = {.msg_iov = &iov[0], .msg_iovlen = 1}},
-                                  {.msg_hdr = {.msg_iov = &iov[1], .msg_iovlen = 1}}};
+        vector(out, iov, msgs);
         int sent = 0;
-        while (sent < 2) {
-            int n = sendmmsg(fd, msgs + sent, 2 - sent, 0);
+        while (sent < VECTOR) {
+            int n = sendmmsg(fd, msgs + sent, VECTOR - sent, 0);
             if (n <= 0) sc_die("sendmmsg");
             for (int m = sent; m < sent + n; m++) {
                 sc_sends++;

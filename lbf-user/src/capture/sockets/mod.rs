@@ -12,7 +12,8 @@
 //! | call | events |
 //! | --- | --- |
 //! | `write`, `writev`, `send`, `sendto`, `sendmsg` on a socket | `Send` at the return, one per message the bytes become (see [`channels`]), or a `Keepalive` when the bytes travel with a later message |
-//! | `sendmmsg` | as above, per message of the vector |
+//! | `sendmmsg` | as above, per message of the vector (a long vector takes several records, handled as one call) |
+//! | `sendfile`, `splice` into a socket | as a send of the bytes moved; `splice` out of a socket is a receive |
 //! | `read`, `readv`, `recv`, `recvfrom`, `recvmsg`, `recvmmsg` returning bytes | `RecvStart` at the entry and `RecvEnd` at the return; right after a `poll`, `select` or `epoll_wait`, `RecvStart` at the wait's entry and `RecvEnd` at its return |
 //! | receives returning nothing (end of stream, `EAGAIN`, `MSG_PEEK`) | none: their CPU goes to the next event |
 //! | process exit | `Exit` |
@@ -24,10 +25,11 @@
 //!
 //! # Limits
 //!
-//! - UDP receivers are told apart by port (see [`resolve::udp_channel`]); `sendmsg` with a
-//!   destination address on an unconnected UDP socket is not matched (`sendto` is).
-//! - Descriptors passed between processes over UNIX sockets, `fcntl(F_DUPFD)` and
-//!   `sendfile`/`splice` are not followed.
+//! - UDP receivers are told apart by port (see [`resolve::udp_channel`]); `sendmmsg`
+//!   messages naming their own destination on an unconnected UDP socket are not matched
+//!   (`sendto` and `sendmsg` are).
+//! - Descriptors passed over UNIX sockets are followed when received by `recvmsg`, not by
+//!   `recvmmsg`.
 //! - One host per capture: matching is central (see the trace format for ids).
 
 pub mod channels;
@@ -105,6 +107,9 @@ pub struct SocketCapture {
     other_families: BTreeMap<String, u64>,
     unmatched_sends: u64,
     unmatched_recvs: u64,
+    /// Per thread id, a `sendmmsg`/`recvmmsg` whose next part's record is still to come, with
+    /// its process.
+    held: HashMap<u32, (u32, syscall::Decoded)>,
 }
 
 impl SocketCapture {
@@ -126,6 +131,7 @@ impl SocketCapture {
             other_families: BTreeMap::new(),
             unmatched_sends: 0,
             unmatched_recvs: 0,
+            held: HashMap::new(),
         }
     }
 
@@ -161,6 +167,7 @@ impl SocketCapture {
                 }
             }
             Some(RecordKind::Exit) => {
+                self.release_held(|tgid| tgid == rec.tgid);
                 self.fds.retain(|(t, _), _| *t != rec.tgid);
                 if let Some(p) = self.procs.get_mut(&rec.tgid) {
                     if p.name.is_some() && !p.exited {
@@ -227,11 +234,66 @@ impl SocketCapture {
             self.seen.insert(tgid, name);
         }
         let d = syscall::decode(rec);
-        if d.truncated {
+        let held = self.held.remove(&tid);
+        if d.part > 0 {
+            // The next part of the call held for this thread, if any.
+            if let Some((tgid, mut first)) = held {
+                if first.continue_with(d) {
+                    self.call_or_hold(tgid, tid, first);
+                    return;
+                }
+                self.call(tgid, tid, first);
+            }
             note(
                 &mut self.anomalies,
-                "sendmmsg/recvmmsg moved more messages than a record holds (4)",
+                "a sendmmsg/recvmmsg record without the records before it",
             );
+            return;
+        }
+        if let Some((tgid, first)) = held {
+            self.call(tgid, tid, first);
+        }
+        self.call_or_hold(tgid, tid, d);
+    }
+
+    /// Handles a call of thread `tid` of process `tgid` unless the record of its next part
+    /// is still to come.
+    fn call_or_hold(&mut self, tgid: u32, tid: u32, d: syscall::Decoded) {
+        if d.more {
+            self.held.insert(tid, (tgid, d));
+        } else {
+            self.call(tgid, tid, d);
+        }
+    }
+
+    /// Handles the calls held for their next part of the processes `which` selects: that
+    /// part will not come (it was lost).
+    fn release_held(&mut self, which: impl Fn(u32) -> bool) {
+        let tids: Vec<u32> = self
+            .held
+            .iter()
+            .filter(|(_, (tgid, _))| which(*tgid))
+            .map(|(&tid, _)| tid)
+            .collect();
+        for tid in tids {
+            let (tgid, d) = self.held.remove(&tid).expect("held");
+            self.call(tgid, tid, d);
+        }
+    }
+
+    /// Handles one call of thread `tid` of process `tgid`, all its records' messages
+    /// together.
+    fn call(&mut self, tgid: u32, tid: u32, d: syscall::Decoded) {
+        if d.missing > 0 {
+            note(
+                &mut self.anomalies,
+                "sendmmsg/recvmmsg messages whose sizes could not be read",
+            );
+        }
+        for fd in d.received {
+            // A descriptor passed by another process: made here by no recorded call.
+            self.fds.insert((tgid, fd), Fd::Unresolved);
+            self.identify(tgid, fd, Lookup::Early);
         }
         if !matches!(d.call, Call::Wait | Call::Recv { .. }) {
             if let Some(p) = self.procs.get_mut(&tgid) {
@@ -240,43 +302,24 @@ impl SocketCapture {
         }
         match d.call {
             Call::Send { fd, sizes, to_port } => {
-                let Some(s) = self.socket(tgid, fd) else {
-                    return;
-                };
-                let is_udp = matches!(
-                    s.recv,
-                    Channel::Datagram {
-                        to: channels::Endpoint::Inet { .. }
-                    }
-                );
-                let to = to_port.filter(|_| is_udp).map(resolve::udp_channel);
-                let Some(channel) = to.or(s.send) else {
-                    note(
-                        &mut self.anomalies,
-                        "datagram sent on an unconnected socket",
-                    );
-                    return;
-                };
-                for bytes in sizes {
-                    let p = self.member(tgid);
-                    p.stats.sends += 1;
-                    p.stats.send_bytes += bytes;
-                    let slot = p.timeline.open(tid, d.exit_cpu);
-                    let token = self.token(tgid, slot);
-                    let outcomes = self.channels.send(channel, token, bytes);
-                    self.apply(outcomes);
+                if let Some(s) = self.socket(tgid, fd) {
+                    self.send(tgid, tid, s, &sizes, to_port, d.exit_cpu);
                 }
             }
-            Call::Recv { fd, sizes } => {
-                let Some(s) = self.socket(tgid, fd) else {
+            Call::Recv { fd, sizes } => match self.socket(tgid, fd) {
+                Some(s) => self.recv(tgid, tid, s, &sizes, d.entry_cpu, d.exit_cpu),
+                None => {
                     if let Some(p) = self.procs.get_mut(&tgid) {
                         p.timeline.not_waiting();
                     }
-                    return;
-                };
-                let p = self.member(tgid);
-                let end = p.timeline.recv_start(tid, d.entry_cpu);
-                self.receive(tgid, tid, s.recv, end.unwrap_or(d.exit_cpu), &sizes);
+                }
+            },
+            Call::Transfer { from, to, bytes } => {
+                if let Some(s) = self.socket(tgid, to) {
+                    self.send(tgid, tid, s, &[bytes], None, d.exit_cpu);
+                } else if let Some(s) = self.socket(tgid, from) {
+                    self.recv(tgid, tid, s, &[bytes], d.entry_cpu, d.exit_cpu);
+                }
             }
             Call::Wait => self
                 .procs
@@ -297,10 +340,24 @@ impl SocketCapture {
                 );
             }
             Call::Open { fds, connected, .. } => {
-                for fd in fds {
-                    self.fds.insert((tgid, fd), Fd::Unresolved);
-                    if connected {
-                        self.identify(tgid, fd, Lookup::Early);
+                let found: Vec<Option<SocketChannels>> = fds
+                    .iter()
+                    .map(|&fd| {
+                        self.fds.insert((tgid, fd), Fd::Unresolved);
+                        connected
+                            .then(|| self.identify(tgid, fd, Lookup::Early))
+                            .flatten()
+                    })
+                    .collect();
+                // A socketpair's ends are each other's peer, unless a number was closed and
+                // reused before the lookup (`socketpair`, `fork`, the parent closes its
+                // child's end and makes another socket): then look them up on use, in
+                // whichever process uses them.
+                if let [Some(a), Some(b)] = found[..] {
+                    if a.send != Some(b.recv) {
+                        for fd in fds {
+                            self.fds.insert((tgid, fd), Fd::Unresolved);
+                        }
                     }
                 }
             }
@@ -312,7 +369,16 @@ impl SocketCapture {
             }
             Call::Dup { old, new } => {
                 self.fds.remove(&(tgid, new));
-                if let Some(s) = self.socket(tgid, old) {
+                if self
+                    .fds
+                    .get(&(tgid, old))
+                    .is_some_and(|f| matches!(f, Fd::Unresolved))
+                {
+                    // The same socket, looked at through the copy: the original may be
+                    // closed already (`fcntl(F_DUPFD)` or `dup2`, then `close`).
+                    self.fds.insert((tgid, new), Fd::Unresolved);
+                    self.identify(tgid, new, Lookup::Early);
+                } else if let Some(s) = self.socket(tgid, old) {
                     self.fds.insert((tgid, new), Fd::Socket(s));
                 } else if self.fds.contains_key(&(tgid, old)) {
                     self.fds.insert((tgid, new), Fd::Ignored);
@@ -322,15 +388,62 @@ impl SocketCapture {
         }
     }
 
-    /// Queues one `RecvEnd` per message received and matches them.
-    fn receive(&mut self, tgid: u32, tid: u32, channel: Channel, cpu_at: u64, sizes: &[u64]) {
+    /// Queues one `Send` per message of `sizes` sent through socket `s` at `cpu_at`, to the
+    /// UDP port `to_port` named, else to its connected peer.
+    fn send(
+        &mut self,
+        tgid: u32,
+        tid: u32,
+        s: SocketChannels,
+        sizes: &[u64],
+        to_port: Option<u16>,
+        cpu_at: u64,
+    ) {
+        let is_udp = matches!(
+            s.recv,
+            Channel::Datagram {
+                to: channels::Endpoint::Inet { .. }
+            }
+        );
+        let to = to_port.filter(|_| is_udp).map(resolve::udp_channel);
+        let Some(channel) = to.or(s.send) else {
+            note(
+                &mut self.anomalies,
+                "datagram sent on an unconnected socket",
+            );
+            return;
+        };
+        for &bytes in sizes {
+            let p = self.member(tgid);
+            p.stats.sends += 1;
+            p.stats.send_bytes += bytes;
+            let slot = p.timeline.open(tid, cpu_at);
+            let token = self.token(tgid, slot);
+            let outcomes = self.channels.send(channel, token, bytes);
+            self.apply(outcomes);
+        }
+    }
+
+    /// A receive of `sizes` through socket `s`, entered at `entry_cpu` and returning at
+    /// `exit_cpu`: its `RecvStart`, then one `RecvEnd` per message, matched.
+    fn recv(
+        &mut self,
+        tgid: u32,
+        tid: u32,
+        s: SocketChannels,
+        sizes: &[u64],
+        entry_cpu: u64,
+        exit_cpu: u64,
+    ) {
+        let end = self.member(tgid).timeline.recv_start(tid, entry_cpu);
+        let cpu_at = end.unwrap_or(exit_cpu);
         for &bytes in sizes {
             let p = self.member(tgid);
             p.stats.recvs += 1;
             p.stats.recv_bytes += bytes;
             let slot = p.timeline.open(tid, cpu_at);
             let token = self.token(tgid, slot);
-            let outcomes = self.channels.recv(channel, token, bytes);
+            let outcomes = self.channels.recv(s.recv, token, bytes);
             self.apply(outcomes);
         }
     }
@@ -391,6 +504,7 @@ impl SocketCapture {
     /// order of first use) and hands out their events. A process still running gets an
     /// `Exit` (noted).
     pub fn finish(mut self, sink: &mut dyn EventSink) -> Summary {
+        self.release_held(|_| true);
         let outcomes = self.channels.finish();
         self.apply(outcomes);
         let mut members = Vec::with_capacity(self.order.len());

@@ -73,7 +73,7 @@ fn call(tgid: u32, nr: u16, fd: i32, ret: i64, entry_cpu: u64, exit_cpu: u64) ->
         kind: RecordKind::Syscall as u16,
         fn_id: nr,
         mem_len: 0,
-        _pad: 0,
+        part: 0,
         tgid,
         tid: tgid,
         ts_ns: exit_cpu,
@@ -257,4 +257,84 @@ fn other_descriptors_and_refused_sockets_stay_out() {
 fn bytes_never_read_are_unmatched() {
     let (_, s) = run(&[call(1, nr::WRITE, 3, 10, 0, 1), exit(1, 2)]);
     assert_eq!(s.unmatched_sends, 1);
+}
+
+/// `rec` as part `part` of its call, carrying the `u32` words `words` (message sizes).
+fn with_words(mut rec: Record, part: u16, words: &[u32]) -> Record {
+    rec.part = part;
+    for (i, w) in words.iter().enumerate() {
+        rec.mem[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+    }
+    rec.mem_len = (words.len() * 4) as u16;
+    rec
+}
+
+#[test]
+fn a_message_vector_in_two_records_is_one_call_of_a_message_each() {
+    use lbf_common::syscalls::WORDS_PER_PART;
+    let n = WORDS_PER_PART + 6;
+    let sizes: Vec<u32> = (1..=n as u32).collect();
+    let (first, rest) = sizes.split_at(WORDS_PER_PART);
+    let sendmmsg = call(1, nr::SENDMMSG, 4, n as i64, 0, 1);
+    let recvmmsg = call(2, nr::RECVMMSG, 4, n as i64, 2, 3);
+    let (log, s) = run(&[
+        with_words(sendmmsg, 0, first),
+        with_words(sendmmsg, 1, rest),
+        with_words(recvmmsg, 0, first),
+        with_words(recvmmsg, 1, rest),
+        exit(1, 4),
+        exit(2, 4),
+    ]);
+    assert!(s.anomalies.is_empty(), "{:?}", s.anomalies);
+    assert_eq!((s.stats[0].sends, s.stats[1].recvs), (n as u64, n as u64));
+    let total: u64 = sizes.iter().map(|&b| b as u64).sum();
+    assert_eq!(s.stats[1].recv_bytes, total);
+    // One receive: a single RecvStart, then a RecvEnd per datagram, in order.
+    let recvs = of(&log, 1);
+    assert_eq!(recvs[0], (2, EventKind::RecvStart));
+    assert_eq!(
+        recvs[1..=n].last(),
+        Some(&(0, EventKind::RecvEnd { msg: n as u64 }))
+    );
+}
+
+#[test]
+fn a_message_vector_missing_its_last_record_is_noted() {
+    use lbf_common::syscalls::WORDS_PER_PART;
+    let sendmmsg = call(1, nr::SENDMMSG, 4, WORDS_PER_PART as i64 + 1, 0, 1);
+    let (_, s) = run(&[
+        with_words(sendmmsg, 0, &[8; WORDS_PER_PART]),
+        call(1, nr::WRITE, 3, 10, 1, 2),
+    ]);
+    assert_eq!(s.stats[0].sends, WORDS_PER_PART as u64 + 1);
+    assert_eq!(
+        s.anomalies["sendmmsg/recvmmsg messages whose sizes could not be read"],
+        1
+    );
+}
+
+#[test]
+fn sendfile_and_splice_move_bytes_into_and_out_of_sockets() {
+    let mut sendfile = call(1, nr::SENDFILE, 3, 100, 0, 1);
+    sendfile.args[2] = 9; // from a file
+    let mut splice = call(2, nr::SPLICE, 3, 100, 2, 3);
+    splice.args[3] = 8; // into a pipe
+    let (log, s) = run(&[sendfile, splice, exit(1, 4), exit(2, 4)]);
+    assert_eq!((s.stats[0].sends, s.stats[0].send_bytes), (1, 100));
+    assert_eq!((s.stats[1].recvs, s.stats[1].recv_bytes), (1, 100));
+    assert_eq!(of(&log, 1)[1], (1, EventKind::RecvEnd { msg: 1 }));
+}
+
+#[test]
+fn a_copy_made_by_fcntl_is_the_same_socket() {
+    let mut dupfd = call(1, nr::FCNTL, 3, 20, 0, 1);
+    dupfd.args[2] = 1030; // F_DUPFD_CLOEXEC
+    let (_, s) = run(&[
+        dupfd,
+        call(1, nr::CLOSE, 3, 0, 1, 1),
+        call(1, nr::WRITE, 20, 10, 1, 2),
+        call(2, nr::READ, 3, 10, 0, 3),
+    ]);
+    assert_eq!((s.unmatched_sends, s.unmatched_recvs), (0, 0));
+    assert_eq!(s.stats[0].sends, 1);
 }

@@ -294,3 +294,42 @@ fn keepalives_let_the_engine_advance_and_events_are_freed() {
     let progress = engine.progress();
     assert!(progress[0].simulated_seconds >= 9_999.0, "{progress:?}");
 }
+
+#[test]
+fn a_message_id_may_be_used_again_once_its_message_is_received() {
+    use EventKind::*;
+    // Process 0 sends two messages to process 1 in turn; the second may reuse the first's
+    // id once the first is received (ids are hashes of envelopes and may repeat).
+    let program = |second: u64| {
+        vec![
+            ev(0, 1, Send { msg: 5, bytes: 0 }),
+            ev(1, 0, RecvStart),
+            ev(1, 0, RecvEnd { msg: 5 }),
+            ev(1, 2, Send { msg: 9, bytes: 0 }),
+            ev(0, 0, RecvStart),
+            ev(0, 0, RecvEnd { msg: 9 }),
+            ev(
+                0,
+                1,
+                Send {
+                    msg: second,
+                    bytes: 0,
+                },
+            ),
+            ev(1, 0, RecvStart),
+            ev(1, 0, RecvEnd { msg: second }),
+            ev(0, 1, Exit),
+            ev(1, 1, Exit),
+        ]
+    };
+    let predict = |events: Vec<Event>| {
+        let t = target("t", vec![vec![0], vec![1]]);
+        let mut engine = Engine::new(2, vec![t]).unwrap();
+        for (i, e) in events.into_iter().enumerate() {
+            engine.push(e, i as u64 + 1).unwrap();
+        }
+        engine.finish().unwrap()[0].predicted_seconds
+    };
+    assert_eq!(predict(program(5)), predict(program(6)));
+    assert_eq!(predict(program(5)), 5.0);
+}

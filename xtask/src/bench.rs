@@ -49,7 +49,8 @@ pub fn run(args: &Args) -> Result<()> {
         let rate: f64 = number(m, "events_per_s")?;
         let targets: f64 = number(m, "targets")?;
         println!(
-            "  engine {:>10} events: {:6.2} M events/s ({:6.2} M target-events/s), peak RSS {:6.1} MiB",
+            "  engine {:>10} events: {:6.2} M events/s ({:6.2} M target-events/s; engine only, \
+             trace generation not timed), peak RSS {:6.1} MiB",
             m["events"],
             rate / 1e6,
             rate * targets / 1e6,

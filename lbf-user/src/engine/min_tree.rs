@@ -3,13 +3,17 @@
 //! The simulation keeps one slot per node (its next finish time) and asks for the earliest
 //! after every change; with many nodes a linear scan per event would dominate.
 
+use std::hint::select_unpredictable;
+
 /// Minimum over `len` slots, each holding a time or nothing.
 ///
 /// A *winner tree*: each internal node holds the slot with the earliest time below it, and
 /// slot times are kept once, as IEEE-754 bits (which order like non-negative times). An
-/// update replays the matches on the slot's path to the root; each match compares two `u64`s
-/// and keeps the left slot on a tie (the lower one, since the left subtree holds the lower
-/// slots), which compiles to a conditional move rather than a hard-to-predict branch.
+/// update replays the matches on the slot's path to the root, carrying the winner so far in
+/// registers: each level loads only the sibling's winner, which does not depend on the level
+/// below, so the levels do not wait on each other's stores. A match orders by time, then by
+/// slot (the left subtree holds the lower slots), and selects without a hard-to-predict
+/// branch.
 #[derive(Debug)]
 pub(super) struct MinTree {
     /// Each slot's time's bits, [`EMPTY`] for nothing.
@@ -50,14 +54,17 @@ impl MinTree {
             (t + 0.0).to_bits()
         });
         let mut k = self.leaves + i;
+        let (mut winner, mut winner_time) = (i as u32, self.times[i]);
         while k > 1 {
+            let sibling = self.winners[k ^ 1];
+            let sibling_time = self.times[sibling as usize];
+            // `&` and `|`, not `&&` and `||`: no branches.
+            let sibling_wins =
+                (sibling_time < winner_time) | ((sibling_time == winner_time) & (sibling < winner));
+            winner = select_unpredictable(sibling_wins, sibling, winner);
+            winner_time = select_unpredictable(sibling_wins, sibling_time, winner_time);
             k /= 2;
-            let (a, b) = (self.winners[2 * k], self.winners[2 * k + 1]);
-            self.winners[k] = if self.times[b as usize] < self.times[a as usize] {
-                b
-            } else {
-                a
-            };
+            self.winners[k] = winner;
         }
     }
 

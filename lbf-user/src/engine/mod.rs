@@ -9,6 +9,7 @@
 
 mod collective;
 mod comm;
+mod messages;
 mod min_tree;
 mod node;
 mod sim;
@@ -190,6 +191,7 @@ impl std::error::Error for EngineError {}
 /// ```
 pub struct Engine {
     streams: streams::Streams,
+    msg_slots: messages::MsgSlots,
     sims: Vec<sim::Sim>,
     /// The first error: the engine refuses further input after it.
     failed: Option<EngineError>,
@@ -205,6 +207,7 @@ impl Engine {
             .collect::<Result<_, _>>()?;
         Ok(Engine {
             streams: streams::Streams::new(num_procs),
+            msg_slots: messages::MsgSlots::default(),
             sims,
             failed: None,
         })
@@ -271,7 +274,18 @@ impl Engine {
                 origin,
             });
         }
-        self.streams.push(p, streams::Queued { event, origin });
+        let slot = match event.kind {
+            EventKind::Send { msg, .. } | EventKind::RecvEnd { msg } => self.msg_slots.acquire(msg),
+            _ => 0,
+        };
+        self.streams.push(
+            p,
+            streams::Queued {
+                event,
+                origin,
+                slot,
+            },
+        );
         if event.kind == EventKind::Exit {
             self.streams.close(p);
         }
@@ -280,7 +294,12 @@ impl Engine {
             sim.on_event(p, &self.streams).map_err(|e| *e)?;
             consumed = consumed.min(sim.held(p));
         }
-        self.streams.trim(p, consumed);
+        let (sims, msg_slots) = (&self.sims, &mut self.msg_slots);
+        self.streams.trim(p, consumed, |q| {
+            if let EventKind::Send { .. } | EventKind::RecvEnd { .. } = q.event.kind {
+                msg_slots.release(q.slot, || sims.iter().any(|s| s.holds_message(q.slot)));
+            }
+        });
         Ok(())
     }
 

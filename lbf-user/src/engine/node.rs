@@ -8,6 +8,10 @@
 //! between. The next process to finish is the one with the smallest finish time, kept in a
 //! heap, and the only way to leave the runnable set is to finish: so every change costs
 //! O(log n) and nothing is touched per step.
+//!
+//! A process that finishes usually joins again at once with the work before its next event.
+//! So a finished process stays at the top of the heap, out of the count, until the next join
+//! replaces it (one sift instead of a pop and a push) or another operation removes it.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -21,8 +25,13 @@ use crate::target::Node;
 pub(super) struct NodeState {
     cores: u32,
     speed: f64,
-    /// Keyed by finish virtual time, then process; smallest first.
+    /// Keyed by finish virtual time, then process; smallest first. While `finished_top`,
+    /// the top is a process that has finished and is no longer runnable.
     runnable: BinaryHeap<Reverse<TimeKey>>,
+    /// Whether the heap's top has finished (see the module's documentation).
+    finished_top: bool,
+    /// Per-process rate for the current load: kept up to date, as it is needed at every step.
+    rate: f64,
     /// Load of the waiting processes that poll: the number of polling processes times the
     /// target's spin weight. They share the cores but make no progress.
     polling: f64,
@@ -39,6 +48,8 @@ impl NodeState {
             cores: node.cores,
             speed: node.speed,
             runnable: BinaryHeap::new(),
+            finished_top: false,
+            rate: node.speed,
             polling: 0.0,
             virtual_now: 0.0,
             synced_at: 0.0,
@@ -47,52 +58,82 @@ impl NodeState {
 
     /// Per-process rate with the current number of runnable and polling processes.
     pub(super) fn rate(&self) -> f64 {
-        let load = self.runnable.len() as f64 + self.polling;
-        if load <= self.cores as f64 {
-            return self.speed;
-        }
-        self.speed * self.cores as f64 / load
+        self.rate
+    }
+
+    /// Processes runnable now.
+    fn len(&self) -> usize {
+        self.runnable.len() - usize::from(self.finished_top)
+    }
+
+    /// Recomputes `rate` after the load changed.
+    fn update_rate(&mut self) {
+        let load = self.len() as f64 + self.polling;
+        self.rate = if load <= self.cores as f64 {
+            self.speed
+        } else {
+            self.speed * self.cores as f64 / load
+        };
     }
 
     /// Adds `delta` (positive or negative) to the polling load at real time `now`.
     pub(super) fn add_polling(&mut self, now: f64, delta: f64) {
         self.sync(now);
         self.polling = (self.polling + delta).max(0.0);
+        self.update_rate();
     }
 
     /// The runnable processes, in no particular order.
     pub(super) fn runnable(&self) -> impl Iterator<Item = ProcId> + '_ {
-        self.runnable.iter().map(|Reverse(k)| k.id() as ProcId)
+        // The heap's slice starts with its top.
+        let runnable = &self.runnable.as_slice()[usize::from(self.finished_top)..];
+        runnable.iter().map(|Reverse(k)| k.id() as ProcId)
     }
 
     /// Brings the virtual clock up to real time `now`.
     fn sync(&mut self, now: f64) {
-        if !self.runnable.is_empty() {
-            self.virtual_now += self.rate() * (now - self.synced_at);
+        if self.len() > 0 {
+            self.virtual_now += self.rate * (now - self.synced_at);
         }
         self.synced_at = now;
+    }
+
+    /// Removes the finished process from the top of the heap, if it is there.
+    fn drop_finished(&mut self) {
+        if self.finished_top {
+            self.finished_top = false;
+            self.runnable.pop();
+        }
     }
 
     /// Makes `proc` runnable at real time `now` with `work` CPU-seconds to do.
     pub(super) fn join(&mut self, now: f64, proc: ProcId, work: f64) {
         self.sync(now);
-        self.runnable.push(Reverse(TimeKey::new(
-            self.virtual_now + work,
-            proc as usize,
-        )));
+        let key = Reverse(TimeKey::new(self.virtual_now + work, proc as usize));
+        if self.finished_top {
+            self.finished_top = false;
+            *self.runnable.peek_mut().expect("a finished top") = key;
+        } else {
+            self.runnable.push(key);
+        }
+        self.update_rate();
     }
 
     /// Real time at which the next runnable process finishes its work, if any is runnable.
-    pub(super) fn next_finish(&self) -> Option<f64> {
+    pub(super) fn next_finish(&mut self) -> Option<f64> {
+        self.drop_finished();
         let Reverse(finish) = self.runnable.peek()?;
         let remaining = (finish.time() - self.virtual_now).max(0.0);
-        Some(self.synced_at + remaining / self.rate())
+        Some(self.synced_at + remaining / self.rate)
     }
 
     /// Removes the process that finishes first, at real time `now` (its finish time).
     pub(super) fn pop_finished(&mut self, now: f64) -> ProcId {
+        self.drop_finished();
         self.sync(now);
-        let Reverse(finish) = self.runnable.pop().expect("pop_finished on an idle node");
+        let Reverse(finish) = *self.runnable.peek().expect("pop_finished on an idle node");
+        self.finished_top = true;
+        self.update_rate();
         // Snap the clock to the finish time so rounding never leaves a sliver of work behind.
         self.virtual_now = self.virtual_now.max(finish.time());
         finish.id() as ProcId

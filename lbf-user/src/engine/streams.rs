@@ -8,11 +8,14 @@ use std::collections::VecDeque;
 
 use crate::event::Event;
 
-/// An event and where it came from (echoed in errors).
+/// An event, where it came from (echoed in errors) and, for a send or a receive, its
+/// message's slot (see [`super::messages`]).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Queued {
     pub(super) event: Event,
     pub(super) origin: u64,
+    /// The message's slot for a `Send` or `RecvEnd`, 0 (meaningless) otherwise.
+    pub(super) slot: u32,
 }
 
 /// Per-process queues, addressed by absolute event index.
@@ -61,12 +64,17 @@ impl Streams {
         self.queues[p].get((i - self.front[p]) as usize)
     }
 
-    /// Drops process `p`'s events before absolute index `upto` (consumed by every target).
-    pub(super) fn trim(&mut self, p: usize, upto: u64) {
+    /// Drops process `p`'s events before absolute index `upto` (consumed by every target),
+    /// passing each to `dropped`. Usually there is one or none: a loop of `pop_front` is
+    /// cheaper than a drain.
+    pub(super) fn trim(&mut self, p: usize, upto: u64, mut dropped: impl FnMut(Queued)) {
         let q = &mut self.queues[p];
-        let n = ((upto - self.front[p]) as usize).min(q.len());
-        q.drain(..n);
-        self.front[p] += n as u64;
+        let front = &mut self.front[p];
+        while *front < upto {
+            let Some(event) = q.pop_front() else { break };
+            *front += 1;
+            dropped(event);
+        }
     }
 
     /// Events held in process `p`'s queue.

@@ -13,12 +13,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// A gross-error bound on the prediction against the measured time (a lost rank or message
-/// would break it). Not the 10 % of the acceptance criterion: the nodes do not yet place the
-/// two hosts' ranks on one time line (each announces start times from its own capture's
-/// start), and the builder does not yet add the measured MPI teardown as `lbf-trace` does
-/// (docs/cluster.md, "Time across hosts").
-const SANITY: f64 = 0.5;
+/// How close the central prediction for the configuration the job ran on must come to the
+/// measured time (issue 5's acceptance criterion).
+const TOLERANCE: f64 = 0.10;
+/// Runs of the job before a prediction outside [`TOLERANCE`] fails the test: one run of the
+/// same job varies from the next (as the capture tests' `TIMING_ATTEMPTS` explains); a
+/// systematic error misses every time.
+const ATTEMPTS: u32 = 3;
 
 /// Compiles `source` (under tests/workloads) with `cc` into `dir`.
 fn compile(cc: &str, source: &str, dir: &Path) -> PathBuf {
@@ -78,6 +79,32 @@ fn an_mpi_job_across_two_hosts_is_matched_and_predicted_centrally() {
         eprintln!("skipping: needs root and Open MPI (mpicc.openmpi)");
         return;
     }
+    let mut misses = Vec::new();
+    for attempt in 1..=ATTEMPTS {
+        let (measured, predicted) = run_across_two_hosts();
+        let miss = (predicted - measured).abs() / measured;
+        eprintln!(
+            "attempt {attempt}: measured {measured:.3} s, predicted centrally {predicted:.3} s \
+             ({:+.1} %)",
+            (predicted / measured - 1.0) * 100.0
+        );
+        if miss <= TOLERANCE {
+            return;
+        }
+        misses.push(format!("{predicted:.3} s for {measured:.3} s"));
+    }
+    panic!(
+        "the central prediction missed the measured time by more than {:.0} % in all {ATTEMPTS} \
+         runs: {}",
+        TOLERANCE * 100.0,
+        misses.join("; ")
+    );
+}
+
+/// One run of the job across two hosts, checked for completeness (every message matched,
+/// nothing lost, the builder's prediction equal to `lbf-gag predict` on the merged trace);
+/// returns the measured and the centrally predicted seconds.
+fn run_across_two_hosts() -> (f64, f64) {
     let hosts = Hosts::new("live");
     let root = scratch("live");
     let ring = compile("mpicc.openmpi", "mpi/ring.c", &root);
@@ -171,13 +198,7 @@ fn an_mpi_job_across_two_hosts_is_matched_and_predicted_centrally() {
     let count = |kind: &str| merged.matches(&format!("\"k\":\"{kind}\"")).count();
     assert!(sent > 0, "{out}");
     assert_eq!((count("send"), count("recv_end")), (sent, sent));
-    let measured = report["measured_seconds"].as_f64().unwrap();
-    let p = predicted[0].1;
-    eprintln!("measured {measured:.3} s, predicted centrally {p:.3} s");
-    assert!(
-        (p - measured).abs() <= SANITY * measured,
-        "predicted {p:.3} s, measured {measured:.3} s"
-    );
+    (report["measured_seconds"].as_f64().unwrap(), predicted[0].1)
 }
 
 /// A node selecting by command name follows processes that start after it began capturing and

@@ -199,3 +199,46 @@ fn lbf_trace_says_which_socket_family_it_does_not_capture() {
         "{err}"
     );
 }
+
+/// `lbf-trace -- PROGRAM` run directly (no shell): the command is traced before its exec, and
+/// the files its loader reads must not be taken for the sockets that reuse their numbers.
+#[test]
+fn a_command_run_directly_has_exactly_its_own_messages() {
+    if !can_trace() {
+        return;
+    }
+    let handoff = workload("sockets", "handoff", &[]);
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("direct.trace.jsonl");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lbf-trace"))
+        .arg("-o")
+        .arg(&out)
+        .args(["--source", "sockets", "--"])
+        .arg(&handoff)
+        .args(["30", "4"])
+        .output()
+        .expect("running lbf-trace");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    let field = |name: &str| -> u64 {
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("LBF-CHECK"))
+            .filter_map(|l| {
+                l.split_whitespace()
+                    .find_map(|f| f.strip_prefix(&format!("{name}=")))
+            })
+            .map(|n| n.parse::<u64>().unwrap())
+            .sum()
+    };
+    let trace = std::fs::read_to_string(&out).unwrap();
+    let count = |kind: &str| trace.matches(&format!("\"k\":\"{kind}\"")).count() as u64;
+    assert!(field("recvs") > 0, "{stdout}");
+    assert_eq!(
+        (count("send"), count("recv_end")),
+        (field("sends"), field("recvs")),
+        "{stderr}"
+    );
+}

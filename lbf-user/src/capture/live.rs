@@ -26,6 +26,14 @@ impl<S: EventSink> CaptureSink<S> {
         }
     }
 
+    /// Tells the capture that process `pid` is the command the tracer started (see
+    /// [`RecordCapture::started_by_tracer`]).
+    pub fn started_by_tracer(&mut self, pid: u32) {
+        if let Some(capture) = &mut self.capture {
+            capture.started_by_tracer(pid);
+        }
+    }
+
     /// The event sink, while the capture runs.
     pub fn events_mut(&mut self) -> &mut S {
         &mut self.events

@@ -11,6 +11,9 @@ pub trait RecordCapture {
     fn record(&mut self, rec: &Record, sink: &mut dyn EventSink);
     /// Ends the capture: hands out what is left and summarises.
     fn finish(self: Box<Self>, sink: &mut dyn EventSink) -> Summary;
+    /// Process `pid` is the command the tracer started and traced before it executed: traced
+    /// from its start, although records of it come before its exec.
+    fn started_by_tracer(&mut self, _pid: u32) {}
 }
 
 impl RecordCapture for Capture {

@@ -561,6 +561,12 @@ impl RecordCapture for SocketCapture {
     fn finish(self: Box<Self>, sink: &mut dyn EventSink) -> Summary {
         SocketCapture::finish(*self, sink)
     }
+    /// Every socket of the command is made by a recorded call (it inherits only the tracer's
+    /// standard streams): its unknown descriptors are not sockets and need no lookup, which
+    /// could find a socket that reused the number of a file its loader read.
+    fn started_by_tracer(&mut self, pid: u32) {
+        self.born.insert(pid);
+    }
 }
 
 /// Address families whose sockets are captured: `AF_UNIX`, `AF_INET`, `AF_INET6`.

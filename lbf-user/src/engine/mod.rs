@@ -9,7 +9,6 @@
 
 mod collective;
 mod comm;
-mod messages;
 mod min_tree;
 mod node;
 mod sim;
@@ -191,7 +190,6 @@ impl std::error::Error for EngineError {}
 /// ```
 pub struct Engine {
     streams: streams::Streams,
-    msg_slots: messages::MsgSlots,
     sims: Vec<sim::Sim>,
     /// The first error: the engine refuses further input after it.
     failed: Option<EngineError>,
@@ -207,7 +205,6 @@ impl Engine {
             .collect::<Result<_, _>>()?;
         Ok(Engine {
             streams: streams::Streams::new(num_procs),
-            msg_slots: messages::MsgSlots::default(),
             sims,
             failed: None,
         })
@@ -274,18 +271,7 @@ impl Engine {
                 origin,
             });
         }
-        let slot = match event.kind {
-            EventKind::Send { msg, .. } | EventKind::RecvEnd { msg } => self.msg_slots.acquire(msg),
-            _ => 0,
-        };
-        self.streams.push(
-            p,
-            streams::Queued {
-                event,
-                origin,
-                slot,
-            },
-        );
+        self.streams.push(p, streams::Queued { event, origin });
         if event.kind == EventKind::Exit {
             self.streams.close(p);
         }
@@ -294,12 +280,7 @@ impl Engine {
             sim.on_event(p, &self.streams).map_err(|e| *e)?;
             consumed = consumed.min(sim.held(p));
         }
-        let (sims, msg_slots) = (&self.sims, &mut self.msg_slots);
-        self.streams.trim(p, consumed, |q| {
-            if let EventKind::Send { .. } | EventKind::RecvEnd { .. } = q.event.kind {
-                msg_slots.release(q.slot, || sims.iter().any(|s| s.holds_message(q.slot)));
-            }
-        });
+        self.streams.trim(p, consumed);
         Ok(())
     }
 

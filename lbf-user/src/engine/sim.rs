@@ -98,9 +98,7 @@ pub(super) struct Sim {
     starved: usize,
     /// Processes not yet exited.
     live: usize,
-    /// Messages by slot (see [`super::messages`]); `None` for a slot this target holds
-    /// nothing for. Grows to the most slots in use at once.
-    msgs: Vec<Option<Msg>>,
+    msgs: FxHashMap<MsgId, Msg>,
     colls: FxHashMap<CollId, Collective>,
     sink: Option<Box<dyn ScheduleSink>>,
     /// Per node: when the current running slices began (for timelines).
@@ -156,7 +154,7 @@ impl Sim {
             procs,
             starved: num_procs,
             live: num_procs,
-            msgs: Vec::new(),
+            msgs: FxHashMap::default(),
             colls: FxHashMap::default(),
             sink: None,
         })
@@ -258,7 +256,7 @@ impl Sim {
         self.stop_polling(p);
         let current = self.current(p, streams);
         match current.event.kind {
-            EventKind::RecvEnd { .. } => self.receive(p, current.slot),
+            EventKind::RecvEnd { msg } => self.receive(p, msg),
             EventKind::CollEnd { coll } => self.leave_collective(coll),
             _ => unreachable!("timer for a process that is not waiting"),
         }
@@ -337,11 +335,11 @@ impl Sim {
     fn reach_kind(&mut self, p: usize, q: &Queued) -> SimResult<bool> {
         match q.event.kind {
             EventKind::Send { msg, bytes } => {
-                self.send(p, msg, q.slot, bytes, q.origin)?;
+                self.send(p, msg, bytes, q.origin)?;
                 Ok(true)
             }
             EventKind::RecvStart | EventKind::Keepalive => Ok(true),
-            EventKind::RecvEnd { msg } => self.await_message(p, msg, q.slot, q.origin),
+            EventKind::RecvEnd { msg } => self.await_message(p, msg, q.origin),
             EventKind::CollStart {
                 coll,
                 op,
@@ -365,29 +363,13 @@ impl Sim {
         comm_of(&self.network, &self.node_of, from, to, bytes)
     }
 
-    /// Whether this target holds state for message slot `slot`: sent and not yet received,
-    /// or awaited and not yet sent.
-    pub(super) fn holds_message(&self, slot: u32) -> bool {
-        self.msgs.get(slot as usize).is_some_and(Option::is_some)
-    }
-
-    /// This target's state for message slot `slot`, made room for if needed.
-    fn msg_mut(&mut self, slot: u32) -> &mut Option<Msg> {
-        let i = slot as usize;
-        if i >= self.msgs.len() {
-            self.msgs.resize_with(i + 1, || None);
-        }
-        &mut self.msgs[i]
-    }
-
-    /// Process `p` sends `msg` (in slot `slot`) now.
-    fn send(&mut self, p: usize, msg: MsgId, slot: u32, bytes: u64, origin: u64) -> SimResult<()> {
+    fn send(&mut self, p: usize, msg: MsgId, bytes: u64, origin: u64) -> SimResult<()> {
         let sent = Msg::Sent {
             at: self.now,
             bytes,
             from: p as ProcId,
         };
-        match self.msg_mut(slot).replace(sent) {
+        match self.msgs.insert(msg, sent) {
             None => Ok(()),
             Some(Msg::Awaited { by }) => {
                 let arrival = self.now + self.comm(p, by as usize, bytes);
@@ -399,11 +381,10 @@ impl Sim {
         }
     }
 
-    /// Process `p` is at the recv_end of `msg` (in slot `slot`): completes now if the message
-    /// is there.
-    fn await_message(&mut self, p: usize, msg: MsgId, slot: u32, origin: u64) -> SimResult<bool> {
-        let arrival = match *self.msg_mut(slot) {
-            Some(Msg::Sent { at, bytes, from }) => Some(at + self.comm(from as usize, p, bytes)),
+    /// Process `p` is at the recv_end of `msg`: completes now if the message is there.
+    fn await_message(&mut self, p: usize, msg: MsgId, origin: u64) -> SimResult<bool> {
+        let arrival = match self.msgs.get(&msg) {
+            Some(&Msg::Sent { at, bytes, from }) => Some(at + self.comm(from as usize, p, bytes)),
             Some(Msg::Awaited { .. }) => {
                 return Err(Box::new(EngineError::DuplicateMessage { msg, origin }))
             }
@@ -411,7 +392,7 @@ impl Sim {
         };
         match arrival {
             Some(t) if t <= self.now => {
-                self.receive(p, slot);
+                self.receive(p, msg);
                 Ok(true)
             }
             Some(t) => {
@@ -420,16 +401,16 @@ impl Sim {
                 Ok(false)
             }
             None => {
-                self.msgs[slot as usize] = Some(Msg::Awaited { by: p as ProcId });
+                self.msgs.insert(msg, Msg::Awaited { by: p as ProcId });
                 self.start_wait(p, State::WaitMsg);
                 Ok(false)
             }
         }
     }
 
-    /// Process `p` consumes the message in slot `slot`, which has arrived.
-    fn receive(&mut self, p: usize, slot: u32) {
-        if let Some(Msg::Sent { at, bytes, from }) = self.msgs[slot as usize].take() {
+    /// Process `p` consumes `msg`, which has arrived.
+    fn receive(&mut self, p: usize, msg: MsgId) {
+        if let Some(Msg::Sent { at, bytes, from }) = self.msgs.remove(&msg) {
             if let Some(sink) = &mut self.sink {
                 let arrived = at + comm_of(&self.network, &self.node_of, from as usize, p, bytes);
                 sink.message(from, p as ProcId, at, arrived, bytes);

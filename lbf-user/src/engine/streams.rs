@@ -8,14 +8,11 @@ use std::collections::VecDeque;
 
 use crate::event::Event;
 
-/// An event, where it came from (echoed in errors) and, for a send or a receive, its
-/// message's slot (see [`super::messages`]).
+/// An event and where it came from (echoed in errors).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Queued {
     pub(super) event: Event,
     pub(super) origin: u64,
-    /// The message's slot for a `Send` or `RecvEnd`, 0 (meaningless) otherwise.
-    pub(super) slot: u32,
 }
 
 /// Per-process queues, addressed by absolute event index.
@@ -64,17 +61,12 @@ impl Streams {
         self.queues[p].get((i - self.front[p]) as usize)
     }
 
-    /// Drops process `p`'s events before absolute index `upto` (consumed by every target),
-    /// passing each to `dropped`. Usually there is one or none: a loop of `pop_front` is
-    /// cheaper than a drain.
-    pub(super) fn trim(&mut self, p: usize, upto: u64, mut dropped: impl FnMut(Queued)) {
+    /// Drops process `p`'s events before absolute index `upto` (consumed by every target).
+    pub(super) fn trim(&mut self, p: usize, upto: u64) {
         let q = &mut self.queues[p];
-        let front = &mut self.front[p];
-        while *front < upto {
-            let Some(event) = q.pop_front() else { break };
-            *front += 1;
-            dropped(event);
-        }
+        let n = ((upto - self.front[p]) as usize).min(q.len());
+        q.drain(..n);
+        self.front[p] += n as u64;
     }
 
     /// Events held in process `p`'s queue.

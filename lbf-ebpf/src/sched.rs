@@ -16,8 +16,7 @@ use lbf_common::{maps::KernelOffsets, RecordKind, MEM_BYTES};
 
 use crate::{
     maps::{
-        current_sum_exec_runtime, is_traced, new_thread_state, offsets, ADOPT_COMM, THREADS,
-        TRACED,
+        current_sum_exec_runtime, is_traced, new_thread_state, offsets, ADOPT_COMM, THREADS, TRACED,
     },
     record::{current_ids, Draft, Mem},
 };

@@ -59,8 +59,8 @@ impl MinTree {
             let sibling = self.winners[k ^ 1];
             let sibling_time = self.times[sibling as usize];
             // `&` and `|`, not `&&` and `||`: no branches.
-            let sibling_wins = (sibling_time < winner_time)
-                | ((sibling_time == winner_time) & (sibling < winner));
+            let sibling_wins =
+                (sibling_time < winner_time) | ((sibling_time == winner_time) & (sibling < winner));
             winner = select_unpredictable(sibling_wins, sibling, winner);
             winner_time = select_unpredictable(sibling_wins, sibling_time, winner_time);
             k /= 2;

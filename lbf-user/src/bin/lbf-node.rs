@@ -66,11 +66,13 @@ struct Cli {
     pid: Vec<u32>,
 
     /// Capture the processes with this command name (as in /proc/PID/comm), e.g. the MPI
-    /// launcher's daemon (`prted`, `orted`, `hydra_pmi_proxy`) to follow every rank it starts.
+    /// launcher's daemon (`prted`, `orted`, `hydra_pmi_proxy`) to follow every rank it starts,
+    /// or the program's name: processes that start it later are traced from their exec.
     #[arg(long, value_name = "NAME", help_heading = "Live capture")]
     comm: Option<String>,
 
-    /// Capture the processes of this cgroup (v2 directory).
+    /// Capture the processes of this cgroup (v2 directory); checked again every 200 ms for
+    /// processes that join it.
     #[arg(long, value_name = "DIR", help_heading = "Live capture")]
     cgroup: Option<PathBuf>,
 

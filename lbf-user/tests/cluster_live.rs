@@ -21,6 +21,17 @@ const TOLERANCE: f64 = 0.10;
 /// systematic error misses every time.
 const ATTEMPTS: u32 = 3;
 
+/// Whether this test may load eBPF (root) and build Open MPI programs; says why not if not.
+fn can_run_open_mpi() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ok = root && Command::new("mpicc.openmpi").arg("-v").output().is_ok();
+    if !ok {
+        eprintln!("skipping: needs root and Open MPI (mpicc.openmpi)");
+    }
+    ok
+}
+
 /// Compiles `source` (under tests/workloads) with `cc` into `dir`.
 fn compile(cc: &str, source: &str, dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -73,10 +84,7 @@ fn live_node(s: &BuilderSetup, netns: &str, name: &str, rank: &str, pid: u32) ->
 
 #[test]
 fn an_mpi_job_across_two_hosts_is_matched_and_predicted_centrally() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || Command::new("mpicc.openmpi").arg("-v").output().is_err()
-    {
-        eprintln!("skipping: needs root and Open MPI (mpicc.openmpi)");
+    if !can_run_open_mpi() {
         return;
     }
     let mut misses = Vec::new();
@@ -205,10 +213,7 @@ fn run_across_two_hosts() -> (f64, f64) {
 /// descend from none it traces: here the second rank, a sibling of the first under mpirun.
 #[test]
 fn a_node_selecting_by_command_name_adopts_ranks_started_later() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 || Command::new("mpicc.openmpi").arg("-v").output().is_err()
-    {
-        eprintln!("skipping: needs root and Open MPI (mpicc.openmpi)");
+    if !can_run_open_mpi() {
         return;
     }
     let root = scratch("adopt");

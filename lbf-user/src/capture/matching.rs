@@ -151,15 +151,16 @@ impl Matcher {
         self.local_world = Some(ranks);
     }
 
-    /// Registers a send of `bytes` with envelope `env` and returns its message id. `local`
-    /// says that the receiver is a process of this capture: the send is then kept until its
-    /// receive resolves.
-    pub fn send(&mut self, env: Envelope, bytes: u64, local: bool) -> MsgId {
+    /// Registers a send of `bytes` with envelope `env` and returns its message id. A send to
+    /// a process of this capture ([`is_local`]) is kept until its receive resolves.
+    pub fn send(&mut self, env: Envelope, bytes: u64) -> MsgId {
         let counter = self.sent.entry(env).or_default();
         let k = *counter;
         *counter += 1;
         // Unless its receive resolved already (from its arguments, before this send's record).
-        if local && self.received.get(&env).is_none_or(|&r| r <= k) {
+        if is_local(&self.local_world, env.comm, env.dst)
+            && self.received.get(&env).is_none_or(|&r| r <= k)
+        {
             let seq = self.next_seq;
             self.next_seq += 1;
             self.mailboxes
@@ -253,16 +254,11 @@ impl Matcher {
                     let k = *counter;
                     let seen = mailbox
                         .get(&(src, tag))
-                        .and_then(|q| q.iter().find(|s| s.k == k))
-                        .copied();
-                    let local_sender = match &self.local_world {
-                        None => true,
-                        Some(ranks) => env.comm == ids::WORLD && ranks.contains(&env.src),
-                    };
-                    (seen.is_some() || !local_sender).then(|| {
+                        .is_some_and(|q| q.iter().any(|s| s.k == k));
+                    (seen || !is_local(&self.local_world, env.comm, env.src)).then(|| {
                         *counter += 1;
-                        take_up_to(&mut mailbox, (src, tag), k);
-                        ((src, tag), k, status_bytes.or(seen.map(|s| s.bytes)))
+                        let send = take_up_to(&mut mailbox, (src, tag), k);
+                        ((src, tag), k, status_bytes.or(send.map(|s| s.bytes)))
                     })
                 }
                 PostState::Completed(Some(_), _) => None,
@@ -322,6 +318,16 @@ impl Matcher {
     }
 }
 
+/// Whether `rank` of communicator `comm` is a process of a capture that sees the world ranks
+/// `local_world` (`None`: all of them). For another communicator than `MPI_COMM_WORLD`, only
+/// when the capture has the whole job: its members' world ranks may be on other hosts.
+fn is_local(local_world: &Option<BTreeSet<u32>>, comm: CommId, rank: u32) -> bool {
+    match local_world {
+        None => true,
+        Some(ranks) => comm == ids::WORLD && ranks.contains(&rank),
+    }
+}
+
 /// Drops the local sends of `key` numbered up to `k` (received), returning the `k`-th.
 fn take_up_to(mailbox: &mut Mailbox, key: (u32, i32), k: u64) -> Option<PendingSend> {
     let queue = mailbox.get_mut(&key)?;
@@ -372,8 +378,8 @@ mod tests {
     #[test]
     fn same_envelope_matches_in_posting_order() {
         let mut m = Matcher::new();
-        let s0 = m.send(env(1, 0, 5), 10, true);
-        let s1 = m.send(env(1, 0, 5), 20, true);
+        let s0 = m.send(env(1, 0, 5), 10);
+        let s1 = m.send(env(1, 0, 5), 20);
         let r0 = m.post(pattern(0, Some(1), Some(5)));
         let r1 = m.post(pattern(0, Some(1), Some(5)));
         // The later receive completes first: it still gets the second message.
@@ -387,8 +393,8 @@ mod tests {
     #[test]
     fn any_source_resolves_from_status() {
         let mut m = Matcher::new();
-        let a = m.send(env(1, 0, 7), 4, true);
-        let b = m.send(env(2, 0, 9), 8, true);
+        let a = m.send(env(1, 0, 7), 4);
+        let b = m.send(env(2, 0, 9), 8);
         let r0 = m.post(pattern(0, None, None));
         let r1 = m.post(pattern(0, None, None));
         m.complete(r0, Some(status(2, 9)));
@@ -401,8 +407,8 @@ mod tests {
     #[test]
     fn pending_wildcard_blocks_later_receive_of_same_envelope() {
         let mut m = Matcher::new();
-        let s0 = m.send(env(1, 0, 3), 1, true);
-        let s1 = m.send(env(1, 0, 3), 1, true);
+        let s0 = m.send(env(1, 0, 3), 1);
+        let s1 = m.send(env(1, 0, 3), 1);
         let wild = m.post(pattern(0, None, Some(3)));
         let specific = m.post(pattern(0, Some(1), Some(3)));
         m.complete(specific, None);
@@ -420,11 +426,11 @@ mod tests {
         let mut m = Matcher::new();
         let from1 = m.post(pattern(0, Some(1), Some(0)));
         let from2 = m.post(pattern(0, Some(2), Some(0)));
-        let s = m.send(env(2, 0, 0), 1, true);
+        let s = m.send(env(2, 0, 0), 1);
         // Out-of-order completion (Waitany): the second receive completes first.
         m.complete(from2, None);
         assert_eq!(pairs(&mut m), vec![(from2, s)]);
-        let t = m.send(env(1, 0, 0), 1, true);
+        let t = m.send(env(1, 0, 0), 1);
         m.complete(from1, None);
         assert_eq!(pairs(&mut m), vec![(from1, t)]);
     }
@@ -432,9 +438,9 @@ mod tests {
     #[test]
     fn unknown_status_takes_oldest_admissible_send() {
         let mut m = Matcher::new();
-        let _other_tag = m.send(env(3, 0, 1), 1, true);
-        let first = m.send(env(2, 0, 2), 1, true);
-        let _second = m.send(env(1, 0, 2), 1, true);
+        let _other_tag = m.send(env(3, 0, 1), 1);
+        let first = m.send(env(2, 0, 2), 1);
+        let _second = m.send(env(1, 0, 2), 1);
         let r = m.post(pattern(0, None, Some(2)));
         m.complete(r, None);
         assert_eq!(pairs(&mut m), vec![(r, first)]);
@@ -447,7 +453,7 @@ mod tests {
         let r = m.post(pattern(1, Some(0), Some(0)));
         m.complete(r, None);
         assert_eq!(pairs(&mut m), vec![]);
-        let s = m.send(env(0, 1, 0), 1, true);
+        let s = m.send(env(0, 1, 0), 1);
         assert_eq!(pairs(&mut m), vec![(r, s)]);
     }
 
@@ -473,7 +479,7 @@ mod tests {
         b.only_ranks(BTreeSet::from([0]));
         let sent: Vec<MsgId> = [(1, 5), (1, 5), (2, 5), (1, 6)]
             .iter()
-            .map(|&(src, tag)| a.send(env(src, 0, tag), 8, false))
+            .map(|&(src, tag)| a.send(env(src, 0, tag), 8))
             .collect();
         assert_eq!(a.unmatched_sends(), 0, "sends to another host are not kept");
         let wild = b.post(pattern(0, None, Some(5)));
@@ -509,7 +515,6 @@ mod tests {
                 tag: 0,
             },
             1,
-            true,
         );
         let r = m.post(Pattern {
             comm: 0,

@@ -650,14 +650,6 @@ impl Capture {
             );
             0
         });
-        // Kept for the matcher's fallbacks when the receiver is a process of this capture:
-        // in `MPI_COMM_WORLD`, one of its ranks; elsewhere, only when it has the whole job
-        // (the world ranks of another communicator's members may be on other hosts).
-        let local = match (comm, &self.local_ranks) {
-            (_, None) => true,
-            (comms::WORLD, Some(ranks)) => ranks.contains(&dst),
-            (_, Some(_)) => false,
-        };
         let msg = self.matcher.send(
             Envelope {
                 comm,
@@ -666,7 +658,6 @@ impl Capture {
                 tag: send.tag,
             },
             bytes,
-            local,
         );
         p.emit(rec.tid, rec.cpu_ns, EventKind::Send { msg, bytes });
     }

@@ -191,8 +191,9 @@ pub struct Live {
 impl Live {
     /// Loads the probes and attaches them to `mpi_libs` (or the installed MPI libraries, and
     /// those the selected processes map), waits up to `wait` for `selection` to match a
-    /// process and traces the selected processes. Needs root; afterwards the capture needs much less (see
-    /// [`super::privileges`]). `procs` are the global ids (MPI ranks) this node announces.
+    /// process and traces the selected processes. Needs root; afterwards the capture needs
+    /// much less (see [`super::privileges`]). `procs` are the global ids (MPI ranks) this
+    /// node announces.
     pub fn start(
         selection: &Selection,
         wait: Duration,

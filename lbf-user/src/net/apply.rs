@@ -198,7 +198,8 @@ impl Applier {
             }
             if !said {
                 eprintln!(
-                    "lbf-gag: a live job: waiting for every node's hello to put its hosts on                      one time line"
+                    "lbf-gag: a live job: waiting for every node's hello to put its hosts on \
+                     one time line"
                 );
                 said = true;
             }

@@ -4,6 +4,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Parser};
+use lbf::capture::select::Source;
 use lbf::event::ProcId;
 use lbf::net::node::{self, NodeConfig};
 use lbf::net::privileges::{self, CAPTURE_KEEPS};
@@ -20,10 +21,12 @@ use std::time::Duration;
 
 /// Stream this host's processes' events to the central lbf builder (`lbf-gag serve`).
 ///
-/// Live capture (root): select processes by --pid, --comm, --cgroup or --all-mpi; they and
-/// their descendants are traced with the same eBPF probes as lbf-trace. --procs names the
-/// global process ids (MPI_COMM_WORLD ranks) that run on this host. Once the probes are
-/// attached the daemon drops every capability but CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH.
+/// Live capture (root): select processes by --pid, --comm, --cgroup, --all-mpi or --all-pvm;
+/// they and their descendants are traced with the same eBPF probes as lbf-trace, by their
+/// MPI calls or their PVM calls (--source). --procs names the global process ids that run on
+/// this host: MPI_COMM_WORLD ranks, or for PVM the ids the host's tasks take in order of
+/// their first message. Once the probes are attached the daemon drops every capability but
+/// CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH.
 ///
 /// Replay (--replay TRACE, or --synthetic for a generated trace): streams the --procs
 /// processes as if captured live; for tests, benchmarks and demos. Keeps no capability.
@@ -34,8 +37,8 @@ use std::time::Duration;
 /// builder is unreachable, events are dropped, counted, logged and reported to the builder.
 #[derive(Parser)]
 #[command(name = "lbf-node", version, verbatim_doc_comment, after_help = AFTER_HELP)]
-#[command(group = ArgGroup::new("source").required(true)
-    .args(["pid", "comm", "cgroup", "all_mpi", "replay", "synthetic"]))]
+#[command(group = ArgGroup::new("selection").required(true)
+    .args(["pid", "comm", "cgroup", "all_mpi", "all_pvm", "replay", "synthetic"]))]
 struct Cli {
     /// The builder, HOST:PORT.
     #[arg(long, value_name = "HOST:PORT", help_heading = "Builder")]
@@ -79,6 +82,18 @@ struct Cli {
     /// Capture every process that has an MPI library mapped (opt-in: it is broad).
     #[arg(long, help_heading = "Live capture")]
     all_mpi: bool,
+
+    /// Capture every process that has the PVM library (libpvm3) mapped (opt-in: it is broad).
+    /// Implies --source pvm.
+    #[arg(long, help_heading = "Live capture")]
+    all_pvm: bool,
+
+    /// What the captured program's messages are: MPI calls or PVM calls. Default: PVM with
+    /// --all-pvm, or when the --pid processes map the PVM library and no MPI library; else
+    /// MPI. A PVM virtual machine's tasks must all run on this host: messages between PVM
+    /// tasks on different hosts are not matched (docs/cluster.md).
+    #[arg(long, value_enum, help_heading = "Live capture")]
+    source: Option<Source>,
 
     /// How long to wait for the selection to match a process.
     #[arg(
@@ -140,6 +155,9 @@ Examples:
 
   # a running job, by PID, with the builder on the same host
   lbf-node --builder 127.0.0.1:7400 --ca builder.pem --procs 4-7 --pid 5120,5121,5122,5123
+
+  # a PVM master and its 4 workers, all on this host, started by the script with PID 6001
+  lbf-node --builder 127.0.0.1:7400 --ca builder.pem --procs 0-4 --source pvm --pid 6001
 
   # replay processes 0 and 1 of a trace (no root needed), then print the predictions
   LBF_NODE_TOKEN=s3cret lbf-node --builder 127.0.0.1:7400 --ca builder.pem --node a \\
@@ -270,14 +288,22 @@ fn run(cli: Cli) -> Result<u64> {
             (procs_named(&cli.procs, "rank"), None)
         }
         (None, None) => {
+            let selection = selection(&cli)?;
+            let source = cli.source.unwrap_or_else(|| selection.implied_source());
             let live = Live::start(
-                &selection(&cli)?,
+                &selection,
+                source,
                 Duration::from_secs_f64(cli.wait),
                 &cli.mpi_libs,
                 cli.ringbuf_size,
                 cli.procs.clone(),
             )?;
-            (procs_named(&cli.procs, "rank "), Some(live))
+            let prefix = if source == Source::Pvm {
+                "task "
+            } else {
+                "rank "
+            };
+            (procs_named(&cli.procs, prefix), Some(live))
         }
     };
     let keep: &[caps::Capability] = if live.is_some() { &CAPTURE_KEEPS } else { &[] };
@@ -351,7 +377,9 @@ fn selection(cli: &Cli) -> Result<Selection> {
         Selection::Cgroup(dir.clone())
     } else if cli.all_mpi {
         Selection::AllMpi
+    } else if cli.all_pvm {
+        Selection::AllPvm
     } else {
-        bail!("no source: give --pid, --comm, --cgroup, --all-mpi or --replay")
+        bail!("no source: give --pid, --comm, --cgroup, --all-mpi, --all-pvm or --replay")
     })
 }

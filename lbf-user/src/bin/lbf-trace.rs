@@ -316,32 +316,11 @@ fn run(cli: Cli) -> Result<i32> {
     }
 }
 
-/// The PVM task and group libraries, where Debian installs them.
-const PVM_LIBRARIES: [(&str, &[(u16, &str)]); 2] = [
-    (
-        "/usr/lib/x86_64-linux-gnu/libpvm3.so.3",
-        lbf_common::pvm::NAMES,
-    ),
-    (
-        "/usr/lib/x86_64-linux-gnu/libgpvm3.so.3",
-        lbf_common::pvm::GROUP_NAMES,
-    ),
-];
-
 /// Probes the PVM libraries (the group library only if installed).
 fn attach_pvm(tracer: &mut Tracer, verbose: bool) -> Result<()> {
-    for (i, (path, names)) in PVM_LIBRARIES.into_iter().enumerate() {
-        let path = std::path::Path::new(path);
-        if i > 0 && !path.exists() {
-            continue;
-        }
-        let missing = tracer.attach_pvm_library(path, names, &pvm_capture::fn_reads())?;
+    for (path, n) in tracer.attach_pvm_libraries(&pvm_capture::fn_reads())? {
         if verbose {
-            eprintln!(
-                "lbf-trace: probing {} PVM functions in {}",
-                names.len() - missing.len(),
-                path.display()
-            );
+            eprintln!("lbf-trace: probing {n} PVM functions in {}", path.display());
         }
     }
     Ok(())

@@ -5,6 +5,8 @@
 use super::node::Chunk;
 use super::wire::{BatchBuilder, BATCH_EVENTS};
 use crate::capture::procfs::ProcFs;
+use crate::capture::pvm::{self as pvm_capture, PvmCapture};
+use crate::capture::select::Source;
 use crate::capture::{Capture, CaptureSink, EventSink, Library};
 use crate::event::{Event, ProcId, ProcInfo};
 use crate::probe::{self, Tracer, TracerOptions};
@@ -178,32 +180,61 @@ pub enum Selection {
     Cgroup(PathBuf),
     /// Every process that has an MPI library mapped.
     AllMpi,
+    /// Every process that has the PVM task library mapped.
+    AllPvm,
+}
+
+impl Selection {
+    /// The event source this selection implies: PVM for [`Selection::AllPvm`], and for PIDs
+    /// of which one maps the PVM library but none an MPI library; else MPI (a launcher or a
+    /// job script about to start one maps neither).
+    pub fn implied_source(&self) -> Source {
+        match self {
+            Selection::AllPvm => Source::Pvm,
+            Selection::Pids(pids) if crate::capture::select::for_pids(pids) == Source::Pvm => {
+                Source::Pvm
+            }
+            _ => Source::Mpi,
+        }
+    }
 }
 
 /// A live capture with its probes attached, ready to run on the source thread.
 pub struct Live {
     tracer: Tracer,
+    source: Source,
     procs: BTreeSet<ProcId>,
     host: String,
     selection: Selection,
 }
 
 impl Live {
-    /// Loads the probes and attaches them to `mpi_libs` (or the installed MPI libraries, and
-    /// those the selected processes map), waits up to `wait` for `selection` to match a
-    /// process and traces the selected processes. Needs root; afterwards the capture needs
-    /// much less (see [`super::privileges`]). `procs` are the global ids (MPI ranks) this
-    /// node announces.
+    /// Loads the probes of `source` (MPI or PVM) and attaches them: for MPI to `mpi_libs` (or
+    /// the installed MPI libraries, and those the selected processes map), for PVM to the
+    /// installed PVM libraries. Then waits up to `wait` for `selection` to match a process
+    /// and traces the selected processes. Needs root; afterwards the capture needs much less
+    /// (see [`super::privileges`]). `procs` are the global ids this node announces: MPI
+    /// ranks, or for PVM the ids its tasks take in order of their first message.
     pub fn start(
         selection: &Selection,
+        source: Source,
         wait: Duration,
         mpi_libs: &[PathBuf],
         ringbuf_bytes: u32,
         procs: BTreeSet<ProcId>,
     ) -> Result<Live> {
+        if source == Source::Sockets {
+            bail!(
+                "lbf-node captures MPI and PVM programs, not plain socket programs (trace those \
+                 with lbf-trace on one host): use --source mpi or --source pvm"
+            );
+        }
         // Probes first, then the wait: a process found by the selection is traced within
         // milliseconds, before its first MPI call (loading takes most of a second).
         let mut tracer = Tracer::load(&TracerOptions { ringbuf_bytes })?;
+        if source == Source::Pvm {
+            tracer.attach_pvm_libraries(&pvm_capture::fn_reads())?;
+        }
         let mut attached = BTreeSet::new();
         let mut attach = |tracer: &mut Tracer, libs: Vec<PathBuf>| -> Result<()> {
             for lib in libs {
@@ -217,18 +248,21 @@ impl Live {
             }
             Ok(())
         };
-        attach(
-            &mut tracer,
-            if mpi_libs.is_empty() {
-                probe::installed_mpi_libraries()?
-            } else {
-                mpi_libs.to_vec()
-            },
-        )?;
+        if source == Source::Mpi {
+            attach(
+                &mut tracer,
+                if mpi_libs.is_empty() {
+                    probe::installed_mpi_libraries()?
+                } else {
+                    mpi_libs.to_vec()
+                },
+            )?;
+        }
         // Processes that start the named program later are traced from their exec on.
         if let Selection::Comm(name) = selection {
             tracer.adopt_comm(name)?;
         }
+        eprintln!("lbf-node: {source} probes loaded; waiting up to {wait:?} for the selection");
         let deadline = Instant::now() + wait;
         let pids = loop {
             let pids = select(selection)?;
@@ -244,7 +278,7 @@ impl Live {
             tracer.trace_pid(pid)?;
         }
         // An MPI library of the selected processes not installed where lbf looks.
-        if mpi_libs.is_empty() {
+        if source == Source::Mpi && mpi_libs.is_empty() {
             for &pid in &pids {
                 attach(
                     &mut tracer,
@@ -252,12 +286,13 @@ impl Live {
                 )?;
             }
         }
-        if attached.is_empty() {
+        if source == Source::Mpi && attached.is_empty() {
             bail!("no MPI library found to probe; name one with --mpi-lib");
         }
         let host = super::node::host_facts().hostname;
         Ok(Live {
             tracer,
+            source,
             procs,
             host,
             selection: selection.clone(),
@@ -270,14 +305,21 @@ impl Live {
         let mut reader = self.tracer.records()?;
         let filter = Filter {
             out: Some(Batcher::new(tx)),
+            renumber: (self.source == Source::Pvm).then(|| self.procs.iter().copied().collect()),
             procs: self.procs,
             foreign: 0,
         };
-        // This host's ranks: messages from other hosts resolve without their send, with the
-        // ids the other hosts' nodes give them.
-        let capture = Capture::new(Box::new(ProcFs::new()), self.host.clone())
-            .only_ranks(filter.procs.clone());
-        let mut sink = CaptureSink::new(capture, filter);
+        let mut sink = match self.source {
+            // This host's ranks: messages from other hosts resolve without their send, with
+            // the ids the other hosts' nodes give them.
+            Source::Mpi => CaptureSink::new(
+                Capture::new(Box::new(ProcFs::new()), self.host.clone())
+                    .only_ranks(filter.procs.clone()),
+                filter,
+            ),
+            Source::Pvm => CaptureSink::new(PvmCapture::new(self.host.clone()), filter),
+            Source::Sockets => unreachable!("refused by Live::start"),
+        };
         let selection = self.selection.clone();
         let mut adopt = |tracer: &mut Tracer| -> Result<()> {
             // A PID of the list that ended may be another process's by now: not adopted. A
@@ -341,14 +383,32 @@ fn select(selection: &Selection) -> Result<Vec<u32>> {
             .into_iter()
             .filter(|&pid| probe::mpi_libraries_mapped_by(pid).is_ok_and(|l| !l.is_empty()))
             .collect(),
+        Selection::AllPvm => all()?
+            .into_iter()
+            .filter(|&pid| probe::pvm::maps_pvm(pid))
+            .collect(),
     })
 }
 
 /// Passes on the events of the announced processes only.
 struct Filter {
     out: Option<Batcher>,
+    /// With PVM, the capture numbers the tasks from 0 in order of their first message: the
+    /// k-th becomes the k-th announced id. `None` with MPI, whose ids are global ranks.
+    renumber: Option<Vec<ProcId>>,
     procs: BTreeSet<ProcId>,
     foreign: u64,
+}
+
+impl Filter {
+    /// The global id of the capture's process `id`; `None` for one this node does not
+    /// announce.
+    fn global(&self, id: ProcId) -> Option<ProcId> {
+        match &self.renumber {
+            Some(ids) => ids.get(id as usize).copied(),
+            None => self.procs.contains(&id).then_some(id),
+        }
+    }
 }
 
 impl EventSink for Filter {
@@ -359,24 +419,33 @@ impl EventSink for Filter {
     }
 
     fn process(&mut self, info: &ProcInfo) {
-        if let (true, Some(out)) = (self.procs.contains(&info.id), self.out.as_mut()) {
-            out.started(info.id, info.start_ns);
-        } else if !self.procs.contains(&info.id) {
-            eprintln!(
+        match (self.global(info.id), self.out.as_mut()) {
+            (Some(id), Some(out)) => out.started(id, info.start_ns),
+            (Some(_), None) => {}
+            (None, _) if self.renumber.is_some() => eprintln!(
+                "lbf-node: warning: PVM task {} ({}) is one more than the {} ids of --procs; \
+                 its events are dropped and counted as lost",
+                info.id + 1,
+                info.name,
+                self.procs.len()
+            ),
+            (None, _) => eprintln!(
                 "lbf-node: warning: rank {} runs here but is not in --procs; its events are \
                  dropped and counted as lost",
                 info.id
-            );
+            ),
         }
     }
 
     /// Passes the event on; hands over the partial batch once it is a tenth of a second old,
     /// so that the builder is never far behind a slow stream.
     fn event(&mut self, event: &Event) {
-        if !self.procs.contains(&event.proc) {
+        let Some(proc) = self.global(event.proc) else {
             self.foreign += 1;
-        } else if let Some(out) = self.out.as_mut() {
-            out.push(event);
+            return;
+        };
+        if let Some(out) = self.out.as_mut() {
+            out.push(&Event { proc, ..*event });
             if out.since.elapsed() > Duration::from_millis(100) {
                 out.flush();
             }

@@ -24,7 +24,7 @@ mod child;
 mod dump;
 mod libraries;
 mod procfs;
-mod pvm;
+pub mod pvm;
 mod reader;
 mod session;
 mod symbols;

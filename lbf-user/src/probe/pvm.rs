@@ -2,16 +2,36 @@
 //! the same entry and exit programs as MPI (the function id travels in the attach cookie,
 //! library slot 0), and their memory reads set in slot 0 of the read table.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{ensure, Context, Result};
 use aya::{
     maps::{Array, MapData},
     programs::uprobe::{UProbeAttachLocation, UProbeAttachPoint},
 };
-use lbf_common::{maps, mpi, FnReads, MAX_FNS};
+use lbf_common::{maps, mpi, pvm, FnReads, MAX_FNS};
 
-use super::{symbols, Tracer};
+use super::{procfs, symbols, Tracer};
+
+/// The PVM task library, where Debian installs it, and the functions lbf probes in it.
+pub const TASK_LIBRARY: (&str, &[(u16, &str)]) =
+    ("/usr/lib/x86_64-linux-gnu/libpvm3.so.3", pvm::NAMES);
+
+/// The PVM group library (`pvm_joingroup`, `pvm_bcast`, `pvm_barrier`), where Debian
+/// installs it, and the functions lbf probes in it. Optional: not every PVM installation has
+/// it.
+pub const GROUP_LIBRARY: (&str, &[(u16, &str)]) =
+    ("/usr/lib/x86_64-linux-gnu/libgpvm3.so.3", pvm::GROUP_NAMES);
+
+/// Whether process `pid` has a PVM task library (`libpvm3.so*`) mapped.
+pub fn maps_pvm(pid: u32) -> bool {
+    procfs::executable_mappings(pid).is_ok_and(|paths| {
+        paths.iter().any(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("libpvm3.so"))
+        })
+    })
+}
 
 impl Tracer {
     /// Probes the functions `names` (`(fn_id, symbol)`, e.g. `lbf_common::pvm::NAMES`) of the
@@ -52,5 +72,24 @@ impl Tracer {
         }
         self.attach_entry_exit(&target, &points)?;
         Ok(missing)
+    }
+
+    /// Probes the installed PVM libraries ([`TASK_LIBRARY`], and [`GROUP_LIBRARY`] if it is
+    /// there) with memory reads `reads`. Returns each library probed with the number of
+    /// functions probed in it.
+    pub fn attach_pvm_libraries(
+        &mut self,
+        reads: &[(u16, FnReads)],
+    ) -> Result<Vec<(PathBuf, usize)>> {
+        let mut probed = Vec::new();
+        for (i, (path, names)) in [TASK_LIBRARY, GROUP_LIBRARY].into_iter().enumerate() {
+            let path = Path::new(path);
+            if i > 0 && !path.exists() {
+                continue;
+            }
+            let missing = self.attach_pvm_library(path, names, reads)?;
+            probed.push((path.to_path_buf(), names.len() - missing.len()));
+        }
+        Ok(probed)
     }
 }

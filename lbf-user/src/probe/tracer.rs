@@ -164,6 +164,9 @@ impl Tracer {
 
     /// Starts tracing process `pid` (and, from now on, its descendants): adds it to the
     /// kernel's filter and seeds its threads' states with their CPU clocks from `/proc`.
+    /// A thread the kernel side already traces (the process was adopted at its exec, or
+    /// forked from a traced one, before a scan found it) keeps its state: re-seeding it
+    /// would forget the calls it is in, whose returns would then come without an entry.
     pub fn trace_pid(&mut self, pid: u32) -> Result<()> {
         ensure!(
             procfs::exists(pid),
@@ -173,6 +176,9 @@ impl Tracer {
         let mut threads: HashMap<&mut MapData, u32, ThreadState> =
             HashMap::try_from(self.ebpf.map_mut(maps::THREADS).context("map THREADS")?)?;
         for tid in procfs::thread_ids(pid)? {
+            if threads.get(&tid, 0).is_ok() {
+                continue;
+            }
             // A thread that ended meanwhile has no schedstat; it needs no clock either.
             if let Ok(acc_ns) = procfs::thread_cpu_ns(pid, tid) {
                 let clock = ThreadClock {

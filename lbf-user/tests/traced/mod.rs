@@ -18,6 +18,10 @@ use lbf::event::EventKind;
 use lbf::probe::{self, HeldChild, RecordSink, Tracer, TracerOptions};
 use lbf::target::{Network, Node, Target};
 
+#[path = "../machine/mod.rs"]
+mod machine;
+use machine::{machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
+
 /// One traced run at a time: the machine has 2 cores and the CPU checks need them.
 static TRACING: Mutex<()> = Mutex::new(());
 
@@ -25,9 +29,6 @@ static TRACING: Mutex<()> = Mutex::new(());
 pub const CPU_TOLERANCE: f64 = 0.05;
 /// Relative tolerance between the predicted and the measured run time.
 pub const TIME_TOLERANCE: f64 = 0.10;
-/// Share of the machine's CPU other processes may use during a run for its prediction to be
-/// checked.
-pub const BUSY_MACHINE: f64 = 0.10;
 /// Runs of one workload before a prediction outside [`TIME_TOLERANCE`] fails the test. The
 /// same untraced run varies by up to 15 % here from one run to the next (MPICH's ring, 2
 /// ranks: 0.350 to 0.406 s over 12 runs), which a prediction from one run's CPU times cannot
@@ -153,39 +154,6 @@ pub struct Traced {
     pub own_cpu_seconds: f64,
 }
 
-/// CPU seconds of this process and of its waited-for descendants.
-fn own_cpu_seconds() -> f64 {
-    let usage = |who| {
-        // SAFETY: getrusage fills the zeroed struct.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        unsafe { libc::getrusage(who, &mut ru) };
-        let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
-        t(ru.ru_utime) + t(ru.ru_stime)
-    };
-    usage(libc::RUSAGE_SELF) + usage(libc::RUSAGE_CHILDREN)
-}
-
-/// CPU seconds the machine has used since boot (all CPUs, idle and I/O wait excluded).
-fn machine_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/stat").expect("reading /proc/stat");
-    let line = stat.lines().next().expect("the cpu line");
-    let ticks: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    // user nice system idle iowait irq softirq steal ...
-    let busy: f64 = ticks
-        .iter()
-        .take(8)
-        .enumerate()
-        .filter(|(i, _)| *i != 3 && *i != 4)
-        .map(|(_, t)| t)
-        .sum();
-    // SAFETY: sysconf has no preconditions.
-    busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
-}
-
 /// Runs `command` (a shell command line) under a tracer prepared by `prepare`, feeding
 /// `sink`; returns the command's output once `finish` has turned the sink into a run.
 pub fn trace<S: RecordSink>(
@@ -201,8 +169,7 @@ pub fn trace<S: RecordSink>(
     // At the highest priority (this thread, and the command it forks): other work on a
     // shared machine (builds) then barely competes with the run whose time is predicted,
     // nor with the tracer, which must identify sockets while they are open.
-    // SAFETY: plain setpriority on the calling thread.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) };
+    machine::raise_priority();
     let mut tracer = Tracer::load(&TracerOptions::default()).expect("loading the eBPF tracer");
     prepare(&mut tracer);
     let mut reader = tracer.records().expect("ring buffer");
@@ -355,7 +322,7 @@ pub fn check_prediction(t: &Traced, spin: f64, measured: Measured) -> Result<(),
         .iter()
         .map(|st| (st.cpu_ns + st.untimed_cpu_ns) as f64 * 1e-9)
         .sum();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let cores = machine::cores();
     // The command's processes are in `own` when waited for by it, in `ours` when not (PVM
     // tasks are pvmd's children).
     let others = (t.machine_cpu_seconds - t.own_cpu_seconds.max(ours)).max(0.0)

@@ -1,0 +1,110 @@
+//! How much CPU the machine used while a test's job ran, to tell whether other work competed
+//! with it: a prediction is for the machine as the run had it, and a busy shared machine
+//! (builds next to the tests) makes any run slower than predicted. Shared by the capture
+//! tests' harness (`traced`) and the cluster tests (`cluster_support`).
+
+/// Share of the machine's CPU that other work may use during a run whose time is checked
+/// against a prediction, before the check is skipped (and says so).
+pub const BUSY_MACHINE: f64 = 0.10;
+
+/// CPU seconds of this process and of its waited-for descendants.
+pub fn own_cpu_seconds() -> f64 {
+    let usage = |who| {
+        // SAFETY: getrusage fills the zeroed struct.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(who, &mut ru) };
+        let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+        t(ru.ru_utime) + t(ru.ru_stime)
+    };
+    usage(libc::RUSAGE_SELF) + usage(libc::RUSAGE_CHILDREN)
+}
+
+/// CPU seconds the machine has used since boot (all CPUs, idle and I/O wait excluded).
+pub fn machine_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").expect("reading /proc/stat");
+    let line = stat.lines().next().expect("the cpu line");
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    let busy: f64 = ticks
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// The machine's cores.
+pub fn cores() -> f64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
+}
+
+/// Runs the calling thread, and what it starts from now on, at the highest priority: other
+/// work on a shared machine then barely competes with the run whose time is predicted.
+pub fn raise_priority() {
+    // SAFETY: plain setpriority on the calling thread.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) };
+}
+
+/// CPU seconds process `pid` has used, with its waited-for children (0 once it is gone).
+pub fn process_cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command name (which may hold spaces), fields 14-17: utime stime cutime
+    // cstime, in clock ticks.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let ticks: f64 = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .filter_map(|v| v.parse::<f64>().ok())
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// The machine's, this process's and some helper processes' CPU clocks at the start of a run.
+pub struct CpuWatch {
+    machine: f64,
+    own: f64,
+    helpers: Vec<(u32, f64)>,
+    start: std::time::Instant,
+}
+
+impl CpuWatch {
+    /// Starts watching; `helpers` are running processes of the test (daemons, tracers) whose
+    /// CPU is not competing work.
+    pub fn start(helpers: &[u32]) -> CpuWatch {
+        CpuWatch {
+            machine: machine_cpu_seconds(),
+            own: own_cpu_seconds(),
+            helpers: helpers
+                .iter()
+                .map(|&p| (p, process_cpu_seconds(p)))
+                .collect(),
+            start: std::time::Instant::now(),
+        }
+    }
+
+    /// The share of the machine's CPU (all cores, since the start) that went to work other
+    /// than this process and its waited-for descendants, the helpers, and `programs` seconds
+    /// of the job's processes (counted once: the job's processes may or may not be among the
+    /// waited-for descendants, so the larger of the two is taken). Call it while the helpers
+    /// still run.
+    pub fn others_share(&self, programs: f64) -> f64 {
+        let machine = machine_cpu_seconds() - self.machine;
+        let own = own_cpu_seconds() - self.own;
+        let helpers: f64 = self
+            .helpers
+            .iter()
+            .map(|&(p, before)| (process_cpu_seconds(p) - before).max(0.0))
+            .sum();
+        let wall = self.start.elapsed().as_secs_f64();
+        (machine - own.max(programs) - helpers).max(0.0) / (cores() * wall)
+    }
+}

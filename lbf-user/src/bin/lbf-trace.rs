@@ -43,12 +43,18 @@ use std::time::{Duration, Instant};
 /// One source per capture (--source, chosen automatically by default): MPI if the program
 /// is started by mpirun/mpiexec or links an MPI library, else PVM if it links libpvm3, else
 /// sockets. So an MPI program on the TCP transport is captured once, by its MPI calls (its
-/// launcher's control connections are not application messages). With sockets, the
-/// processes that never send or receive on a socket are left out of the trace.
+/// launcher's control connections are not application messages). With sockets (and PVM),
+/// the processes that never send or receive a message are left out of the trace.
 ///
 /// With --target or --nodes (the same targets as `lbf-gag predict`), the events also feed the
 /// what-if engine as they come, and the predicted run times are printed at the end (and, as
 /// lower bounds, every --interval seconds).
+///
+/// Events flow (to -o and the targets) while the program runs once every process is known,
+/// since a trace's header and the engine list them all: an MPI job tells its size; a socket
+/// or PVM program does not, so give its number of processes with --procs (or a --target
+/// file, whose processes count). Without it, a socket or PVM capture holds every event in
+/// memory until the program ends, and --interval has nothing to report until then.
 ///
 /// Records the kernel side had to drop (ring buffer full) are reported at the end; a larger
 /// --ringbuf-size helps.
@@ -85,10 +91,21 @@ struct Cli {
     #[command(flatten)]
     targets: TargetArgs,
 
-    /// With targets: print how far each prediction has got every SECONDS while the program
-    /// runs.
+    /// Every SECONDS while the program runs, print how many events the capture has handed
+    /// out and how many it holds (waiting for their messages or, see --procs, for every
+    /// process to be known), and with targets how far each prediction has got.
     #[arg(long, value_name = "SECONDS", value_parser = parse_interval)]
     interval: Option<Duration>,
+
+    /// Sockets and PVM: the program has N processes (those that send or receive). Once N have,
+    /// they are announced and the events flow while the program runs, memory holding only
+    /// those whose messages are not settled yet. Without it (or a --target file, whose
+    /// processes count) every event waits for the end of the capture, because the set of
+    /// processes is known only then. A process beyond N is left out of the trace: an error
+    /// at the end, its events counted as lost. A count never reached is noted, and the
+    /// events are handed out at the end. MPI needs none: the job tells its size.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    procs: Option<u32>,
 
     /// Where messages are captured: MPI calls, PVM calls or socket system calls. Default:
     /// chosen from the program (see above).
@@ -111,6 +128,9 @@ Examples:
 
   # attach to running ranks; predict two target files, reporting every 10 s
   sudo lbf-trace -p 4242,4243 --target two-nodes.toml --target one-node.toml --interval 10
+
+  # a server and its 3 clients over sockets: events (and predictions) flow while they run
+  sudo lbf-trace -o spa.trace.jsonl --procs 4 --nodes 2 --interval 10 -- ./spa all tcp:127.0.0.1:7300 20 5
 
   # replay the trace later against other targets (no root needed)
   lbf-gag predict run.trace.jsonl --nodes 8 --cores 2
@@ -180,6 +200,7 @@ fn run(cli: Cli) -> Result<i32> {
     if cli.verbose {
         eprintln!("lbf-trace: capturing {source} messages");
     }
+    let expected = expected_procs(&cli, source)?;
     match source {
         Source::Mpi => attach_libraries(&mut tracer, &cli)?,
         Source::Sockets => tracer.record_syscalls(&syscall::traced())?,
@@ -201,13 +222,19 @@ fn run(cli: Cli) -> Result<i32> {
         error: None,
     });
     let trace = (file.is_some() || live.is_some()).then(|| {
-        let outputs = Outputs { file, live };
+        let outputs = Outputs {
+            file,
+            live,
+            events: 0,
+        };
         match source {
             Source::Sockets => CaptureSink::new(
-                SocketCapture::new(Box::new(ProcResolver::new()), hostname()),
+                SocketCapture::new(Box::new(ProcResolver::new()), hostname()).expecting(expected),
                 outputs,
             ),
-            Source::Pvm => CaptureSink::new(PvmCapture::new(hostname()), outputs),
+            Source::Pvm => {
+                CaptureSink::new(PvmCapture::new(hostname()).expecting(expected), outputs)
+            }
             Source::Mpi => {
                 CaptureSink::new(Capture::new(Box::new(ProcFs::new()), hostname()), outputs)
             }
@@ -245,7 +272,7 @@ fn run(cli: Cli) -> Result<i32> {
         let summary = summary.expect("the capture loop finishes its sink");
         let measured = Summary {
             measured_seconds: summary.measured_seconds,
-            lost_events: summary.lost_records,
+            lost_events: summary.lost_records + summary.lost_events,
             teardown_seconds: summary.teardown_seconds,
         };
         if let Some(file) = outputs.file {
@@ -269,6 +296,15 @@ fn run(cli: Cli) -> Result<i32> {
         }
         for (what, n) in &summary.anomalies {
             eprintln!("lbf-trace: warning: {what} ({n}x)");
+        }
+        if summary.lost_events > 0 {
+            eprintln!(
+                "lbf-trace: error: more processes sent or received than the {} expected: {} \
+                 events of the others are not in the trace (see the warnings; give the right \
+                 --procs)",
+                summary.procs.len(),
+                summary.lost_events
+            );
         }
         if let Some(live) = outputs.live {
             match live.finish() {
@@ -314,6 +350,32 @@ fn run(cli: Cli) -> Result<i32> {
         }
         None => Ok(0),
     }
+}
+
+/// How many processes a socket or PVM capture is to expect: --procs, or the processes the
+/// --target files place (which must agree); `None` for MPI, whose job tells its size.
+fn expected_procs(cli: &Cli, source: Source) -> Result<Option<usize>> {
+    let placed = cli.targets.procs_placed()?;
+    let given = cli.procs.map(|n| n as usize);
+    if let (Some(given), Some(placed)) = (given, placed) {
+        if given != placed {
+            bail!("--procs {given}, but the --target files place {placed} processes");
+        }
+    }
+    if source == Source::Mpi {
+        if given.is_some() {
+            eprintln!("lbf-trace: warning: --procs is not used with MPI: the job tells its size");
+        }
+        return Ok(None);
+    }
+    let expected = given.or(placed);
+    if expected.is_none() && (cli.interval.is_some() || cli.verbose) {
+        eprintln!(
+            "lbf-trace: note: without --procs, a {source} capture knows its processes only \
+             when the program ends, so every event waits until then (see --help)"
+        );
+    }
+    Ok(expected)
 }
 
 /// Probes the PVM libraries (the group library only if installed).
@@ -421,6 +483,16 @@ impl RecordSink for Tee {
             return Ok(());
         }
         self.last_report = Instant::now();
+        let backlog = trace.backlog();
+        let lost = match backlog.lost_events {
+            0 => String::new(),
+            n => format!(", {n} lost (processes beyond --procs)"),
+        };
+        eprintln!(
+            "lbf-trace: capture: {} events handed out, {} held{lost}",
+            trace.events_mut().events,
+            backlog.held_events
+        );
         if let Some(live) = &trace.events_mut().live {
             for line in live.progress() {
                 eprintln!("lbf-trace: {line}");
@@ -434,6 +506,8 @@ impl RecordSink for Tee {
 struct Outputs {
     file: Option<TraceFile>,
     live: Option<LivePredictor>,
+    /// Events handed out so far, for --interval reports.
+    events: u64,
 }
 
 impl EventSink for Outputs {
@@ -446,6 +520,7 @@ impl EventSink for Outputs {
         }
     }
     fn event(&mut self, event: &Event) {
+        self.events += 1;
         if let Some(f) = &mut self.file {
             f.event(event);
         }

@@ -4,7 +4,7 @@
 
 use lbf_common::Record;
 
-use super::source::RecordCapture;
+use super::source::{Backlog, RecordCapture};
 use super::{EventSink, Summary};
 use crate::probe::{LostCounts, RecordSink};
 
@@ -32,6 +32,13 @@ impl<S: EventSink> CaptureSink<S> {
         if let Some(capture) = &mut self.capture {
             capture.started_by_tracer(pid);
         }
+    }
+
+    /// What the capture holds back now (nothing once it has finished).
+    pub fn backlog(&self) -> Backlog {
+        self.capture
+            .as_ref()
+            .map_or_else(Backlog::default, |c| c.backlog())
     }
 
     /// The event sink, while the capture runs.

@@ -44,6 +44,7 @@ pub mod openmpi;
 pub mod process;
 pub mod procfs;
 pub mod pvm;
+pub mod roster;
 pub mod select;
 pub mod sockets;
 pub mod source;
@@ -64,6 +65,7 @@ use crate::event::{CollOp, Event, EventKind, ProcInfo};
 
 pub use self::library::Library;
 pub use self::live::CaptureSink;
+pub use self::source::Backlog;
 
 /// Receives what a capture produces, in order per process.
 ///
@@ -163,6 +165,9 @@ pub struct Summary {
     pub anomalies: BTreeMap<String, u64>,
     /// Records the kernel side dropped (set by [`live::CaptureSink`]).
     pub lost_records: u64,
+    /// Events the capture left out of the trace: those of processes that joined a socket or
+    /// PVM capture after the number it expected had (see [`roster`]).
+    pub lost_events: u64,
 }
 
 /// Turns records into events; see the module documentation.
@@ -278,6 +283,12 @@ impl Capture {
                 p.flush(sink);
             }
         }
+    }
+
+    /// Events queued until their receives are matched (or, before every rank is known,
+    /// until then).
+    pub fn held_events(&self) -> usize {
+        self.procs.values().map(Process::held).sum()
     }
 
     /// How rank `rank` (process `tgid`) appears in the trace: named after its rank, starting

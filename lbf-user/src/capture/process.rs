@@ -192,6 +192,11 @@ impl Process {
         }
     }
 
+    /// Events queued and not handed out yet.
+    pub fn held(&self) -> usize {
+        self.queue.len()
+    }
+
     fn push(&mut self, tid: u32, cpu_at: u64, kind: Option<EventKind>) -> u64 {
         let base = self.cpu_base.entry(tid).or_insert(0);
         let cpu_ns = cpu_at.saturating_sub(*base);

@@ -33,16 +33,19 @@
 //! itself is not part of the trace.
 //!
 //! A process appears in the trace once it sends or receives; pvmd, the console and shells do
-//! not. Process ids follow the order of first message, and events are handed out at the end
-//! (as for sockets).
+//! not. Process ids follow the order of first message. As for sockets, events are handed out
+//! at the end, unless the capture is told how many tasks to expect
+//! ([`PvmCapture::expecting`]): then they flow once that many have sent or received (see
+//! [`super::roster`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use lbf_common::{pvm, FnReads, MemRead, Record, RecordKind};
 
-use super::source::RecordCapture;
-use super::timeline::{self, Timeline};
-use super::{EventSink, ProcStats, Summary};
+use super::roster::{Labels, Proc, Roster};
+use super::source::{Backlog, RecordCapture};
+use super::timeline::RunClock;
+use super::{EventSink, Summary};
 use crate::event::{CollOp, EventKind, MsgId};
 
 /// Most destinations of one `pvm_mcast` a record holds (256 bytes of 4-byte task ids).
@@ -53,6 +56,13 @@ const GROUP_NAME_BYTES: u16 = 64;
 
 /// The PVM group server, a task of PVM's own: never part of the trace.
 const GROUP_SERVER: &str = "pvmgs";
+
+/// How a PVM capture's notes name its processes.
+const LABELS: Labels = Labels {
+    one: "task",
+    many: "tasks",
+    joins: "sent or received a PVM message",
+};
 
 /// The memory reads of the probed PVM functions: the string of `pvm_pkstr`, the task ids of
 /// `pvm_mcast` (at entry) and the sender of `pvm_precv` (at the return).
@@ -133,6 +143,8 @@ struct Pending {
     src: i32,
     tag: i32,
     bytes: u64,
+    /// The sending process.
+    sender: u32,
 }
 
 /// A call entered and not yet returned.
@@ -147,19 +159,15 @@ struct Open {
     coll: Option<u64>,
 }
 
-/// One traced process.
+/// One traced process's PVM state (its events are in the roster once it sends or receives).
 #[derive(Debug, Default)]
 struct Task {
-    timeline: Timeline,
-    name: Option<String>,
     tid: Option<i32>,
     packed: u64,
     /// Something packed since `pvm_initsend` has an unknown size (a string the record could
     /// not hold).
     packed_unknown: bool,
     calls: HashMap<u32, Vec<Open>>,
-    exited: bool,
-    stats: ProcStats,
     /// Barriers entered so far, per group.
     barriers: HashMap<String, u64>,
     /// The group server or another process that is never part of the trace.
@@ -168,9 +176,9 @@ struct Task {
 
 /// Turns PVM call records into events; see the module documentation.
 pub struct PvmCapture {
-    host: String,
     tasks: HashMap<u32, Task>,
-    order: Vec<u32>,
+    /// The tasks that sent or received, in order of first message, and their events.
+    roster: Roster,
     /// Messages not yet received, per destination task id, in order of sending.
     queues: HashMap<i32, VecDeque<Pending>>,
     next_msg: MsgId,
@@ -180,9 +188,12 @@ pub struct PvmCapture {
     servers: Vec<i32>,
     /// Task ids of each group's members.
     groups: HashMap<String, Vec<i32>>,
-    /// Collective id of (group, barrier number).
-    barriers: HashMap<(String, u64), u64>,
-    clock: timeline::RunClock,
+    /// Barriers some members of the group have not entered yet: (group, barrier number) ->
+    /// (collective id, members still to enter).
+    barriers: HashMap<(String, u64), (u64, u32)>,
+    /// Collective id of the next barrier.
+    next_coll: u64,
+    clock: RunClock,
     anomalies: BTreeMap<String, u64>,
     unmatched_recvs: u64,
 }
@@ -191,15 +202,15 @@ impl PvmCapture {
     /// A capture naming `host` as its processes' host.
     pub fn new(host: impl Into<String>) -> Self {
         PvmCapture {
-            host: host.into(),
             tasks: HashMap::new(),
-            order: Vec::new(),
+            roster: Roster::new(host, LABELS),
             queues: HashMap::new(),
             next_msg: 1,
             servers: Vec::new(),
             groups: HashMap::new(),
             barriers: HashMap::new(),
-            clock: timeline::RunClock::default(),
+            next_coll: 1,
+            clock: RunClock::default(),
             anomalies: BTreeMap::new(),
             unmatched_recvs: 0,
         }
@@ -209,31 +220,46 @@ impl PvmCapture {
         *self.anomalies.entry(what.to_string()).or_default() += 1;
     }
 
-    /// Task `tgid`, made part of the trace.
-    fn member(&mut self, tgid: u32) -> &mut Task {
-        let t = self.tasks.entry(tgid).or_default();
-        if t.name.is_none() {
-            t.name = Some(self.clock.name_of(tgid));
-            self.order.push(tgid);
-        }
-        t
+    /// Expects `n` tasks to send or receive (`None`: unknown, the default): once they have,
+    /// they are announced and their events flow as they come, rather than at the end. A task
+    /// sending or receiving after them is left out of the trace (noted, its events counted
+    /// as lost).
+    pub fn expecting(mut self, n: Option<usize>) -> Self {
+        self.roster.expect(n);
+        self
     }
 
-    /// Consumes one record.
-    pub fn record(&mut self, rec: &Record) {
+    /// Task `tgid`, made part of the trace.
+    fn member(&mut self, tgid: u32) -> &mut Proc {
+        let clock = &self.clock;
+        self.roster
+            .join(tgid, || clock.name_of(tgid), &mut self.anomalies)
+    }
+
+    /// Consumes one record, handing its events to `sink` once every expected task is known.
+    pub fn record(&mut self, rec: &Record, sink: &mut dyn EventSink) {
         self.clock.observe(rec);
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::CallEntry) => self.entry(rec),
             Some(RecordKind::CallExit) => self.exit(rec),
             Some(RecordKind::Exit) => {
-                if let Some(t) = self.tasks.get_mut(&rec.tgid) {
-                    if t.name.is_some() && !t.exited {
-                        t.exited = true;
-                        t.timeline.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
+                if let Some(p) = self.roster.get_mut(rec.tgid) {
+                    if !p.exited {
+                        p.exited = true;
+                        p.timeline.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
                     }
                 }
             }
             _ => {}
+        }
+        self.roster.hand_out(&self.clock, sink);
+    }
+
+    /// Events held back and events left out so far.
+    pub fn backlog(&self) -> Backlog {
+        Backlog {
+            held_events: self.roster.held_events(),
+            lost_events: self.roster.lost_events(),
         }
     }
 
@@ -335,14 +361,24 @@ impl PvmCapture {
         } else {
             self.groups.get(&g).map_or(1, |m| m.len() as u32)
         };
-        let t = self.member(rec.tgid);
+        let t = self.tasks.entry(rec.tgid).or_default();
         let seq = t.barriers.entry(g.clone()).or_default();
         let key = (g, *seq);
         *seq += 1;
-        let next = self.barriers.len() as u64 + 1;
-        let coll = *self.barriers.entry(key).or_insert(next);
-        let t = self.member(rec.tgid);
-        t.timeline.emit(
+        let (coll, left) = self.barriers.entry(key.clone()).or_insert_with(|| {
+            self.next_coll += 1;
+            (self.next_coll - 1, size)
+        });
+        let coll = *coll;
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            self.barriers.remove(&key);
+        }
+        if let Some(open) = t.calls.get_mut(&rec.tid).and_then(|s| s.last_mut()) {
+            open.coll = Some(coll);
+        }
+        let p = self.member(rec.tgid);
+        p.timeline.emit(
             rec.tid,
             rec.cpu_ns,
             EventKind::CollStart {
@@ -352,10 +388,7 @@ impl PvmCapture {
                 bytes: 0,
             },
         );
-        t.stats.collectives += 1;
-        if let Some(open) = t.calls.get_mut(&rec.tid).and_then(|s| s.last_mut()) {
-            open.coll = Some(coll);
-        }
+        p.stats.collectives += 1;
     }
 
     /// Emits one `Send` per destination at the entry `rec` and queues the messages.
@@ -375,16 +408,17 @@ impl PvmCapture {
         for dst in dsts {
             let msg = self.next_msg;
             self.next_msg += 1;
-            let t = self.member(rec.tgid);
-            t.stats.sends += 1;
-            t.stats.send_bytes += bytes;
-            t.timeline
+            let p = self.member(rec.tgid);
+            p.stats.sends += 1;
+            p.stats.send_bytes += bytes;
+            p.timeline
                 .emit(rec.tid, rec.cpu_ns, EventKind::Send { msg, bytes });
             self.queues.entry(dst).or_default().push_back(Pending {
                 msg,
                 src,
                 tag,
                 bytes,
+                sender: rec.tgid,
             });
         }
     }
@@ -441,8 +475,8 @@ impl PvmCapture {
                 }
             }
             pvm::BARRIER => {
-                if let Some(coll) = open.coll {
-                    t.timeline
+                if let (Some(coll), Some(p)) = (open.coll, self.roster.get_mut(rec.tgid)) {
+                    p.timeline
                         .emit(rec.tid, rec.cpu_ns, EventKind::CollEnd { coll });
                 }
             }
@@ -467,59 +501,64 @@ impl PvmCapture {
         if me.is_none() {
             self.note("PVM receive by a task whose id is unknown (no pvm_mytid seen)");
         }
-        let t = self.member(rec.tgid);
+        // Its send is not in the trace.
+        let from_beyond = found.is_some_and(|m| self.roster.is_beyond(m.sender));
+        if from_beyond {
+            self.note(
+                "receive of a message from a task left out of the trace (a Keepalive instead)",
+            );
+        }
+        let p = self.member(rec.tgid);
         // No poll-like waits are recorded for PVM: the receive is the wait.
-        let _ = t.timeline.recv_start(rec.tid, entry_cpu);
+        let _ = p.timeline.recv_start(rec.tid, entry_cpu, None);
         match found {
             Some(m) => {
-                t.stats.recvs += 1;
-                t.stats.recv_bytes += m.bytes;
-                t.timeline
-                    .emit(rec.tid, rec.cpu_ns, EventKind::RecvEnd { msg: m.msg });
+                p.stats.recvs += 1;
+                p.stats.recv_bytes += m.bytes;
+                let kind = if from_beyond {
+                    EventKind::Keepalive
+                } else {
+                    EventKind::RecvEnd { msg: m.msg }
+                };
+                p.timeline.emit(rec.tid, rec.cpu_ns, kind);
             }
             None => {
-                t.timeline.emit(rec.tid, rec.cpu_ns, EventKind::Keepalive);
+                p.timeline.emit(rec.tid, rec.cpu_ns, EventKind::Keepalive);
                 self.unmatched_recvs += 1;
             }
         }
     }
 
     /// Ends the capture: announces the tasks that sent or received, in order of first
-    /// message, and hands out their events.
+    /// message, unless that has happened, and hands out their events.
     pub fn finish(mut self, sink: &mut dyn EventSink) -> Summary {
-        let mut members = Vec::with_capacity(self.order.len());
-        for tgid in std::mem::take(&mut self.order) {
-            let mut t = self.tasks.remove(&tgid).expect("member");
-            if !t.exited {
-                t.timeline.emit(0, 0, EventKind::Exit);
-                self.note("task still running at the end of the capture");
-            }
-            members.push(timeline::Member {
-                name: t.name.unwrap_or_default(),
-                start_ns: self.clock.start_of(tgid),
-                timeline: t.timeline,
-                stats: t.stats,
-            });
+        let mut anomalies = std::mem::take(&mut self.anomalies);
+        let handed = self.roster.finish(&self.clock, sink, &mut anomalies);
+        if handed.procs.is_empty() {
+            let what = "no traced process sent or received a PVM message";
+            *anomalies.entry(what.to_string()).or_default() += 1;
         }
-        let mut summary = Summary::default();
-        (summary.procs, summary.stats) = timeline::hand_out(members, &self.host, sink);
-        summary.unmatched_sends = self.queues.values().map(|q| q.len() as u64).sum();
-        summary.unmatched_recvs = self.unmatched_recvs;
-        if summary.procs.is_empty() {
-            self.note("no traced process sent or received a PVM message");
+        Summary {
+            procs: handed.procs,
+            stats: handed.stats,
+            lost_events: handed.lost_events,
+            unmatched_sends: self.queues.values().map(|q| q.len() as u64).sum(),
+            unmatched_recvs: self.unmatched_recvs,
+            measured_seconds: self.clock.measured_seconds(),
+            anomalies,
+            ..Summary::default()
         }
-        summary.measured_seconds = self.clock.measured_seconds();
-        summary.anomalies = self.anomalies;
-        summary
     }
 }
 
 impl RecordCapture for PvmCapture {
-    /// Events wait for [`PvmCapture::finish`]: the set of tasks is known only then.
-    fn record(&mut self, rec: &Record, _: &mut dyn EventSink) {
-        PvmCapture::record(self, rec);
+    fn record(&mut self, rec: &Record, sink: &mut dyn EventSink) {
+        PvmCapture::record(self, rec, sink);
     }
     fn finish(self: Box<Self>, sink: &mut dyn EventSink) -> Summary {
         PvmCapture::finish(*self, sink)
+    }
+    fn backlog(&self) -> Backlog {
+        PvmCapture::backlog(self)
     }
 }

@@ -5,12 +5,25 @@ use lbf_common::Record;
 
 use super::{Capture, EventSink, Summary};
 
+/// What a running capture holds back or leaves out, for reports while it runs: memory grows
+/// with the events held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Events queued and not handed out yet: waiting for their messages, or for every
+    /// process to be known.
+    pub held_events: usize,
+    /// Events left out of the trace so far (see [`Summary::lost_events`]).
+    pub lost_events: u64,
+}
+
 /// Something that turns raw records into events: one per event source.
 pub trait RecordCapture {
     /// Consumes one record, handing any events it completes to `sink`.
     fn record(&mut self, rec: &Record, sink: &mut dyn EventSink);
     /// Ends the capture: hands out what is left and summarises.
     fn finish(self: Box<Self>, sink: &mut dyn EventSink) -> Summary;
+    /// What the capture holds back now.
+    fn backlog(&self) -> Backlog;
     /// Process `pid` is the command the tracer started and traced before it executed: traced
     /// from its start, although records of it come before its exec.
     fn started_by_tracer(&mut self, _pid: u32) {}
@@ -22,5 +35,11 @@ impl RecordCapture for Capture {
     }
     fn finish(self: Box<Self>, sink: &mut dyn EventSink) -> Summary {
         Capture::finish(*self, sink)
+    }
+    fn backlog(&self) -> Backlog {
+        Backlog {
+            held_events: self.held_events(),
+            lost_events: 0,
+        }
     }
 }

@@ -6,8 +6,7 @@ use std::collections::{HashMap, VecDeque};
 
 use lbf_common::{Record, RecordKind};
 
-use super::{EventSink, ProcStats};
-use crate::event::{Event, EventKind, ProcInfo};
+use crate::event::EventKind;
 
 /// A queued event, or several once a send is cut into messages (`None` until settled).
 #[derive(Debug)]
@@ -24,15 +23,32 @@ pub struct Timeline {
     base: u64,
     /// CPU clock of each thread at this process's previous event.
     cpu_base: HashMap<u32, u64>,
-    /// CPU clock at the entry and the return of the `poll`/`select`/`epoll_wait` (or run of
-    /// them) the next receive continues.
-    wait: Option<(u64, u64)>,
+}
+
+/// A `poll`, `select` or `epoll_wait` (or a run of them) that the next receive continues: the
+/// CPU clock at its entry and at its return.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Wait {
+    /// The clock at the (first) wait's entry.
+    pub entry_cpu: u64,
+    /// The clock at the (last) wait's return.
+    pub exit_cpu: u64,
+}
+
+impl Wait {
+    /// `earlier` (if any) followed by a wait from `entry_cpu` to `exit_cpu`: waits in a row
+    /// make one.
+    pub fn after(earlier: Option<Wait>, entry_cpu: u64, exit_cpu: u64) -> Wait {
+        Wait {
+            entry_cpu: earlier.map_or(entry_cpu, |w| w.entry_cpu),
+            exit_cpu,
+        }
+    }
 }
 
 impl Timeline {
     /// Queues `kind`, happening when thread `tid`'s clock reads `cpu_at`.
     pub fn emit(&mut self, tid: u32, cpu_at: u64, kind: EventKind) {
-        self.wait = None;
         self.push(tid, cpu_at, Some(vec![kind]));
     }
 
@@ -53,44 +69,33 @@ impl Timeline {
         }
     }
 
-    /// Remembers that the process waited (a `poll`-like call) from `entry_cpu` to
-    /// `exit_cpu`; waits in a row make one.
-    pub fn waited(&mut self, entry_cpu: u64, exit_cpu: u64) {
-        let start = self.wait.map_or(entry_cpu, |(start, _)| start);
-        self.wait = Some((start, exit_cpu));
-    }
-
-    /// Forgets a wait that no receive directly followed (the process did something else).
-    pub fn not_waiting(&mut self) {
-        self.wait = None;
-    }
-
-    /// Queues a `RecvStart` for a receive entered at `cpu_at`, or where the `poll`-like wait
-    /// just before it began. Returns the wait's end in that case: the receive's `RecvEnd`
-    /// belongs there, so that the CPU after the wait (the receive call itself, and anything
-    /// the process did before it) is work.
-    pub fn recv_start(&mut self, tid: u32, cpu_at: u64) -> Option<u64> {
-        let wait = self.wait.take();
-        let at = wait.map_or(cpu_at, |(start, _)| start.min(cpu_at));
+    /// Queues a `RecvStart` for a receive entered at `cpu_at`, or where `wait`, the
+    /// `poll`-like wait just before it, began. Returns the wait's end in that case: the
+    /// receive's `RecvEnd` belongs there, so that the CPU after the wait (the receive call
+    /// itself, and anything the process did before it) is work.
+    pub fn recv_start(&mut self, tid: u32, cpu_at: u64, wait: Option<Wait>) -> Option<u64> {
+        let at = wait.map_or(cpu_at, |w| w.entry_cpu.min(cpu_at));
         self.push(tid, at, Some(vec![EventKind::RecvStart]));
-        wait.map(|(_, end)| end)
+        wait.map(|w| w.exit_cpu)
     }
 
-    /// Hands out every event in order as `(cpu_ns, kind)`; a slot still open becomes a
-    /// `Keepalive` carrying its CPU. Returns how many were open.
-    pub fn drain(&mut self, mut out: impl FnMut(u64, EventKind)) -> u64 {
-        let mut open = 0;
-        self.base += self.queue.len() as u64;
-        for slot in self.queue.drain(..) {
-            let kinds = slot.kinds.unwrap_or_else(|| {
-                open += 1;
-                vec![EventKind::Keepalive]
-            });
+    /// Hands out, in order as `(cpu_ns, kind)`, the settled events at the front of the
+    /// queue, up to the first slot still open; with `all`, every event, an open slot as a
+    /// `Keepalive` carrying its CPU (the end of a capture).
+    pub fn drain(&mut self, all: bool, mut out: impl FnMut(u64, EventKind)) {
+        while self.queue.front().is_some_and(|s| all || s.kinds.is_some()) {
+            let slot = self.queue.pop_front().expect("checked");
+            self.base += 1;
+            let kinds = slot.kinds.unwrap_or_else(|| vec![EventKind::Keepalive]);
             for (i, kind) in kinds.into_iter().enumerate() {
                 out(if i == 0 { slot.cpu_ns } else { 0 }, kind);
             }
         }
-        open
+    }
+
+    /// Events queued and not handed out yet.
+    pub fn held(&self) -> usize {
+        self.queue.len()
     }
 
     fn push(&mut self, tid: u32, cpu_at: u64, kinds: Option<Vec<EventKind>>) -> u64 {
@@ -100,60 +105,6 @@ impl Timeline {
         self.queue.push_back(Slot { cpu_ns, kinds });
         self.base + self.queue.len() as u64 - 1
     }
-}
-
-/// A process of a capture whose set of processes is known only at the end.
-#[derive(Debug)]
-pub struct Member {
-    /// Its name in the trace.
-    pub name: String,
-    /// When it started (its fork, or exec if it was not forked under the tracer), in
-    /// nanoseconds after the capture's first record: its CPU clock counts from there.
-    pub start_ns: u64,
-    /// Its events.
-    pub timeline: Timeline,
-    /// What its calls moved.
-    pub stats: ProcStats,
-}
-
-/// Announces `members` as processes `0, 1, ...` on `host`, then hands out each one's events
-/// in order; returns the processes and their totals (`stats` completed with the CPU of the
-/// events and the part spent waiting in receives).
-pub fn hand_out(
-    members: Vec<Member>,
-    host: &str,
-    sink: &mut dyn EventSink,
-) -> (Vec<ProcInfo>, Vec<ProcStats>) {
-    let procs: Vec<ProcInfo> = members
-        .iter()
-        .enumerate()
-        .map(|(id, m)| ProcInfo {
-            id: id as u32,
-            name: m.name.clone(),
-            host: host.to_string(),
-            start_ns: m.start_ns,
-        })
-        .collect();
-    for p in &procs {
-        sink.process(p);
-    }
-    let mut totals = Vec::with_capacity(members.len());
-    for (id, m) in members.into_iter().enumerate() {
-        let (mut timeline, mut stats) = (m.timeline, m.stats);
-        timeline.drain(|cpu_ns, kind| {
-            stats.cpu_ns += cpu_ns;
-            if matches!(kind, EventKind::RecvEnd { .. }) {
-                stats.wait_ns += cpu_ns;
-            }
-            sink.event(&Event {
-                proc: id as u32,
-                cpu_ns,
-                kind,
-            });
-        });
-        totals.push(stats);
-    }
-    (procs, totals)
 }
 
 /// A capture's clock, kept from every record: when the run started (its first record), when

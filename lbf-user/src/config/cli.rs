@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use super::PRESETS;
-use super::{load_target, preset, short_form, ConfigError, Layout, NetworkPreset, ShortForm};
+use super::{
+    load_target, preset, procs_placed, short_form, ConfigError, Layout, NetworkPreset, ShortForm,
+};
 use crate::target::Target;
 
 /// Targets given on the command line: files (`--target`, repeatable) and one short form
@@ -76,6 +78,31 @@ impl TargetArgs {
     /// Whether no target was given.
     pub fn is_empty(&self) -> bool {
         self.target.is_empty() && self.nodes.is_none()
+    }
+
+    /// How many processes the target files place, if any is given (the short form places
+    /// any number); an error if they disagree.
+    pub fn procs_placed(&self) -> Result<Option<usize>, ConfigError> {
+        let mut placed: Option<(usize, &PathBuf)> = None;
+        for path in &self.target {
+            let n = procs_placed(path)?;
+            match placed {
+                Some((m, first)) if m != n => {
+                    return Err(ConfigError::new(
+                        "--target",
+                        format!(
+                            "{} places {m} processes and {} places {n}: targets of one trace \
+                             place the same processes",
+                            first.display(),
+                            path.display()
+                        ),
+                    ))
+                }
+                Some(_) => {}
+                None => placed = Some((n, path)),
+            }
+        }
+        Ok(placed.map(|(n, _)| n))
     }
 
     /// The targets for a trace of `num_procs` processes: the files in order, then the short

@@ -48,14 +48,31 @@ struct NetworkFile {
 /// Reads the target file at `path` for a trace of `num_procs` processes. The target is named
 /// by the file's `name`, or else by the file's stem (`two-nodes.toml` gives `two-nodes`).
 pub fn load_target(path: &Path, num_procs: usize) -> Result<Target, ConfigError> {
-    let source = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigError::new(&source, format!("cannot read the target file: {e}")))?;
+    let (text, source) = read(path)?;
     let stem = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
     parse_target(&text, &stem, num_procs).map_err(|e| ConfigError { source, ..e })
+}
+
+/// How many processes the target file at `path` places: one more than the largest process
+/// id its nodes list (a placement of any other number is invalid). A capture that learns its
+/// processes as it runs (sockets, PVM) can then expect that many (`lbf-trace`).
+pub fn procs_placed(path: &Path) -> Result<usize, ConfigError> {
+    let (text, source) = read(path)?;
+    let file: TargetFile =
+        toml::from_str(&text).map_err(|e| ConfigError::new(&source, e.to_string()))?;
+    let largest = file.node.iter().flat_map(|n| &n.procs).max();
+    Ok(largest.map_or(0, |&id| id as usize + 1))
+}
+
+/// The text of the target file at `path`, and the path as errors name it.
+fn read(path: &Path) -> Result<(String, String), ConfigError> {
+    let source = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(&source, format!("cannot read the target file: {e}")))?;
+    Ok((text, source))
 }
 
 /// Parses target-file text for a trace of `num_procs` processes; `default_name` names the

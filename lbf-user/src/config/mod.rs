@@ -11,7 +11,7 @@ mod presets;
 mod short;
 
 pub use cli::TargetArgs;
-pub use file::{load_target, parse_target};
+pub use file::{load_target, parse_target, procs_placed};
 pub use presets::{preset, NetworkPreset, PRESETS};
 pub use short::{short_form, Layout, ShortForm};
 

@@ -115,7 +115,8 @@ pub fn warnings(summary: Option<&Summary>) -> Vec<String> {
         ],
         Some(s) if s.lost_events > 0 => vec![format!(
             "the capture lost {} events; the predictions may be wrong (capture again with a \
-             larger buffer or fewer probes)",
+             larger buffer or fewer probes if the ring buffer was full, with the right --procs \
+             if more processes took part than it said)",
             s.lost_events
         )],
         Some(_) => Vec::new(),

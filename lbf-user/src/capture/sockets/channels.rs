@@ -83,6 +83,9 @@ pub enum Outcome {
         token: u64,
         /// The message its last byte came with.
         msg: Option<MsgId>,
+        /// The token of the send that byte came with (reported before that send's own
+        /// outcome, or in the same list).
+        from: Option<u64>,
     },
 }
 
@@ -159,10 +162,10 @@ impl Channels {
                     s.early.pop_front();
                     let msg = self.next_msg;
                     self.next_msg += 1;
-                    cut(s, end, msg);
                     out.push(Outcome::Recv {
                         token: recv,
                         msg: Some(msg),
+                        from: cut(s, end, msg),
                     });
                 }
                 resolve_consumed(s, &mut out);
@@ -195,10 +198,10 @@ impl Channels {
                 }
                 let msg = self.next_msg;
                 self.next_msg += 1;
-                cut(s, end, msg);
                 out.push(Outcome::Recv {
                     token,
                     msg: Some(msg),
+                    from: cut(s, end, msg),
                 });
                 resolve_consumed(s, &mut out);
             }
@@ -222,7 +225,11 @@ impl Channels {
         let mut out = Vec::new();
         for s in self.streams.values_mut() {
             for (token, _) in s.early.drain(..) {
-                out.push(Outcome::Recv { token, msg: None });
+                out.push(Outcome::Recv {
+                    token,
+                    msg: None,
+                    from: None,
+                });
             }
             while let Some(send) = s.sends.pop_front() {
                 let unconsumed = if send.cuts.is_empty() {
@@ -236,7 +243,11 @@ impl Channels {
         }
         for d in self.datagrams.values_mut() {
             for token in d.early.drain(..) {
-                out.push(Outcome::Recv { token, msg: None });
+                out.push(Outcome::Recv {
+                    token,
+                    msg: None,
+                    from: None,
+                });
             }
             for (token, bytes) in d.sends.drain(..) {
                 out.push(Outcome::Send {
@@ -251,27 +262,28 @@ impl Channels {
     }
 }
 
-/// The two outcomes of a datagram delivered.
+/// The two outcomes of a datagram delivered: the receive's first, as for streams.
 fn datagram(send: u64, recv: u64, msg: MsgId, bytes: u64) -> [Outcome; 2] {
     [
+        Outcome::Recv {
+            token: recv,
+            msg: Some(msg),
+            from: Some(send),
+        },
         Outcome::Send {
             token: send,
             pieces: vec![Piece { msg, bytes }],
             unconsumed: 0,
         },
-        Outcome::Recv {
-            token: recv,
-            msg: Some(msg),
-        },
     ]
 }
 
 /// Records that a receive ending at offset `end` (at most `s.sent`) consumed message `msg`,
-/// cut from the send holding byte `end - 1`.
-fn cut(s: &mut Stream, end: u64, msg: MsgId) {
-    if let Some(send) = s.sends.iter_mut().find(|o| o.start < end && end <= o.end) {
-        send.cuts.push((end, msg));
-    }
+/// cut from the send holding byte `end - 1`; returns that send's token.
+fn cut(s: &mut Stream, end: u64, msg: MsgId) -> Option<u64> {
+    let send = s.sends.iter_mut().find(|o| o.start < end && end <= o.end)?;
+    send.cuts.push((end, msg));
+    Some(send.token)
 }
 
 /// Reports the sends whose bytes have all been consumed.

@@ -20,8 +20,10 @@
 //!
 //! A process appears in the trace once it sends or receives on a socket; processes that never
 //! do (shells, launchers) are left out. Process ids follow the order of first socket use.
-//! Because that set is only known at the end, the events are handed out by
-//! [`SocketCapture::finish`].
+//! That set is known only at the end of the capture, unless the capture is told how many
+//! processes to expect ([`SocketCapture::expecting`]): then the events flow as soon as that
+//! many have used a socket, each once it is settled (see [`super::roster`]); otherwise they
+//! are handed out by [`SocketCapture::finish`].
 //!
 //! # Limits
 //!
@@ -44,9 +46,10 @@ use lbf_common::{Record, RecordKind};
 use self::channels::{Channel, Channels, Outcome};
 use self::resolve::{SocketChannels, SocketResolver};
 use self::syscall::Call;
-use super::source::RecordCapture;
-use super::timeline::{self, Timeline};
-use super::{EventSink, ProcStats, Summary};
+use super::roster::{Labels, Proc, Roster};
+use super::source::{Backlog, RecordCapture};
+use super::timeline::{RunClock, Wait};
+use super::{EventSink, Summary};
 use crate::event::EventKind;
 
 /// What a descriptor of a process is, as far as the capture is concerned.
@@ -70,29 +73,25 @@ enum Lookup {
     UseOfAny,
 }
 
-/// One traced process.
-#[derive(Debug, Default)]
-struct Proc {
-    timeline: Timeline,
-    /// Its name, set at its first socket call (the process is then part of the trace).
-    name: Option<String>,
-    exited: bool,
-    /// What its calls moved: messages and bytes per direction.
-    stats: ProcStats,
-}
+/// How a socket capture's notes name its processes.
+const LABELS: Labels = Labels {
+    one: "process",
+    many: "processes",
+    joins: "used a socket",
+};
 
 /// Turns `Syscall` and lifecycle records into events; see the module documentation.
 pub struct SocketCapture {
     resolver: Box<dyn SocketResolver>,
-    host: String,
     fds: HashMap<(u32, i32), Fd>,
     /// Processes traced since they started (forked or exec'd under the tracer): every socket
     /// they hold was made by a recorded call, so their other descriptors need no lookup.
     /// Descriptors of processes attached later are looked up on first use.
     born: HashSet<u32>,
-    procs: HashMap<u32, Proc>,
-    /// Processes in order of first socket use.
-    order: Vec<u32>,
+    /// The processes that used a socket, in order of first use, and their events.
+    roster: Roster,
+    /// Per process, the `poll`-like wait its next receive continues.
+    waits: HashMap<u32, Wait>,
     /// Names of every process that made a recorded call, for the note when none used a
     /// socket.
     seen: BTreeMap<u32, String>,
@@ -100,7 +99,7 @@ pub struct SocketCapture {
     /// Token of a send or receive -> (tgid, slot).
     tokens: HashMap<u64, (u32, u64)>,
     next_token: u64,
-    clock: timeline::RunClock,
+    clock: RunClock,
     anomalies: BTreeMap<String, u64>,
     /// Sockets of families not captured, by family: normal in tools (`ip` uses netlink), so
     /// reported only when no process used a captured socket.
@@ -117,16 +116,15 @@ impl SocketCapture {
     pub fn new(resolver: Box<dyn SocketResolver>, host: impl Into<String>) -> Self {
         SocketCapture {
             resolver,
-            host: host.into(),
             fds: HashMap::new(),
             born: HashSet::new(),
-            procs: HashMap::new(),
-            order: Vec::new(),
+            roster: Roster::new(host, LABELS),
+            waits: HashMap::new(),
             seen: BTreeMap::new(),
             channels: Channels::new(),
             tokens: HashMap::new(),
             next_token: 0,
-            clock: timeline::RunClock::default(),
+            clock: RunClock::default(),
             anomalies: BTreeMap::new(),
             other_families: BTreeMap::new(),
             unmatched_sends: 0,
@@ -135,8 +133,31 @@ impl SocketCapture {
         }
     }
 
-    /// Consumes one record.
-    pub fn record(&mut self, rec: &Record) {
+    /// Expects `n` processes to use sockets (`None`: unknown, the default): once they have,
+    /// they are announced and their events flow as they settle, rather than at the end. A
+    /// process using a socket after them is left out of the trace (noted, its events counted
+    /// as lost).
+    pub fn expecting(mut self, n: Option<usize>) -> Self {
+        self.roster.expect(n);
+        self
+    }
+
+    /// Consumes one record, handing the events it settles to `sink` once every expected
+    /// process is known.
+    pub fn record(&mut self, rec: &Record, sink: &mut dyn EventSink) {
+        self.consume(rec);
+        self.roster.hand_out(&self.clock, sink);
+    }
+
+    /// Events held back and events left out so far.
+    pub fn backlog(&self) -> Backlog {
+        Backlog {
+            held_events: self.roster.held_events(),
+            lost_events: self.roster.lost_events(),
+        }
+    }
+
+    fn consume(&mut self, rec: &Record) {
         self.clock.observe(rec);
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::Syscall) => self.syscall(rec),
@@ -156,7 +177,7 @@ impl SocketCapture {
             }
             Some(RecordKind::Exec) => {
                 // The command lbf-trace started is first seen at its exec.
-                if !self.seen.contains_key(&rec.tgid) && !self.procs.contains_key(&rec.tgid) {
+                if !self.seen.contains_key(&rec.tgid) {
                     self.born.insert(rec.tgid);
                 }
                 // Sockets survive exec unless close-on-exec: look them up again on use.
@@ -169,8 +190,9 @@ impl SocketCapture {
             Some(RecordKind::Exit) => {
                 self.release_held(|tgid| tgid == rec.tgid);
                 self.fds.retain(|(t, _), _| *t != rec.tgid);
-                if let Some(p) = self.procs.get_mut(&rec.tgid) {
-                    if p.name.is_some() && !p.exited {
+                self.waits.remove(&rec.tgid);
+                if let Some(p) = self.roster.get_mut(rec.tgid) {
+                    if !p.exited {
                         p.exited = true;
                         p.timeline.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
                     }
@@ -219,12 +241,9 @@ impl SocketCapture {
 
     /// The process `tgid`, made part of the trace.
     fn member(&mut self, tgid: u32) -> &mut Proc {
-        let p = self.procs.entry(tgid).or_default();
-        if p.name.is_none() {
-            p.name = Some(self.clock.name_of(tgid));
-            self.order.push(tgid);
-        }
-        p
+        let clock = &self.clock;
+        self.roster
+            .join(tgid, || clock.name_of(tgid), &mut self.anomalies)
     }
 
     fn syscall(&mut self, rec: &Record) {
@@ -296,9 +315,8 @@ impl SocketCapture {
             self.identify(tgid, fd, Lookup::Early);
         }
         if !matches!(d.call, Call::Wait | Call::Recv { .. }) {
-            if let Some(p) = self.procs.get_mut(&tgid) {
-                p.timeline.not_waiting();
-            }
+            // The process did something else: no receive directly follows the wait.
+            self.waits.remove(&tgid);
         }
         match d.call {
             Call::Send { fd, sizes, to_port } => {
@@ -309,9 +327,7 @@ impl SocketCapture {
             Call::Recv { fd, sizes } => match self.socket(tgid, fd) {
                 Some(s) => self.recv(tgid, tid, s, &sizes, d.entry_cpu, d.exit_cpu),
                 None => {
-                    if let Some(p) = self.procs.get_mut(&tgid) {
-                        p.timeline.not_waiting();
-                    }
+                    self.waits.remove(&tgid);
                 }
             },
             Call::Transfer { from, to, bytes } => {
@@ -321,12 +337,11 @@ impl SocketCapture {
                     self.recv(tgid, tid, s, &[bytes], d.entry_cpu, d.exit_cpu);
                 }
             }
-            Call::Wait => self
-                .procs
-                .entry(tgid)
-                .or_default()
-                .timeline
-                .waited(d.entry_cpu, d.exit_cpu),
+            Call::Wait => {
+                let earlier = self.waits.get(&tgid).copied();
+                let wait = Wait::after(earlier, d.entry_cpu, d.exit_cpu);
+                self.waits.insert(tgid, wait);
+            }
             Call::Open {
                 family: Some(f), ..
             } if !CAPTURED_FAMILIES.contains(&f) => {
@@ -435,7 +450,8 @@ impl SocketCapture {
         entry_cpu: u64,
         exit_cpu: u64,
     ) {
-        let end = self.member(tgid).timeline.recv_start(tid, entry_cpu);
+        let wait = self.waits.remove(&tgid);
+        let end = self.member(tgid).timeline.recv_start(tid, entry_cpu, wait);
         let cpu_at = end.unwrap_or(exit_cpu);
         for &bytes in sizes {
             let p = self.member(tgid);
@@ -476,14 +492,24 @@ impl SocketCapture {
                         .collect();
                     (token, kinds)
                 }
-                Outcome::Recv { token, msg } => {
-                    let kind = msg.map_or_else(
-                        || {
+                Outcome::Recv { token, msg, from } => {
+                    let sender = from.and_then(|f| self.tokens.get(&f)).map(|&(t, _)| t);
+                    let kind = match msg {
+                        None => {
                             self.unmatched_recvs += 1;
                             EventKind::Keepalive
-                        },
-                        |msg| EventKind::RecvEnd { msg },
-                    );
+                        }
+                        // Its send is not in the trace.
+                        Some(_) if sender.is_some_and(|t| self.roster.is_beyond(t)) => {
+                            note(
+                                &mut self.anomalies,
+                                "receive of a message from a process left out of the trace \
+                                 (a Keepalive instead)",
+                            );
+                            EventKind::Keepalive
+                        }
+                        Some(msg) => EventKind::RecvEnd { msg },
+                    };
                     (token, vec![kind])
                 }
             };
@@ -493,7 +519,7 @@ impl SocketCapture {
                 kinds
             };
             if let Some((tgid, slot)) = self.tokens.remove(&token) {
-                if let Some(p) = self.procs.get_mut(&tgid) {
+                if let Some(p) = self.roster.get_mut(tgid) {
                     p.timeline.settle(slot, kinds);
                 }
             }
@@ -501,38 +527,22 @@ impl SocketCapture {
     }
 
     /// Ends the capture: settles what is open, announces the processes that used sockets (in
-    /// order of first use) and hands out their events. A process still running gets an
-    /// `Exit` (noted).
+    /// order of first use) unless that has happened, and hands out their events. A process
+    /// still running gets an `Exit` (noted).
     pub fn finish(mut self, sink: &mut dyn EventSink) -> Summary {
         self.release_held(|_| true);
         let outcomes = self.channels.finish();
         self.apply(outcomes);
-        let mut members = Vec::with_capacity(self.order.len());
-        for tgid in &self.order {
-            let p = self.procs.get_mut(tgid).expect("member");
-            if !p.exited {
-                p.exited = true;
-                p.timeline.emit(0, 0, EventKind::Exit);
-                note(
-                    &mut self.anomalies,
-                    "process still running at the end of the capture",
-                );
-            }
-        }
-        for tgid in &self.order {
-            let p = self.procs.remove(tgid).expect("member");
-            members.push(timeline::Member {
-                name: p.name.unwrap_or_default(),
-                start_ns: self.clock.start_of(*tgid),
-                timeline: p.timeline,
-                stats: p.stats,
-            });
-        }
-        let mut summary = Summary::default();
-        (summary.procs, summary.stats) = timeline::hand_out(members, &self.host, sink);
-        summary.unmatched_sends = self.unmatched_sends;
-        summary.unmatched_recvs = self.unmatched_recvs;
-        summary.measured_seconds = self.clock.measured_seconds();
+        let handed = self.roster.finish(&self.clock, sink, &mut self.anomalies);
+        let mut summary = Summary {
+            procs: handed.procs,
+            stats: handed.stats,
+            lost_events: handed.lost_events,
+            unmatched_sends: self.unmatched_sends,
+            unmatched_recvs: self.unmatched_recvs,
+            measured_seconds: self.clock.measured_seconds(),
+            ..Summary::default()
+        };
         if summary.procs.is_empty() {
             let seen: Vec<&str> = self.seen.values().map(String::as_str).collect();
             note(
@@ -554,12 +564,14 @@ impl SocketCapture {
 }
 
 impl RecordCapture for SocketCapture {
-    /// Events wait for [`SocketCapture::finish`]: the set of processes is known only then.
-    fn record(&mut self, rec: &Record, _: &mut dyn EventSink) {
-        SocketCapture::record(self, rec);
+    fn record(&mut self, rec: &Record, sink: &mut dyn EventSink) {
+        SocketCapture::record(self, rec, sink);
     }
     fn finish(self: Box<Self>, sink: &mut dyn EventSink) -> Summary {
         SocketCapture::finish(*self, sink)
+    }
+    fn backlog(&self) -> Backlog {
+        SocketCapture::backlog(self)
     }
     /// Every socket of the command is made by a recorded call (it inherits only the tracer's
     /// standard streams): its unknown descriptors are not sockets and need no lookup, which

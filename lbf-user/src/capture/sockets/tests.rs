@@ -92,13 +92,56 @@ fn exit(tgid: u32, cpu: u64) -> Record {
 }
 
 fn run(records: &[Record]) -> (EventLog, Summary) {
-    let mut c = SocketCapture::new(Box::new(table()), "h");
-    for r in records {
-        c.record(r);
-    }
+    let run = run_expecting(records, None);
+    (run.log, run.summary)
+}
+
+/// What a capture expecting some processes did.
+struct Streamed {
+    log: EventLog,
+    summary: Summary,
+    /// Events the sink had before the capture finished.
+    before_finish: usize,
+    /// The most events the capture held at once.
+    most_held: usize,
+}
+
+/// Runs `records` through a capture expecting `expected` processes (`None`: no count).
+fn run_expecting(records: &[Record], expected: Option<usize>) -> Streamed {
+    let mut c = SocketCapture::new(Box::new(table()), "h").expecting(expected);
     let mut log = EventLog::default();
+    let mut most_held = 0;
+    for r in records {
+        c.record(r, &mut log);
+        most_held = most_held.max(c.backlog().held_events);
+    }
+    let before_finish = log.events.len();
     let summary = c.finish(&mut log);
-    (log, summary)
+    Streamed {
+        log,
+        summary,
+        before_finish,
+        most_held,
+    }
+}
+
+/// `rounds` requests of 100 bytes from process 1, each read in two parts by process 2 and
+/// answered with 10 bytes read by a `poll` and a `read`; then both exit.
+fn ping_pong(rounds: u64) -> Vec<Record> {
+    let mut records = Vec::new();
+    for i in 0..rounds {
+        let t = i * 100;
+        records.extend([
+            call(1, nr::WRITE, 3, 100, t, t + 1),
+            call(2, nr::READ, 3, 60, t, t + 2),
+            call(2, nr::READ, 3, 40, t + 2, t + 3),
+            call(2, nr::WRITE, 3, 10, t + 40, t + 41),
+            call(1, nr::POLL, 99, 1, t + 1, t + 2),
+            call(1, nr::READ, 3, 10, t + 3, t + 4),
+        ]);
+    }
+    records.extend([exit(1, rounds * 100), exit(2, rounds * 100)]);
+    records
 }
 
 /// The events of process `p` as `(cpu_ns, kind)`.
@@ -337,4 +380,92 @@ fn a_copy_made_by_fcntl_is_the_same_socket() {
     ]);
     assert_eq!((s.unmatched_sends, s.unmatched_recvs), (0, 0));
     assert_eq!(s.stats[0].sends, 1);
+}
+
+/// With the number of processes known, events reach the sink while the program runs, the
+/// capture holds only those not settled yet, and the result is the one handed out at the end.
+#[test]
+fn with_an_expected_count_events_flow_as_they_settle_and_the_result_is_the_same() {
+    let records = ping_pong(2_000);
+    let at_end = run_expecting(&records, None);
+    let live = run_expecting(&records, Some(2));
+    assert_eq!(at_end.before_finish, 0);
+    assert!(at_end.most_held >= 2_000 * 8, "{}", at_end.most_held);
+    assert!(
+        live.before_finish >= 2_000 * 8,
+        "events before the end: {}",
+        live.before_finish
+    );
+    assert!(live.most_held <= 4, "held at most {}", live.most_held);
+    for p in 0..2 {
+        assert_eq!(of(&live.log, p), of(&at_end.log, p), "process {p}");
+    }
+    assert_eq!(live.log.procs, at_end.log.procs);
+    assert_eq!(live.summary.stats, at_end.summary.stats);
+    assert_eq!(live.summary.procs, at_end.summary.procs);
+    assert!(
+        live.summary.anomalies.is_empty(),
+        "{:?}",
+        live.summary.anomalies
+    );
+}
+
+/// A process using a socket after the expected ones is left out: noted, its events counted
+/// as lost, and a receive of its message is a `Keepalive` (its send is not in the trace).
+#[test]
+fn a_process_beyond_the_expected_count_is_left_out_and_its_events_counted() {
+    let s = run_expecting(
+        &[
+            call(2, nr::WRITE, 3, 10, 0, 1),
+            call(1, nr::READ, 3, 10, 0, 2),
+            call(1, nr::WRITE, 3, 5, 2, 3),
+            call(2, nr::READ, 3, 5, 1, 4),
+            exit(1, 5),
+            exit(2, 6),
+        ],
+        Some(1),
+    );
+    use EventKind::*;
+    assert_eq!(s.log.procs.len(), 1);
+    assert_eq!(
+        of(&s.log, 0),
+        vec![
+            (1, Send { msg: 1, bytes: 10 }),
+            (0, RecvStart),
+            (3, Keepalive),
+            (2, Exit)
+        ]
+    );
+    // Process 1's RecvStart, RecvEnd, Send and Exit.
+    assert_eq!(s.summary.lost_events, 4);
+    assert!(
+        s.summary
+            .anomalies
+            .keys()
+            .any(|k| k.contains("[1] used a socket after the 1 expected")),
+        "{:?}",
+        s.summary.anomalies
+    );
+    assert_eq!(
+        s.summary.anomalies
+            ["receive of a message from a process left out of the trace (a Keepalive instead)"],
+        1
+    );
+}
+
+/// A count never reached: everything is handed out at the end, as without one, with a note.
+#[test]
+fn an_expected_count_never_reached_hands_everything_out_at_the_end() {
+    let records = ping_pong(3);
+    let s = run_expecting(&records, Some(3));
+    let at_end = run_expecting(&records, None);
+    assert_eq!(s.before_finish, 0);
+    assert_eq!(s.log.events, at_end.log.events);
+    assert_eq!(
+        s.summary.anomalies.keys().collect::<Vec<_>>(),
+        [
+            "fewer processes used a socket than the 3 expected (--procs or the targets' \
+          processes): 2 did, and their events were handed out at the end"
+        ]
+    );
 }

@@ -1,0 +1,286 @@
+//! The processes of a capture that learns them while the program runs (sockets, PVM): a
+//! process joins at its first message, and gets the next process id.
+//!
+//! An [`EventSink`] must hear of every process before the first event of any (a trace's
+//! header lists them all, the engine is built for them all). So a roster holds every event
+//! back until it knows the whole set: at the end of the capture, or as soon as the number of
+//! processes it was told to expect ([`Roster::expect`]: `lbf-trace --procs`, or the processes
+//! a target places) have joined. It then announces them, in id order, and from then on hands
+//! out each process's events as they settle (see [`Timeline`]), so memory holds only the
+//! events not settled yet. A process joining after that is not in the trace: its events are
+//! counted as lost, and a receive of one of its messages becomes a `Keepalive`.
+//!
+//! Either way each process gets the same events in the same order: when they are handed out
+//! changes nothing in the result.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::timeline::{RunClock, Timeline};
+use super::{EventSink, ProcStats};
+use crate::event::{Event, EventKind, ProcInfo};
+
+/// How the notes of a roster name its processes.
+#[derive(Clone, Copy, Debug)]
+pub struct Labels {
+    /// One of them: "process", "task".
+    pub one: &'static str,
+    /// Several: "processes", "tasks".
+    pub many: &'static str,
+    /// What makes one part of the trace, after the noun: "used a socket".
+    pub joins: &'static str,
+}
+
+/// Where a process stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Standing {
+    /// Part of the trace, with this id.
+    Member(u32),
+    /// Joined after the expected number had: left out, its events counted as lost.
+    Beyond,
+}
+
+/// One process that joined: its events and what its calls moved.
+#[derive(Debug)]
+pub struct Proc {
+    /// Its events, in order.
+    pub timeline: Timeline,
+    /// What its calls moved (the CPU and waiting time are added as events leave).
+    pub stats: ProcStats,
+    /// Whether its `Exit` is queued.
+    pub exited: bool,
+    name: String,
+    standing: Standing,
+}
+
+/// What a roster handed out, for the capture's summary.
+#[derive(Debug, Default)]
+pub struct Handed {
+    /// The processes of the trace, by id.
+    pub procs: Vec<ProcInfo>,
+    /// Their totals, indexed like `procs`.
+    pub stats: Vec<ProcStats>,
+    /// Events of processes beyond the expected number, left out of the trace.
+    pub lost_events: u64,
+}
+
+/// The processes of a capture, and when their events may leave; see the module documentation.
+#[derive(Debug)]
+pub struct Roster {
+    host: String,
+    labels: Labels,
+    expected: Option<usize>,
+    procs: HashMap<u32, Proc>,
+    /// Members' PIDs, by id.
+    order: Vec<u32>,
+    /// The processes as announced; empty until then.
+    announced: Vec<ProcInfo>,
+    /// Processes whose events may have settled since the last hand-out.
+    touched: Vec<u32>,
+    lost_events: u64,
+}
+
+impl Roster {
+    /// No process yet; they run on `host`. Events wait for the end of the capture unless
+    /// [`Roster::expect`] says how many processes to wait for.
+    pub fn new(host: impl Into<String>, labels: Labels) -> Self {
+        Roster {
+            host: host.into(),
+            labels,
+            expected: None,
+            procs: HashMap::new(),
+            order: Vec::new(),
+            announced: Vec::new(),
+            touched: Vec::new(),
+            lost_events: 0,
+        }
+    }
+
+    /// Announces the processes, and lets events flow, once `n` have joined (`None`: at the
+    /// end of the capture).
+    pub fn expect(&mut self, n: Option<usize>) {
+        self.expected = n;
+    }
+
+    /// Process `tgid`, which joins now (named `name()`) unless it has already.
+    pub fn join(
+        &mut self,
+        tgid: u32,
+        name: impl FnOnce() -> String,
+        anomalies: &mut BTreeMap<String, u64>,
+    ) -> &mut Proc {
+        if !self.procs.contains_key(&tgid) {
+            let full = self.expected.is_some_and(|n| self.order.len() >= n);
+            let standing = if full {
+                Standing::Beyond
+            } else {
+                self.order.push(tgid);
+                Standing::Member(self.order.len() as u32 - 1)
+            };
+            let name = name();
+            if full {
+                let l = self.labels;
+                let what = format!(
+                    "{name} {} after the {} expected {} had (--procs or the targets' \
+                     processes): left out of the trace, its events counted as lost",
+                    l.joins,
+                    self.order.len(),
+                    l.many
+                );
+                *anomalies.entry(what).or_default() += 1;
+            }
+            let proc = Proc {
+                timeline: Timeline::default(),
+                stats: ProcStats::default(),
+                exited: false,
+                name,
+                standing,
+            };
+            self.procs.insert(tgid, proc);
+        }
+        self.get_mut(tgid).expect("joined above")
+    }
+
+    /// Process `tgid`, if it has joined.
+    pub fn get_mut(&mut self, tgid: u32) -> Option<&mut Proc> {
+        let p = self.procs.get_mut(&tgid)?;
+        self.touched.push(tgid);
+        Some(p)
+    }
+
+    /// Whether process `tgid` joined after the expected number had (its messages are not in
+    /// the trace).
+    pub fn is_beyond(&self, tgid: u32) -> bool {
+        self.procs
+            .get(&tgid)
+            .is_some_and(|p| p.standing == Standing::Beyond)
+    }
+
+    /// Events queued and not handed out yet, over all processes.
+    pub fn held_events(&self) -> usize {
+        self.procs.values().map(|p| p.timeline.held()).sum()
+    }
+
+    /// Events of processes beyond the expected number so far.
+    pub fn lost_events(&self) -> u64 {
+        self.lost_events
+    }
+
+    /// Hands out what has settled since the last call, once every expected process has
+    /// joined (announcing them first). Call it after each record.
+    pub fn hand_out(&mut self, clock: &RunClock, sink: &mut dyn EventSink) {
+        if self.announced.is_empty() {
+            if !self
+                .expected
+                .is_some_and(|n| n > 0 && self.order.len() >= n)
+            {
+                return;
+            }
+            self.announce(clock, sink);
+            let everyone: Vec<u32> = self.procs.keys().copied().collect();
+            self.touched.extend(everyone);
+        }
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.sort_unstable();
+        touched.dedup();
+        for tgid in touched {
+            self.drain(tgid, false, sink);
+        }
+    }
+
+    /// Ends the capture: closes processes still running with an `Exit` (noted), announces
+    /// the members if that has not happened (noting when fewer joined than expected), and
+    /// hands out every event left, a slot still open as a `Keepalive`.
+    pub fn finish(
+        mut self,
+        clock: &RunClock,
+        sink: &mut dyn EventSink,
+        anomalies: &mut BTreeMap<String, u64>,
+    ) -> Handed {
+        let l = self.labels;
+        for tgid in &self.order {
+            let p = self.procs.get_mut(tgid).expect("member");
+            if !p.exited {
+                p.exited = true;
+                p.timeline.emit(0, 0, EventKind::Exit);
+                let what = format!("{} still running at the end of the capture", l.one);
+                *anomalies.entry(what).or_default() += 1;
+            }
+        }
+        for p in self.procs.values_mut() {
+            if !p.exited {
+                p.exited = true;
+                p.timeline.emit(0, 0, EventKind::Exit);
+            }
+        }
+        if self.announced.is_empty() {
+            if let Some(n) = self.expected.filter(|&n| self.order.len() < n) {
+                let what = format!(
+                    "fewer {} {} than the {n} expected (--procs or the targets' processes): \
+                     {} did, and their events were handed out at the end",
+                    l.many,
+                    l.joins,
+                    self.order.len()
+                );
+                *anomalies.entry(what).or_default() += 1;
+            }
+            self.announce(clock, sink);
+        }
+        let mut tgids: Vec<u32> = self.procs.keys().copied().collect();
+        tgids.sort_unstable();
+        for tgid in tgids {
+            self.drain(tgid, true, sink);
+        }
+        let stats = self.order.iter().map(|t| self.procs[t].stats).collect();
+        Handed {
+            procs: self.announced,
+            stats,
+            lost_events: self.lost_events,
+        }
+    }
+
+    /// Announces the members as processes `0, 1, ...`, in order of joining.
+    fn announce(&mut self, clock: &RunClock, sink: &mut dyn EventSink) {
+        if let Some(first) = clock.first() {
+            sink.clock_origin(first);
+        }
+        self.announced = self
+            .order
+            .iter()
+            .enumerate()
+            .map(|(id, tgid)| ProcInfo {
+                id: id as u32,
+                name: self.procs[tgid].name.clone(),
+                host: self.host.clone(),
+                start_ns: clock.start_of(*tgid),
+            })
+            .collect();
+        for p in &self.announced {
+            sink.process(p);
+        }
+    }
+
+    /// Hands out the settled events of `tgid` (`all`: every event, open slots as
+    /// `Keepalive`s), or counts them as lost if it is beyond the expected number.
+    fn drain(&mut self, tgid: u32, all: bool, sink: &mut dyn EventSink) {
+        let Some(p) = self.procs.get_mut(&tgid) else {
+            return;
+        };
+        let stats = &mut p.stats;
+        let lost = &mut self.lost_events;
+        let standing = p.standing;
+        p.timeline.drain(all, |cpu_ns, kind| match standing {
+            Standing::Member(id) => {
+                stats.cpu_ns += cpu_ns;
+                if matches!(kind, EventKind::RecvEnd { .. }) {
+                    stats.wait_ns += cpu_ns;
+                }
+                sink.event(&Event {
+                    proc: id,
+                    cpu_ns,
+                    kind,
+                });
+            }
+            Standing::Beyond => *lost += 1,
+        });
+    }
+}

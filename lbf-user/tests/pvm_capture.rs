@@ -2,7 +2,9 @@
 //! `tests/workloads/pvm`, with messages routed through pvmd (PVM's default) and task to task
 //! (`PvmRouteDirect`), and the group program (`pvm_joingroup`, `pvm_bcast`, `pvm_barrier`). pvmd is started by the traced command, so the tasks it spawns are
 //! traced too. Each run must match every message once, agree with the programs' own counts
-//! and CPU times, and predict its own configuration. Needs root and PVM; skips otherwise.
+//! and CPU times, and predict its own configuration. Under `lbf-trace --procs`, a longer
+//! run's events must flow while it runs, and a task beyond the count must be reported. Needs
+//! root and PVM; skips otherwise.
 
 mod traced;
 
@@ -11,15 +13,18 @@ use std::path::Path;
 use lbf::capture::pvm::{fn_reads, PvmCapture};
 use lbf::capture::{CaptureSink, EventLog};
 use lbf_common::pvm;
-use traced::{can_trace, check, timed, trace, workload, Traced};
+use traced::{
+    can_trace, check, check_streamed, check_trace_file, lbf_trace, read_trace, timed, trace,
+    workload, Traced,
+};
 
 /// The PVM task library.
 const LIBPVM: &str = "/usr/lib/x86_64-linux-gnu/libpvm3.so.3";
 /// The PVM group library.
 const LIBGPVM: &str = "/usr/lib/x86_64-linux-gnu/libgpvm3.so.3";
 
-/// Runs workload `name` with `args` under a pvmd the command starts and halts.
-fn trace_pvm(label: &str, name: &str, args: &str) -> Traced {
+/// A shell command running workload `name` with `args` under a pvmd it starts and halts.
+fn pvm_command(name: &str, args: &str) -> String {
     let bin = workload("pvm", name, &["-lgpvm3", "-lpvm3"]);
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pvm-run");
     std::fs::create_dir_all(&dir).expect("the PVM run directory");
@@ -29,14 +34,19 @@ fn trace_pvm(label: &str, name: &str, args: &str) -> Traced {
         format!("* ep={bin_dir}:/usr/bin wd={}\n", dir.display()),
     )
     .expect("writing the hostfile");
-    let command = format!(
+    format!(
         "export PVM_ALLOW_ROOT=1; cd {dir}; rm -f /tmp/pvmd.0 /tmp/pvml.0; \
          (echo conf; echo quit) | pvm hostfile > /dev/null; \
          {bin} {args}; status=$?; echo halt | pvm > /dev/null 2>&1; \
          rm -f /tmp/pvmd.0 /tmp/pvml.0; exit $status",
         dir = dir.display(),
         bin = bin.display(),
-    );
+    )
+}
+
+/// Runs workload `name` with `args` under a pvmd the command starts and halts.
+fn trace_pvm(label: &str, name: &str, args: &str) -> Traced {
+    let command = pvm_command(name, args);
     let sink = CaptureSink::new(PvmCapture::new("localhost"), EventLog::default());
     trace(
         label,
@@ -108,5 +118,47 @@ fn group_broadcasts_and_barriers() {
     if can_run_pvm() {
         let args = format!("{} 4 10", workers());
         timed(|| check(&trace_pvm("pvm-group", "group", &args), workers() + 1));
+    }
+}
+
+/// `lbf-trace --source pvm --procs PROCS --interval 0.3 -o FILE` on the master/worker with
+/// `iters` rounds of tasks per worker.
+fn master_worker_under_lbf_trace(label: &str, procs: usize, iters: u32) -> traced::TraceRun {
+    let command = pvm_command("master_worker", &format!("{} {iters} 5", workers()));
+    let procs = procs.to_string();
+    let args = ["--source", "pvm", "--procs", &procs, "--interval", "0.3"];
+    lbf_trace(label, &[&args[..], &["--", "sh", "-c", &command]].concat())
+}
+
+/// With `--procs`, the events of a longer PVM run flow while it runs (none is ever held:
+/// PVM messages are known at their send), and the trace is complete.
+#[test]
+fn lbf_trace_with_procs_hands_a_pvm_run_out_while_it_runs() {
+    if can_run_pvm() {
+        let run = master_worker_under_lbf_trace("pvm-live", workers() + 1, 60);
+        check_trace_file(&run, workers() + 1);
+        check_streamed(&run, 20);
+    }
+}
+
+/// A task beyond `--procs` is left out, named, its events counted as lost.
+#[test]
+fn lbf_trace_with_too_small_procs_leaves_the_task_beyond_out_and_says_so() {
+    if can_run_pvm() {
+        let run = master_worker_under_lbf_trace("pvm-too-few", workers(), 4);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!(
+                "sent or received a PVM message after the {} expected tasks had",
+                workers()
+            )) && run
+                .stderr
+                .contains("error: more processes sent or received"),
+            "{}",
+            run.stderr
+        );
+        let (procs, _, summary) = read_trace(&run.trace);
+        assert_eq!(procs.len(), workers());
+        assert!(summary.lost_events > 0);
     }
 }

@@ -5,14 +5,18 @@
 //! and over a UNIX datagram socketpair (`sendmmsg`/`recvmmsg` of 100 messages); and a socket
 //! handed to another process (`SCM_RIGHTS`), copied with `fcntl(F_DUPFD)` and `dup2`, and fed
 //! by `sendfile` and `splice`. Each run must match every message, agree with the programs' own
-//! counts and CPU times, and predict its own configuration's run time. Needs root; skips
-//! otherwise.
+//! counts and CPU times, and predict its own configuration's run time. `lbf-trace --procs`
+//! must hand the events of a long run out while it runs, holding few, and say what went
+//! wrong when the count is not the program's. Needs root; skips otherwise.
 
 mod traced;
 
 use lbf::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use lbf::capture::{CaptureSink, EventLog};
-use traced::{can_trace, check, timed, trace, workload, NetnsPair, Traced};
+use traced::{
+    can_trace, capture_reports, check, check_streamed, check_trace_file, lbf_trace,
+    predicted_so_far, read_trace, timed, trace, workload, NetnsPair, Traced,
+};
 
 /// Runs `command` with the socket capture.
 fn trace_sockets(label: &str, command: &str) -> Traced {
@@ -158,27 +162,13 @@ fn a_program_without_sockets_is_named() {
     assert!(note.contains("sh["), "{note}");
 }
 
-/// Runs `lbf-trace -o FILE -- command...`; returns its exit status and standard error.
-fn lbf_trace(args: &[&str]) -> (i32, String) {
-    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bad-input.trace.jsonl");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lbf-trace"))
-        .arg("-o")
-        .arg(&out)
-        .args(args)
-        .output()
-        .expect("running lbf-trace");
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn lbf_trace_names_a_process_that_uses_no_sockets() {
     if !can_trace() {
         return;
     }
-    let (code, err) = lbf_trace(&["--", "true"]);
+    let run = lbf_trace("no-sockets", &["--", "true"]);
+    let (code, err) = (run.code, run.stderr);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("nothing to predict") && err.contains("true["),
@@ -192,7 +182,11 @@ fn lbf_trace_says_which_socket_family_it_does_not_capture() {
         return;
     }
     // `ip` talks to the kernel over a netlink socket only.
-    let (code, err) = lbf_trace(&["--source", "sockets", "--", "ip", "link", "show", "lo"]);
+    let run = lbf_trace(
+        "netlink",
+        &["--source", "sockets", "--", "ip", "link", "show", "lo"],
+    );
+    let (code, err) = (run.code, run.stderr);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("socket of a family lbf does not capture"),
@@ -208,20 +202,19 @@ fn a_command_run_directly_has_exactly_its_own_messages() {
         return;
     }
     let handoff = workload("sockets", "handoff", &[]);
-    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("direct.trace.jsonl");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lbf-trace"))
-        .arg("-o")
-        .arg(&out)
-        .args(["--source", "sockets", "--"])
-        .arg(&handoff)
-        .args(["30", "4"])
-        .output()
-        .expect("running lbf-trace");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
+    let run = lbf_trace(
+        "direct",
+        &[
+            "--source",
+            "sockets",
+            "--",
+            &handoff.to_string_lossy(),
+            "30",
+            "4",
+        ],
     );
-    assert!(o.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr, out) = (run.stdout, run.stderr, run.trace);
+    assert_eq!(run.code, 0, "{stdout}\n{stderr}");
     let field = |name: &str| -> u64 {
         stdout
             .lines()
@@ -240,5 +233,124 @@ fn a_command_run_directly_has_exactly_its_own_messages() {
         (count("send"), count("recv_end")),
         (field("sends"), field("recvs")),
         "{stderr}"
+    );
+}
+
+/// `lbf-trace --procs 4 --nodes 2 --interval 0.4 -o FILE -- spa all unix:PATH ITERS 2`: the
+/// SPA server and its 3 clients for `iters` rounds, `extra` added to the options.
+fn spa_under_lbf_trace(label: &str, procs: &str, iters: &str, extra: &[&str]) -> traced::TraceRun {
+    let spa = workload("sockets", "spa", &[]);
+    let path = std::env::temp_dir().join(format!("lbf-{label}-{}.sock", std::process::id()));
+    let endpoint = format!("unix:{}", path.display());
+    let mut args = vec!["--source", "sockets", "--procs", procs, "--interval", "0.4"];
+    args.extend(extra);
+    let spa = spa.to_string_lossy();
+    args.extend(["--", &spa, "all", &endpoint, iters, "2"]);
+    lbf_trace(label, &args)
+}
+
+/// With `--procs`, a long socket run's events reach the trace and the live prediction while
+/// it runs, and the capture holds only the few whose messages are not settled yet (without
+/// it, all of them until the end: tens of thousands here). The trace is complete.
+#[test]
+fn lbf_trace_with_procs_hands_a_socket_run_out_while_it_runs() {
+    if !can_trace() {
+        return;
+    }
+    let run = spa_under_lbf_trace("spa-live", "4", "400", &["--nodes", "2"]);
+    check_trace_file(&run, 4);
+    let held = check_streamed(&run, 200);
+    eprintln!("held at most {held} events");
+    let bounds = predicted_so_far(&run.stderr);
+    assert!(
+        bounds.iter().filter(|&&s| s > 0.0).count() >= 2,
+        "no live prediction while the program ran:\n{}",
+        run.stderr
+    );
+}
+
+/// More processes than `--procs` said: the one beyond is left out of the trace, named in a
+/// warning, its events counted as lost (in the reports, the error line and the trace's
+/// summary), and the trace stays consistent enough to replay.
+#[test]
+fn lbf_trace_with_too_small_procs_leaves_the_process_beyond_out_and_says_so() {
+    if !can_trace() {
+        return;
+    }
+    let run = spa_under_lbf_trace("spa-too-few", "3", "100", &[]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("error: more processes sent or received than the 3 expected")
+            && run
+                .stderr
+                .contains("used a socket after the 3 expected processes had"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("lost (processes beyond --procs)"),
+        "{}",
+        run.stderr
+    );
+    let (procs, _, summary) = read_trace(&run.trace);
+    assert_eq!(procs.len(), 3);
+    assert!(summary.lost_events > 0);
+    let replay = std::process::Command::new(env!("CARGO_BIN_EXE_lbf-gag"))
+        .args(["predict", "--nodes", "1"])
+        .arg(&run.trace)
+        .output()
+        .expect("running lbf-gag");
+    let err = String::from_utf8_lossy(&replay.stderr);
+    assert!(replay.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("lost {} events", summary.lost_events)),
+        "{err}"
+    );
+}
+
+/// A count never reached: nothing flows while the program runs, everything is handed out at
+/// the end (the trace as complete as without a count), with a note.
+#[test]
+fn lbf_trace_with_a_count_never_reached_hands_everything_out_at_the_end() {
+    if !can_trace() {
+        return;
+    }
+    let run = spa_under_lbf_trace("spa-too-many", "5", "100", &[]);
+    check_trace_file(&run, 4);
+    assert!(
+        run.stderr.contains(
+            "fewer processes used a socket than the 5 expected (--procs or the targets' \
+             processes): 4 did"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(capture_reports(&run.stderr)
+        .iter()
+        .all(|&(handed, _)| handed == 0));
+}
+
+#[test]
+fn lbf_trace_refuses_procs_the_targets_contradict() {
+    if !can_trace() {
+        return;
+    }
+    let target = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../examples/targets/two-nodes.toml"
+    );
+    let run = lbf_trace(
+        "procs-vs-target",
+        &[
+            "--source", "sockets", "--procs", "3", "--target", target, "--", "true",
+        ],
+    );
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("--procs 3, but the --target files place 4 processes"),
+        "{}",
+        run.stderr
     );
 }

@@ -1,8 +1,9 @@
 //! Shared by the capture integration tests (MPI, sockets, PVM): builds the C workloads of
 //! `tests/workloads/*` (cached by modification time), runs a shell command under the eBPF
-//! tracer with a capture, parses the programs' `LBF-CHECK` lines, and checks a capture
-//! against them: messages, bytes, CPU per process, and the prediction for the configuration
-//! the run had.
+//! tracer with a capture (or under the `lbf-trace` binary), parses the programs' `LBF-CHECK`
+//! lines, and checks a capture against them: messages, bytes, CPU per process, and the
+//! prediction for the configuration the run had; and checks that `lbf-trace` handed events
+//! out while the program ran.
 
 #![allow(dead_code)] // each test crate uses its own part
 
@@ -14,9 +15,10 @@ use std::sync::Mutex;
 
 use lbf::capture::{EventLog, Summary};
 use lbf::engine::Engine;
-use lbf::event::EventKind;
+use lbf::event::{Event, EventKind};
 use lbf::probe::{self, HeldChild, RecordSink, Tracer, TracerOptions};
 use lbf::target::{Network, Node, Target};
+use lbf::trace::TraceReader;
 
 #[path = "../machine/mod.rs"]
 mod machine;
@@ -203,6 +205,156 @@ pub fn trace<S: RecordSink>(
     }
 }
 
+/// What a run of the `lbf-trace` binary printed and wrote.
+pub struct TraceRun {
+    /// Its exit status.
+    pub code: i32,
+    /// Its standard output: the traced command's, then the predictions.
+    pub stdout: String,
+    /// Its standard error: reports and warnings.
+    pub stderr: String,
+    /// The trace it wrote (-o).
+    pub trace: PathBuf,
+}
+
+/// Runs `lbf-trace -o <label>.trace.jsonl ARGS` as one traced run at a time (see [`trace`]).
+pub fn lbf_trace(label: &str, args: &[&str]) -> TraceRun {
+    let _one = TRACING.lock().unwrap_or_else(|e| e.into_inner());
+    let trace = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{label}.trace.jsonl"));
+    let _ = std::fs::remove_file(&trace);
+    // At the highest priority, as in `trace`.
+    machine::raise_priority();
+    let o = Command::new(env!("CARGO_BIN_EXE_lbf-trace"))
+        .arg("-o")
+        .arg(&trace)
+        .args(args)
+        .output()
+        .expect("running lbf-trace");
+    TraceRun {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        trace,
+    }
+}
+
+/// The `capture:` reports of `lbf-trace --interval` in `stderr`: events handed out and
+/// events held at each.
+pub fn capture_reports(stderr: &str) -> Vec<(u64, u64)> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("lbf-trace: capture: "))
+        .map(|l| {
+            let n: Vec<u64> = l
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            (n[0], n[1])
+        })
+        .collect()
+}
+
+/// Checks that `lbf-trace --interval` handed the events out while the program ran: its
+/// reports (at least 3) show events handed out before the end, never more than `most_held`
+/// held back, and the trace has at least ten times that many events (so that holding them
+/// all until the end could not pass). Returns the largest number held.
+pub fn check_streamed(run: &TraceRun, most_held: u64) -> u64 {
+    let reports = capture_reports(&run.stderr);
+    eprintln!("capture reports (handed out, held): {reports:?}");
+    assert!(reports.len() >= 3, "too few reports:\n{}", run.stderr);
+    assert!(
+        reports.iter().filter(|(handed, _)| *handed > 0).count() >= reports.len() - 1,
+        "events were not handed out while the program ran:\n{}",
+        run.stderr
+    );
+    assert!(reports.windows(2).all(|w| w[0].0 <= w[1].0), "{reports:?}");
+    let held = reports.iter().map(|&(_, held)| held).max().unwrap_or(0);
+    assert!(held <= most_held, "held up to {held} events: {reports:?}");
+    let events = read_trace(&run.trace).1.len() as u64;
+    assert!(
+        events >= 10 * most_held,
+        "a run this short ({events} events) shows nothing"
+    );
+    held
+}
+
+/// The lower bounds `lbf-trace --interval` reported for its targets while the program ran,
+/// in seconds ("at least S s predicted so far").
+pub fn predicted_so_far(stderr: &str) -> Vec<f64> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            l.split_once(": at least ")?
+                .1
+                .split_once(" s predicted so far")
+        })
+        .map(|(seconds, _)| seconds.parse().expect("seconds"))
+        .collect()
+}
+
+/// The processes, events and summary of the trace at `path`.
+pub fn read_trace(path: &Path) -> (Vec<lbf::event::ProcInfo>, Vec<Event>, lbf::trace::Summary) {
+    let mut reader = TraceReader::open(path).expect("opening the trace");
+    let mut events = Vec::new();
+    while let Some(e) = reader.next_event().expect("reading the trace") {
+        events.push(e.event);
+    }
+    let summary = reader.summary().expect("a complete trace").clone();
+    (reader.header().procs.clone(), events, summary)
+}
+
+/// Checks the trace `lbf-trace` wrote against the programs' `LBF-CHECK` lines in its
+/// output: `expected_procs` processes, nothing lost, every message sent and received once,
+/// and per process (by the `pid` its name ends with) the receives and the bytes sent.
+pub fn check_trace_file(run: &TraceRun, expected_procs: usize) {
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let (procs, events, summary) = read_trace(&run.trace);
+    assert_eq!(procs.len(), expected_procs, "{procs:?}");
+    assert_eq!(summary.lost_events, 0);
+    check_messages(&events);
+    let checks = parse_checks(&run.stdout);
+    assert_eq!(checks.len(), expected_procs, "{}", run.stdout);
+    for c in &checks {
+        let pid = c.num("pid");
+        let p = procs
+            .iter()
+            .position(|p| p.name.ends_with(&format!("[{pid}]")))
+            .unwrap_or_else(|| panic!("process {pid} not in the trace: {procs:?}"));
+        let of_p = || events.iter().filter(|e| e.proc == p as u32);
+        let recvs = of_p()
+            .filter(|e| matches!(e.kind, EventKind::RecvEnd { .. }))
+            .count() as u64;
+        let send_bytes: u64 = of_p()
+            .map(|e| match e.kind {
+                EventKind::Send { bytes, .. } => bytes,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(
+            (recvs, send_bytes),
+            (c.num("recvs"), c.num("send_bytes")),
+            "{}: receives and bytes sent",
+            procs[p].name
+        );
+    }
+}
+
+/// Checks that every message of `events` is sent once and received once.
+fn check_messages(events: &[Event]) {
+    let mut sent: HashMap<u64, u32> = HashMap::new();
+    let mut received: HashMap<u64, u32> = HashMap::new();
+    for e in events {
+        match e.kind {
+            EventKind::Send { msg, .. } => *sent.entry(msg).or_default() += 1,
+            EventKind::RecvEnd { msg } => *received.entry(msg).or_default() += 1,
+            _ => {}
+        }
+    }
+    assert!(sent.values().all(|&n| n == 1) && received.values().all(|&n| n == 1));
+    assert_eq!(sent.len(), received.len(), "sends and receives pair up");
+    assert!(sent.keys().all(|m| received.contains_key(m)));
+}
+
 /// Checks a run against its programs' accounts (processes are told apart by the `pid` field:
 /// trace names end in `[PID]`), then its prediction against its run time unless other work
 /// competed for the machine (see [`check_prediction`]).
@@ -236,19 +388,7 @@ pub fn check_accounts(t: &Traced, expected_procs: usize, locate: impl Fn(&Check)
         "traced processes: {:?}",
         s.procs
     );
-    // Every message sent once and received once.
-    let mut sent: HashMap<u64, u32> = HashMap::new();
-    let mut received: HashMap<u64, u32> = HashMap::new();
-    for e in &t.log.events {
-        match e.kind {
-            EventKind::Send { msg, .. } => *sent.entry(msg).or_default() += 1,
-            EventKind::RecvEnd { msg } => *received.entry(msg).or_default() += 1,
-            _ => {}
-        }
-    }
-    assert!(sent.values().all(|&n| n == 1) && received.values().all(|&n| n == 1));
-    assert_eq!(sent.len(), received.len(), "sends and receives pair up");
-    assert!(sent.keys().all(|m| received.contains_key(m)));
+    check_messages(&t.log.events);
     assert_eq!((s.unmatched_sends, s.unmatched_recvs), (0, 0));
     for c in &t.checks {
         let i = locate(c);

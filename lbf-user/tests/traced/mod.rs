@@ -299,7 +299,7 @@ pub fn read_trace(path: &Path) -> (Vec<lbf::event::ProcInfo>, Vec<Event>, lbf::t
     while let Some(e) = reader.next_event().expect("reading the trace") {
         events.push(e.event);
     }
-    let summary = reader.summary().expect("a complete trace").clone();
+    let summary = *reader.summary().expect("a complete trace");
     (reader.header().procs.clone(), events, summary)
 }
 

@@ -242,14 +242,7 @@ impl PvmCapture {
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::CallEntry) => self.entry(rec),
             Some(RecordKind::CallExit) => self.exit(rec),
-            Some(RecordKind::Exit) => {
-                if let Some(p) = self.roster.get_mut(rec.tgid) {
-                    if !p.exited {
-                        p.exited = true;
-                        p.timeline.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
-                    }
-                }
-            }
+            Some(RecordKind::Exit) => self.roster.exit(rec.tgid, rec.tid, rec.cpu_ns),
             _ => {}
         }
         self.roster.hand_out(&self.clock, sink);
@@ -257,10 +250,7 @@ impl PvmCapture {
 
     /// Events held back and events left out so far.
     pub fn backlog(&self) -> Backlog {
-        Backlog {
-            held_events: self.roster.held_events(),
-            lost_events: self.roster.lost_events(),
-        }
+        self.roster.backlog()
     }
 
     fn entry(&mut self, rec: &Record) {

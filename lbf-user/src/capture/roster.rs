@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::source::Backlog;
 use super::timeline::{RunClock, Timeline};
 use super::{EventSink, ProcStats};
 use crate::event::{Event, EventKind, ProcInfo};
@@ -47,7 +48,7 @@ pub struct Proc {
     /// What its calls moved (the CPU and waiting time are added as events leave).
     pub stats: ProcStats,
     /// Whether its `Exit` is queued.
-    pub exited: bool,
+    exited: bool,
     name: String,
     standing: Standing,
 }
@@ -155,14 +156,24 @@ impl Roster {
             .is_some_and(|p| p.standing == Standing::Beyond)
     }
 
-    /// Events queued and not handed out yet, over all processes.
-    pub fn held_events(&self) -> usize {
-        self.procs.values().map(|p| p.timeline.held()).sum()
+    /// Process `tgid` ended (its thread `tid`'s clock reading `cpu_ns`): its `Exit`, if it
+    /// joined and has none yet.
+    pub fn exit(&mut self, tgid: u32, tid: u32, cpu_ns: u64) {
+        if let Some(p) = self.get_mut(tgid) {
+            if !p.exited {
+                p.exited = true;
+                p.timeline.emit(tid, cpu_ns, EventKind::Exit);
+            }
+        }
     }
 
-    /// Events of processes beyond the expected number so far.
-    pub fn lost_events(&self) -> u64 {
-        self.lost_events
+    /// Events queued and not handed out yet, over all processes, and events of processes
+    /// beyond the expected number so far.
+    pub fn backlog(&self) -> Backlog {
+        Backlog {
+            held_events: self.procs.values().map(|p| p.timeline.held()).sum(),
+            lost_events: self.lost_events,
+        }
     }
 
     /// Hands out what has settled since the last call, once every expected process has

@@ -151,10 +151,7 @@ impl SocketCapture {
 
     /// Events held back and events left out so far.
     pub fn backlog(&self) -> Backlog {
-        Backlog {
-            held_events: self.roster.held_events(),
-            lost_events: self.roster.lost_events(),
-        }
+        self.roster.backlog()
     }
 
     fn consume(&mut self, rec: &Record) {
@@ -191,12 +188,7 @@ impl SocketCapture {
                 self.release_held(|tgid| tgid == rec.tgid);
                 self.fds.retain(|(t, _), _| *t != rec.tgid);
                 self.waits.remove(&rec.tgid);
-                if let Some(p) = self.roster.get_mut(rec.tgid) {
-                    if !p.exited {
-                        p.exited = true;
-                        p.timeline.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
-                    }
-                }
+                self.roster.exit(rec.tgid, rec.tid, rec.cpu_ns);
             }
             Some(RecordKind::CallEntry | RecordKind::CallExit) => {}
             None => note(&mut self.anomalies, "record of unknown kind"),

@@ -241,4 +241,43 @@ mod tests {
         assert!(missing.contains("absent.toml: cannot read"), "{missing}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// A target file says how many processes a capture is to expect; the command line's
+    /// target files must agree.
+    #[test]
+    fn target_files_tell_how_many_processes_they_place() {
+        use crate::config::TargetArgs;
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            targets: TargetArgs,
+        }
+        let dir = std::env::temp_dir().join(format!("lbf-placed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (three, four) = (dir.join("three.toml"), dir.join("four.toml"));
+        std::fs::write(&three, TWO_NODES).unwrap();
+        std::fs::write(
+            &four,
+            "[[node]]\nprocs = [3, 0]\n[[node]]\nprocs = [1, 2]\n",
+        )
+        .unwrap();
+        assert_eq!(procs_placed(&three).unwrap(), 3);
+        assert_eq!(procs_placed(&four).unwrap(), 4);
+        let args = |files: &[&Path]| {
+            let mut argv = vec!["lbf".to_string()];
+            for f in files {
+                argv.extend(["--target".to_string(), f.display().to_string()]);
+            }
+            Cli::parse_from(argv).targets.procs_placed()
+        };
+        assert_eq!(args(&[]).unwrap(), None);
+        assert_eq!(args(&[&four, &four]).unwrap(), Some(4));
+        let e = args(&[&three, &four]).unwrap_err().to_string();
+        assert!(
+            e.contains("places 3 processes") && e.contains("places 4"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -75,7 +75,7 @@ pub struct Roster {
     order: Vec<u32>,
     /// The processes as announced; empty until then.
     announced: Vec<ProcInfo>,
-    /// Processes whose events may have settled since the last hand-out.
+    /// Processes whose events may have settled since the last hand-out (once announced).
     touched: Vec<u32>,
     lost_events: u64,
 }
@@ -144,7 +144,10 @@ impl Roster {
     /// Process `tgid`, if it has joined.
     pub fn get_mut(&mut self, tgid: u32) -> Option<&mut Proc> {
         let p = self.procs.get_mut(&tgid)?;
-        self.touched.push(tgid);
+        // Before the announcement nothing leaves, and then every process is looked at.
+        if !self.announced.is_empty() {
+            self.touched.push(tgid);
+        }
         Some(p)
     }
 

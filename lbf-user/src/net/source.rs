@@ -317,7 +317,12 @@ impl Live {
                     .only_ranks(filter.procs.clone()),
                 filter,
             ),
-            Source::Pvm => CaptureSink::new(PvmCapture::new(self.host.clone()), filter),
+            // As many tasks as --procs lists: their events stream once they have all sent or
+            // received, and a task beyond them is left out (counted as lost).
+            Source::Pvm => CaptureSink::new(
+                PvmCapture::new(self.host.clone()).expecting(Some(filter.procs.len())),
+                filter,
+            ),
             Source::Sockets => unreachable!("refused by Live::start"),
         };
         let selection = self.selection.clone();
@@ -347,7 +352,7 @@ impl Live {
             out.end(
                 summary.measured_seconds,
                 summary.teardown_seconds,
-                summary.lost_records + filter.foreign,
+                summary.lost_records + summary.lost_events + filter.foreign,
             );
         }
         Ok(())
@@ -393,8 +398,9 @@ fn select(selection: &Selection) -> Result<Vec<u32>> {
 /// Passes on the events of the announced processes only.
 struct Filter {
     out: Option<Batcher>,
-    /// With PVM, the capture numbers the tasks from 0 in order of their first message: the
-    /// k-th becomes the k-th announced id. `None` with MPI, whose ids are global ranks.
+    /// With PVM, the capture numbers the tasks from 0 in order of their first message, no
+    /// more than it was told to expect: the k-th becomes the k-th announced id. `None` with
+    /// MPI, whose ids are global ranks.
     renumber: Option<Vec<ProcId>>,
     procs: BTreeSet<ProcId>,
     foreign: u64,
@@ -422,13 +428,6 @@ impl EventSink for Filter {
         match (self.global(info.id), self.out.as_mut()) {
             (Some(id), Some(out)) => out.started(id, info.start_ns),
             (Some(_), None) => {}
-            (None, _) if self.renumber.is_some() => eprintln!(
-                "lbf-node: warning: PVM task {} ({}) is one more than the {} ids of --procs; \
-                 its events are dropped and counted as lost",
-                info.id + 1,
-                info.name,
-                self.procs.len()
-            ),
             (None, _) => eprintln!(
                 "lbf-node: warning: rank {} runs here but is not in --procs; its events are \
                  dropped and counted as lost",

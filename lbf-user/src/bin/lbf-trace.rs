@@ -53,8 +53,9 @@ use std::time::{Duration, Instant};
 /// Events flow (to -o and the targets) while the program runs once every process is known,
 /// since a trace's header and the engine list them all: an MPI job tells its size; a socket
 /// or PVM program does not, so give its number of processes with --procs (or a --target
-/// file, whose processes count). Without it, a socket or PVM capture holds every event in
-/// memory until the program ends, and --interval has nothing to report until then.
+/// file, whose processes count; the short form --nodes places any number). Without it, a
+/// socket or PVM capture holds every event in memory until the program ends, and --interval
+/// shows no prediction until then.
 ///
 /// Records the kernel side had to drop (ring buffer full) are reported at the end; a larger
 /// --ringbuf-size helps.

@@ -384,17 +384,22 @@ impl PvmCapture {
     /// Emits one `Send` per destination at the entry `rec` and queues the messages.
     fn send(&mut self, rec: &Record, dsts: &[i32], tag: i32, bytes: u64) {
         let src = self.tasks.get(&rec.tgid).and_then(|t| t.tid).unwrap_or(-1);
+        let dsts: Vec<i32> = dsts
+            .iter()
+            .copied()
+            .filter(|d| !self.servers.contains(d))
+            .collect();
+        // Only messages of the program count: the group library's requests to the group
+        // server carry the group's name as a string, which needs no size.
+        if dsts.is_empty() {
+            return;
+        }
         if self.tasks.get(&rec.tgid).is_some_and(|t| t.packed_unknown) {
             self.note("PVM send of unknown size (a packed string longer than 255 bytes)");
         }
         if src < 0 {
             self.note("PVM send by a task whose id is unknown (no pvm_mytid seen)");
         }
-        let dsts: Vec<i32> = dsts
-            .iter()
-            .copied()
-            .filter(|d| !self.servers.contains(d))
-            .collect();
         for dst in dsts {
             let msg = self.next_msg;
             self.next_msg += 1;

@@ -6,15 +6,16 @@
 //! handed to another process (`SCM_RIGHTS`), copied with `fcntl(F_DUPFD)` and `dup2`, and fed
 //! by `sendfile` and `splice`. Each run must match every message, agree with the programs' own
 //! counts and CPU times, and predict its own configuration's run time. `lbf-trace --procs`
-//! must hand the events of a long run out while it runs, holding few, and say what went
-//! wrong when the count is not the program's. Needs root; skips otherwise.
+//! must hand the events of a long run out while it runs, holding few, keep state only for the
+//! connections open (a server handling thousands of short ones), and say what went wrong when
+//! the count is not the program's. Needs root; skips otherwise.
 
 mod traced;
 
 use lbf::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use lbf::capture::{CaptureSink, EventLog};
 use traced::{
-    can_trace, capture_reports, check, check_streamed, check_trace_file, lbf_trace,
+    can_trace, capture_reports, check, check_streamed, check_trace_file, kept_reports, lbf_trace,
     predicted_so_far, read_trace, timed, trace, workload, NetnsPair, Traced,
 };
 
@@ -352,5 +353,63 @@ fn lbf_trace_refuses_procs_the_targets_contradict() {
             .contains("--procs 3, but the --target files place 4 processes"),
         "{}",
         run.stderr
+    );
+}
+
+/// Connections the `conns` workload's client keeps open at most (its `MAX_OPEN`).
+const CONNS_OPEN: u64 = 400;
+
+/// An HTTP-like server answering 5,000 short TCP connections, one request and one reply each,
+/// under `lbf-trace --procs 2`: every message is matched, and what the capture keeps stays
+/// bounded by the connections open at once (at most 400 on the client's side) while the
+/// connections handled grow past that: a closed connection's channels and descriptors are
+/// freed. Keeping them, it would hold two channels per connection ever made.
+#[test]
+fn lbf_trace_keeps_only_the_open_connections_of_a_server_with_many_short_ones() {
+    if !can_trace() {
+        return;
+    }
+    let conns = workload("sockets", "conns", &[]);
+    let endpoint = format!("tcp:127.0.0.1:{}", port(4));
+    let conns = conns.to_string_lossy();
+    let run = lbf_trace(
+        "conns",
+        &[
+            "--source",
+            "sockets",
+            "--procs",
+            "2",
+            "--interval",
+            "0.2",
+            "--",
+            &conns,
+            "all",
+            &endpoint,
+            "5000",
+            "100",
+        ],
+    );
+    check_trace_file(&run, 2);
+    assert!(
+        !run.stderr.contains("before lbf could identify it"),
+        "{}",
+        run.stderr
+    );
+    let kept = kept_reports(&run.stderr);
+    eprintln!("kept: {kept:?}");
+    assert!(kept.len() >= 3, "too few reports:\n{}", run.stderr);
+    // Both ends of each open connection, and the server's side closing a little later.
+    let bound = 2 * CONNS_OPEN + 200;
+    for k in &kept {
+        assert!(
+            k.channels <= bound && k.descriptors <= bound && k.processes <= 2,
+            "kept {k:?}, more than the open connections need: {kept:?}"
+        );
+    }
+    // Some 6 events per connection (a request and a reply, each a send, a receive's start
+    // and its end): reports after more connections than the bound allows for.
+    assert!(
+        kept.iter().filter(|k| k.handed / 6 > bound).count() >= 2,
+        "no report after enough connections: {kept:?}"
     );
 }

@@ -489,8 +489,14 @@ impl RecordSink for Tee {
             0 => String::new(),
             n => format!(", {n} lost (processes beyond --procs)"),
         };
+        let kept = backlog.kept.map_or_else(String::new, |k| {
+            format!(
+                ", kept: {} channels, {} descriptors, {} processes",
+                k.channels, k.descriptors, k.processes
+            )
+        });
         eprintln!(
-            "lbf-trace: capture: {} events handed out, {} held{lost}",
+            "lbf-trace: capture: {} events handed out, {} held{kept}{lost}",
             trace.events_mut().events,
             backlog.held_events
         );

@@ -242,10 +242,13 @@ impl PvmCapture {
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::CallEntry) => self.entry(rec),
             Some(RecordKind::CallExit) => self.exit(rec),
-            Some(RecordKind::Exit) => self.roster.exit(rec.tgid, rec.tid, rec.cpu_ns),
+            Some(RecordKind::Exit) => {
+                self.roster
+                    .exit(rec.tgid, rec.tid, rec.cpu_ns, &mut self.clock)
+            }
             _ => {}
         }
-        self.roster.hand_out(&self.clock, sink);
+        self.roster.hand_out(&mut self.clock, sink);
     }
 
     /// Events held back and events left out so far.

@@ -12,8 +12,14 @@
 //!
 //! Either way each process gets the same events in the same order: when they are handed out
 //! changes nothing in the result.
+//!
+//! Once announced, a process that ended and whose events have all left is forgotten, with
+//! what the capture's clock knew of it: only its totals stay (its [`ProcInfo`] is in the
+//! announced list), or, for a process beyond the expected number, its PID (a receive of one
+//! of its messages is still a `Keepalive`). So a long capture holds entries for the running
+//! processes only.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::source::Backlog;
 use super::timeline::{RunClock, Timeline};
@@ -53,6 +59,14 @@ pub struct Proc {
     standing: Standing,
 }
 
+/// A process of the trace, by id.
+#[derive(Debug)]
+struct Member {
+    tgid: u32,
+    /// Its totals, once it ended, its events all left and its entry was freed.
+    ended: Option<ProcStats>,
+}
+
 /// What a roster handed out, for the capture's summary.
 #[derive(Debug, Default)]
 pub struct Handed {
@@ -70,14 +84,17 @@ pub struct Roster {
     host: String,
     labels: Labels,
     expected: Option<usize>,
+    /// Processes that joined, until they end and their events have all left.
     procs: HashMap<u32, Proc>,
-    /// Members' PIDs, by id.
-    order: Vec<u32>,
+    /// Members, by id.
+    order: Vec<Member>,
     /// The processes as announced; empty until then.
     announced: Vec<ProcInfo>,
     /// Processes whose events may have settled since the last hand-out (once announced).
     touched: Vec<u32>,
     lost_events: u64,
+    /// Processes beyond the expected number whose entries were freed.
+    left_out: HashSet<u32>,
 }
 
 impl Roster {
@@ -93,6 +110,7 @@ impl Roster {
             announced: Vec::new(),
             touched: Vec::new(),
             lost_events: 0,
+            left_out: HashSet::new(),
         }
     }
 
@@ -114,7 +132,7 @@ impl Roster {
             let standing = if full {
                 Standing::Beyond
             } else {
-                self.order.push(tgid);
+                self.order.push(Member { tgid, ended: None });
                 Standing::Member(self.order.len() as u32 - 1)
             };
             let name = name();
@@ -154,20 +172,34 @@ impl Roster {
     /// Whether process `tgid` joined after the expected number had (its messages are not in
     /// the trace).
     pub fn is_beyond(&self, tgid: u32) -> bool {
-        self.procs
-            .get(&tgid)
-            .is_some_and(|p| p.standing == Standing::Beyond)
+        self.left_out.contains(&tgid)
+            || self
+                .procs
+                .get(&tgid)
+                .is_some_and(|p| p.standing == Standing::Beyond)
+    }
+
+    /// Whether any process has joined.
+    pub fn joined_any(&self) -> bool {
+        !self.procs.is_empty() || !self.left_out.is_empty() || !self.order.is_empty()
     }
 
     /// Process `tgid` ended (its thread `tid`'s clock reading `cpu_ns`): its `Exit`, if it
-    /// joined and has none yet.
-    pub fn exit(&mut self, tgid: u32, tid: u32, cpu_ns: u64) {
-        if let Some(p) = self.get_mut(tgid) {
-            if !p.exited {
+    /// joined and has none yet. One that never joined never will: `clock` forgets it.
+    pub fn exit(&mut self, tgid: u32, tid: u32, cpu_ns: u64, clock: &mut RunClock) {
+        match self.get_mut(tgid) {
+            Some(p) if !p.exited => {
                 p.exited = true;
                 p.timeline.emit(tid, cpu_ns, EventKind::Exit);
             }
+            Some(_) => {}
+            None => clock.forget(tgid),
         }
+    }
+
+    /// Processes with an entry: running, or ended with events still to leave.
+    pub fn entries(&self) -> usize {
+        self.procs.len()
     }
 
     /// Events queued and not handed out yet, over all processes, and events of processes
@@ -176,12 +208,13 @@ impl Roster {
         Backlog {
             held_events: self.procs.values().map(|p| p.timeline.held()).sum(),
             lost_events: self.lost_events,
+            kept: None,
         }
     }
 
     /// Hands out what has settled since the last call, once every expected process has
     /// joined (announcing them first). Call it after each record.
-    pub fn hand_out(&mut self, clock: &RunClock, sink: &mut dyn EventSink) {
+    pub fn hand_out(&mut self, clock: &mut RunClock, sink: &mut dyn EventSink) {
         if self.announced.is_empty() {
             if !self
                 .expected
@@ -198,7 +231,28 @@ impl Roster {
         touched.dedup();
         for tgid in touched {
             self.drain(tgid, false, sink);
+            self.free_if_done(tgid, clock);
         }
+    }
+
+    /// Forgets process `tgid` (and `clock` forgets it too) if it ended and its events have
+    /// all left, keeping only its totals (a member) or its PID (a process beyond).
+    fn free_if_done(&mut self, tgid: u32, clock: &mut RunClock) {
+        if !self
+            .procs
+            .get(&tgid)
+            .is_some_and(|p| p.exited && p.timeline.held() == 0)
+        {
+            return;
+        }
+        let p = self.procs.remove(&tgid).expect("checked");
+        match p.standing {
+            Standing::Member(id) => self.order[id as usize].ended = Some(p.stats),
+            Standing::Beyond => {
+                self.left_out.insert(tgid);
+            }
+        }
+        clock.forget(tgid);
     }
 
     /// Ends the capture: closes processes still running with an `Exit` (noted), announces
@@ -211,8 +265,10 @@ impl Roster {
         anomalies: &mut BTreeMap<String, u64>,
     ) -> Handed {
         let l = self.labels;
-        for tgid in &self.order {
-            let p = self.procs.get_mut(tgid).expect("member");
+        for m in &self.order {
+            let Some(p) = self.procs.get_mut(&m.tgid) else {
+                continue; // ended, its events handed out
+            };
             if !p.exited {
                 p.exited = true;
                 p.timeline.emit(0, 0, EventKind::Exit);
@@ -244,7 +300,11 @@ impl Roster {
         for tgid in tgids {
             self.drain(tgid, true, sink);
         }
-        let stats = self.order.iter().map(|t| self.procs[t].stats).collect();
+        let stats = self
+            .order
+            .iter()
+            .map(|m| m.ended.unwrap_or_else(|| self.procs[&m.tgid].stats))
+            .collect();
         Handed {
             procs: self.announced,
             stats,
@@ -261,11 +321,11 @@ impl Roster {
             .order
             .iter()
             .enumerate()
-            .map(|(id, tgid)| ProcInfo {
+            .map(|(id, m)| ProcInfo {
                 id: id as u32,
-                name: self.procs[tgid].name.clone(),
+                name: self.procs[&m.tgid].name.clone(),
                 host: self.host.clone(),
-                start_ns: clock.start_of(*tgid),
+                start_ns: clock.start_of(m.tgid),
             })
             .collect();
         for p in &self.announced {

@@ -14,6 +14,21 @@ pub struct Backlog {
     pub held_events: usize,
     /// Events left out of the trace so far (see [`Summary::lost_events`]).
     pub lost_events: u64,
+    /// What a socket capture keeps per connection and per process (`None` for other
+    /// captures): it must stay bounded by what is open, however long the program runs.
+    pub kept: Option<Kept>,
+}
+
+/// State a socket capture keeps while connections and processes are open, freed when they
+/// close or end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// Channels with matching state: directions of stream connections, datagram receivers.
+    pub channels: usize,
+    /// Descriptors known to be sockets (or looked at), over all processes.
+    pub descriptors: usize,
+    /// Processes with an entry: running, or ended with events still held.
+    pub processes: usize,
 }
 
 /// Something that turns raw records into events: one per event source.
@@ -39,7 +54,7 @@ impl RecordCapture for Capture {
     fn backlog(&self) -> Backlog {
         Backlog {
             held_events: self.held_events(),
-            lost_events: 0,
+            ..Backlog::default()
         }
     }
 }

@@ -155,6 +155,14 @@ impl RunClock {
         }
     }
 
+    /// Forgets process `tgid`, which ended and which its capture will not ask about any more,
+    /// so that the clock does not grow with every process of a long run. The run's start and
+    /// end are unchanged.
+    pub fn forget(&mut self, tgid: u32) {
+        self.starts.remove(&tgid);
+        self.commands.remove(&tgid);
+    }
+
     /// The run's first record's time (`CLOCK_MONOTONIC` ns), once there is one.
     pub fn first(&self) -> Option<u64> {
         self.first_ts

@@ -254,6 +254,40 @@ pub fn capture_reports(stderr: &str) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// What a socket capture kept at one `lbf-trace --interval` report.
+#[derive(Clone, Copy, Debug)]
+pub struct KeptReport {
+    /// Events handed out so far.
+    pub handed: u64,
+    /// Channels with matching state.
+    pub channels: u64,
+    /// Descriptors known.
+    pub descriptors: u64,
+    /// Processes with an entry.
+    pub processes: u64,
+}
+
+/// The socket capture's `kept:` counts in the `capture:` reports of `lbf-trace --interval`.
+pub fn kept_reports(stderr: &str) -> Vec<KeptReport> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let handed = l.strip_prefix("lbf-trace: capture: ")?.split(' ').next()?;
+            let kept = l.split_once(", kept: ")?.1;
+            let n: Vec<u64> = kept
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            Some(KeptReport {
+                handed: handed.parse().ok()?,
+                channels: n[0],
+                descriptors: n[1],
+                processes: n[2],
+            })
+        })
+        .collect()
+}
+
 /// Checks that `lbf-trace --interval` handed the events out while the program ran: its
 /// reports (at least 3) show events handed out before the end, never more than `most_held`
 /// held back, and the trace has at least ten times that many events (so that holding them

@@ -14,6 +14,10 @@
 //! one send, one message, consumed by one receive, whatever its buffer size.
 //!
 //! Sends and receives are named by opaque tokens chosen by the caller; outcomes name them.
+//!
+//! A channel no descriptor can use any more (see [`super::descriptors`]) is closed
+//! ([`Channels::close`]): what is open on it is settled as at the end of a capture and its
+//! state freed, so that memory follows the connections open, not all those ever made.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -223,42 +227,85 @@ impl Channels {
     /// no message; sends cut by receives keep their pieces; others count as unconsumed.
     pub fn finish(&mut self) -> Vec<Outcome> {
         let mut out = Vec::new();
-        for s in self.streams.values_mut() {
-            for (token, _) in s.early.drain(..) {
-                out.push(Outcome::Recv {
-                    token,
-                    msg: None,
-                    from: None,
-                });
-            }
-            while let Some(send) = s.sends.pop_front() {
-                let unconsumed = if send.cuts.is_empty() {
-                    send.end - send.start
-                } else {
-                    0
-                };
-                out.push(settle(s.carry, send, unconsumed).0);
-                s.carry = 0;
-            }
+        for (_, s) in self.streams.drain() {
+            finish_stream(s, &mut out);
         }
-        for d in self.datagrams.values_mut() {
-            for token in d.early.drain(..) {
-                out.push(Outcome::Recv {
-                    token,
-                    msg: None,
-                    from: None,
-                });
+        for (_, d) in self.datagrams.drain() {
+            finish_datagrams(d, &mut out);
+        }
+        sort_outcomes(&mut out);
+        out
+    }
+
+    /// Forgets `channel`, which no descriptor can use any more (both ends of a stream
+    /// closed, a datagram socket closed): what is still open on it is settled as at the end
+    /// of a capture, since no later call can change it. Returns those outcomes.
+    pub fn close(&mut self, channel: Channel) -> Vec<Outcome> {
+        let mut out = Vec::new();
+        match channel {
+            Channel::Stream { from, to } => {
+                if let Some(s) = self.streams.remove(&(from, to)) {
+                    finish_stream(s, &mut out);
+                }
             }
-            for (token, bytes) in d.sends.drain(..) {
-                out.push(Outcome::Send {
-                    token,
-                    pieces: Vec::new(),
-                    unconsumed: bytes,
-                });
+            Channel::Datagram { to } => {
+                if let Some(d) = self.datagrams.remove(&to) {
+                    finish_datagrams(d, &mut out);
+                }
             }
         }
         sort_outcomes(&mut out);
         out
+    }
+
+    /// Channels whose state is kept: stream directions and datagram receivers.
+    pub fn len(&self) -> usize {
+        self.streams.len() + self.datagrams.len()
+    }
+
+    /// Whether no channel's state is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Settles what is open on stream direction `s` as at the end of a capture (see
+/// [`Channels::finish`]).
+fn finish_stream(mut s: Stream, out: &mut Vec<Outcome>) {
+    for (token, _) in s.early.drain(..) {
+        out.push(Outcome::Recv {
+            token,
+            msg: None,
+            from: None,
+        });
+    }
+    while let Some(send) = s.sends.pop_front() {
+        let unconsumed = if send.cuts.is_empty() {
+            send.end - send.start
+        } else {
+            0
+        };
+        out.push(settle(s.carry, send, unconsumed).0);
+        s.carry = 0;
+    }
+}
+
+/// Settles what is open on datagram channel `d` as at the end of a capture: receives get no
+/// message, datagrams nobody received are unconsumed.
+fn finish_datagrams(d: Datagrams, out: &mut Vec<Outcome>) {
+    for token in d.early {
+        out.push(Outcome::Recv {
+            token,
+            msg: None,
+            from: None,
+        });
+    }
+    for (token, bytes) in d.sends {
+        out.push(Outcome::Send {
+            token,
+            pieces: Vec::new(),
+            unconsumed: bytes,
+        });
     }
 }
 

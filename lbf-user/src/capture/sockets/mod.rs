@@ -25,6 +25,17 @@
 //! many have used a socket, each once it is settled (see [`super::roster`]); otherwise they
 //! are handed out by [`SocketCapture::finish`].
 //!
+//! # Memory on a long run
+//!
+//! What the capture keeps is bounded by what is open, not by how long the program ran:
+//! [`descriptors`] counts the descriptors holding each channel, and a channel's matching
+//! state is freed (what is still open on it settled as at the end of a capture) once no
+//! descriptor of either end is open in any process; a process's descriptors, waits and
+//! roster entry go when it ends (its roster entry once its events have left, see
+//! [`super::roster`]); tokens live only while their send or receive is unsettled. With
+//! [`SocketCapture::expecting`], events leave as they settle, so a server handling many short
+//! connections runs in constant memory ([`SocketCapture::backlog`] tells what is kept).
+//!
 //! # Limits
 //!
 //! - UDP receivers are told apart by port (see [`resolve::udp_channel`]); `sendmmsg`
@@ -35,6 +46,7 @@
 //! - One host per capture: matching is central (see the trace format for ids).
 
 pub mod channels;
+pub mod descriptors;
 pub mod resolve;
 pub mod sock_diag;
 pub mod syscall;
@@ -44,23 +56,14 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use lbf_common::{Record, RecordKind};
 
 use self::channels::{Channel, Channels, Outcome};
+use self::descriptors::{Descriptors, Fd};
 use self::resolve::{SocketChannels, SocketResolver};
 use self::syscall::Call;
 use super::roster::{Labels, Proc, Roster};
-use super::source::{Backlog, RecordCapture};
+use super::source::{Backlog, Kept, RecordCapture};
 use super::timeline::{RunClock, Wait};
 use super::{EventSink, Summary};
 use crate::event::EventKind;
-
-/// What a descriptor of a process is, as far as the capture is concerned.
-#[derive(Clone, Copy, Debug)]
-enum Fd {
-    Socket(SocketChannels),
-    /// Made by `socket`, `accept` or `socketpair`, not identified yet.
-    Unresolved,
-    /// No socket, or one that cannot be modelled (reported once).
-    Ignored,
-}
 
 /// Why a descriptor is looked up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,17 +86,17 @@ const LABELS: Labels = Labels {
 /// Turns `Syscall` and lifecycle records into events; see the module documentation.
 pub struct SocketCapture {
     resolver: Box<dyn SocketResolver>,
-    fds: HashMap<(u32, i32), Fd>,
-    /// Processes traced since they started (forked or exec'd under the tracer): every socket
-    /// they hold was made by a recorded call, so their other descriptors need no lookup.
-    /// Descriptors of processes attached later are looked up on first use.
+    fds: Descriptors,
+    /// Running processes traced since they started (forked or exec'd under the tracer):
+    /// every socket they hold was made by a recorded call, so their other descriptors need
+    /// no lookup. Descriptors of processes attached later are looked up on first use.
     born: HashSet<u32>,
     /// The processes that used a socket, in order of first use, and their events.
     roster: Roster,
     /// Per process, the `poll`-like wait its next receive continues.
     waits: HashMap<u32, Wait>,
-    /// Names of every process that made a recorded call, for the note when none used a
-    /// socket.
+    /// Names of the processes that made a recorded call, for the note when none used a
+    /// socket: the running ones, and those that ended before any process used a socket.
     seen: BTreeMap<u32, String>,
     channels: Channels,
     /// Token of a send or receive -> (tgid, slot).
@@ -116,7 +119,7 @@ impl SocketCapture {
     pub fn new(resolver: Box<dyn SocketResolver>, host: impl Into<String>) -> Self {
         SocketCapture {
             resolver,
-            fds: HashMap::new(),
+            fds: Descriptors::default(),
             born: HashSet::new(),
             roster: Roster::new(host, LABELS),
             waits: HashMap::new(),
@@ -146,12 +149,20 @@ impl SocketCapture {
     /// process is known.
     pub fn record(&mut self, rec: &Record, sink: &mut dyn EventSink) {
         self.consume(rec);
-        self.roster.hand_out(&self.clock, sink);
+        self.roster.hand_out(&mut self.clock, sink);
     }
 
-    /// Events held back and events left out so far.
+    /// Events held back and events left out so far, and the state kept for open connections
+    /// and running processes.
     pub fn backlog(&self) -> Backlog {
-        self.roster.backlog()
+        Backlog {
+            kept: Some(Kept {
+                channels: self.channels.len(),
+                descriptors: self.fds.len(),
+                processes: self.roster.entries(),
+            }),
+            ..self.roster.backlog()
+        }
     }
 
     fn consume(&mut self, rec: &Record) {
@@ -162,33 +173,27 @@ impl SocketCapture {
                 // The child starts with its parent's descriptors.
                 let child = rec.args[0] as u32;
                 self.born.insert(child);
-                let inherited: Vec<(i32, Fd)> = self
-                    .fds
-                    .iter()
-                    .filter(|((t, _), _)| *t == rec.tgid)
-                    .map(|(&(_, fd), &f)| (fd, f))
-                    .collect();
-                for (fd, f) in inherited {
-                    self.fds.insert((child, fd), f);
-                }
+                self.fds.inherit(rec.tgid, child);
             }
             Some(RecordKind::Exec) => {
                 // The command lbf-trace started is first seen at its exec.
                 if !self.seen.contains_key(&rec.tgid) {
                     self.born.insert(rec.tgid);
                 }
-                // Sockets survive exec unless close-on-exec: look them up again on use.
-                for ((t, _), f) in self.fds.iter_mut() {
-                    if *t == rec.tgid && matches!(f, Fd::Socket(_)) {
-                        *f = Fd::Unresolved;
-                    }
-                }
+                self.fds.executed(rec.tgid);
             }
             Some(RecordKind::Exit) => {
-                self.release_held(|tgid| tgid == rec.tgid);
-                self.fds.retain(|(t, _), _| *t != rec.tgid);
-                self.waits.remove(&rec.tgid);
-                self.roster.exit(rec.tgid, rec.tid, rec.cpu_ns);
+                let tgid = rec.tgid;
+                self.release_held(|t| t == tgid);
+                let mut released = Vec::new();
+                self.fds.ended(tgid, &mut released);
+                self.close_channels(released);
+                self.waits.remove(&tgid);
+                self.born.remove(&tgid);
+                if self.roster.joined_any() {
+                    self.seen.remove(&tgid); // no note will name it
+                }
+                self.roster.exit(tgid, rec.tid, rec.cpu_ns, &mut self.clock);
             }
             Some(RecordKind::CallEntry | RecordKind::CallExit) => {}
             None => note(&mut self.anomalies, "record of unknown kind"),
@@ -198,10 +203,12 @@ impl SocketCapture {
     /// The socket descriptor `fd` of `tgid` is, identified on first use. A descriptor of a
     /// process traced since its start that no recorded call made a socket is none.
     fn socket(&mut self, tgid: u32, fd: i32) -> Option<SocketChannels> {
-        match self.fds.get(&(tgid, fd)) {
-            Some(&Fd::Socket(s)) => Some(s),
+        match self.fds.get(tgid, fd) {
+            Some(Fd::Socket(s)) => Some(s),
             Some(Fd::Ignored) => None,
-            Some(Fd::Unresolved) => self.identify(tgid, fd, Lookup::UseOfSocket),
+            Some(Fd::Unresolved | Fd::BeforeExec(_)) => {
+                self.identify(tgid, fd, Lookup::UseOfSocket)
+            }
             None if self.born.contains(&tgid) => None,
             None => self.identify(tgid, fd, Lookup::UseOfAny),
         }
@@ -227,8 +234,31 @@ impl SocketCapture {
                 (Fd::Ignored, None)
             }
         };
-        self.fds.insert((tgid, fd), f);
+        self.set_fd(tgid, fd, f);
         found
+    }
+
+    /// Descriptor `fd` of `tgid` is now `f`; frees the channels no descriptor holds any more.
+    fn set_fd(&mut self, tgid: u32, fd: i32, f: Fd) {
+        let mut released = Vec::new();
+        self.fds.set(tgid, fd, f, &mut released);
+        self.close_channels(released);
+    }
+
+    /// Descriptor `fd` of `tgid` was closed; frees the channels no descriptor holds any more.
+    fn close_fd(&mut self, tgid: u32, fd: i32) {
+        let mut released = Vec::new();
+        self.fds.close(tgid, fd, &mut released);
+        self.close_channels(released);
+    }
+
+    /// Frees the state of `channels`, which no descriptor can use any more, settling what is
+    /// still open on them as the end of the capture would.
+    fn close_channels(&mut self, channels: Vec<Channel>) {
+        for c in channels {
+            let outcomes = self.channels.close(c);
+            self.apply(outcomes);
+        }
     }
 
     /// The process `tgid`, made part of the trace.
@@ -303,7 +333,7 @@ impl SocketCapture {
         }
         for fd in d.received {
             // A descriptor passed by another process: made here by no recorded call.
-            self.fds.insert((tgid, fd), Fd::Unresolved);
+            self.set_fd(tgid, fd, Fd::Unresolved);
             self.identify(tgid, fd, Lookup::Early);
         }
         if !matches!(d.call, Call::Wait | Call::Recv { .. }) {
@@ -350,7 +380,7 @@ impl SocketCapture {
                 let found: Vec<Option<SocketChannels>> = fds
                     .iter()
                     .map(|&fd| {
-                        self.fds.insert((tgid, fd), Fd::Unresolved);
+                        self.set_fd(tgid, fd, Fd::Unresolved);
                         connected
                             .then(|| self.identify(tgid, fd, Lookup::Early))
                             .flatten()
@@ -363,7 +393,7 @@ impl SocketCapture {
                 if let [Some(a), Some(b)] = found[..] {
                     if a.send != Some(b.recv) {
                         for fd in fds {
-                            self.fds.insert((tgid, fd), Fd::Unresolved);
+                            self.set_fd(tgid, fd, Fd::Unresolved);
                         }
                     }
                 }
@@ -371,24 +401,19 @@ impl SocketCapture {
             Call::Connected { fd } => {
                 self.identify(tgid, fd, Lookup::Early);
             }
-            Call::Close { fd } => {
-                self.fds.remove(&(tgid, fd));
-            }
+            Call::Close { fd } => self.close_fd(tgid, fd),
             Call::Dup { old, new } => {
-                self.fds.remove(&(tgid, new));
-                if self
-                    .fds
-                    .get(&(tgid, old))
-                    .is_some_and(|f| matches!(f, Fd::Unresolved))
-                {
+                // `dup2`/`dup3` close `new` first.
+                self.close_fd(tgid, new);
+                if self.fds.get(tgid, old) == Some(Fd::Unresolved) {
                     // The same socket, looked at through the copy: the original may be
                     // closed already (`fcntl(F_DUPFD)` or `dup2`, then `close`).
-                    self.fds.insert((tgid, new), Fd::Unresolved);
+                    self.set_fd(tgid, new, Fd::Unresolved);
                     self.identify(tgid, new, Lookup::Early);
                 } else if let Some(s) = self.socket(tgid, old) {
-                    self.fds.insert((tgid, new), Fd::Socket(s));
-                } else if self.fds.contains_key(&(tgid, old)) {
-                    self.fds.insert((tgid, new), Fd::Ignored);
+                    self.set_fd(tgid, new, Fd::Socket(s));
+                } else if self.fds.get(tgid, old).is_some() {
+                    self.set_fd(tgid, new, Fd::Ignored);
                 }
             }
             Call::Nothing => {}

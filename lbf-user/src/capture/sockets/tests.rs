@@ -8,6 +8,7 @@ use lbf_common::{syscalls::nr, Record, RecordKind, ARG_WORDS, MEM_BYTES};
 use super::channels::{Channel, Endpoint};
 use super::resolve::{SocketChannels, SocketResolver};
 use super::SocketCapture;
+use crate::capture::source::Kept;
 use crate::capture::{EventLog, Summary};
 use crate::event::EventKind;
 
@@ -104,24 +105,44 @@ struct Streamed {
     before_finish: usize,
     /// The most events the capture held at once.
     most_held: usize,
+    /// The most channels, descriptors and processes it kept at once (each its own most).
+    most_kept: Kept,
+    /// What it kept after the last record.
+    kept_at_end: Kept,
 }
 
 /// Runs `records` through a capture expecting `expected` processes (`None`: no count).
 fn run_expecting(records: &[Record], expected: Option<usize>) -> Streamed {
-    let mut c = SocketCapture::new(Box::new(table()), "h").expecting(expected);
+    run_on(table(), records, expected)
+}
+
+/// Runs `records` through a capture resolving descriptors by `table`, expecting `expected`
+/// processes.
+fn run_on(table: Table, records: &[Record], expected: Option<usize>) -> Streamed {
+    let mut c = SocketCapture::new(Box::new(table), "h").expecting(expected);
     let mut log = EventLog::default();
-    let mut most_held = 0;
+    let (mut most_held, mut most_kept) = (0, Kept::default());
+    let kept = |c: &SocketCapture| c.backlog().kept.expect("a socket capture tells");
     for r in records {
         c.record(r, &mut log);
         most_held = most_held.max(c.backlog().held_events);
+        let k = kept(&c);
+        most_kept = Kept {
+            channels: most_kept.channels.max(k.channels),
+            descriptors: most_kept.descriptors.max(k.descriptors),
+            processes: most_kept.processes.max(k.processes),
+        };
     }
     let before_finish = log.events.len();
+    let kept_at_end = kept(&c);
     let summary = c.finish(&mut log);
     Streamed {
         log,
         summary,
         before_finish,
         most_held,
+        most_kept,
+        kept_at_end,
     }
 }
 
@@ -468,4 +489,156 @@ fn an_expected_count_never_reached_hands_everything_out_at_the_end() {
           processes): 2 did, and their events were handed out at the end"
         ]
     );
+}
+
+/// Process 2 (a client) makes `n` short connections to process 1 (a server), each on
+/// descriptor `100 + i` of both: connect, a 64-byte request, a 512-byte reply read in two
+/// parts, then both close (`closes`: else the descriptors stay open until both exit). The
+/// last connection's client reads only 300 bytes of its reply and closes: the rest is never
+/// consumed. Returns the resolver's table and the records.
+fn short_connections(n: i32, closes: bool) -> (Table, Vec<Record>) {
+    let u = |inode| Endpoint::Unix { inode };
+    let mut table = HashMap::new();
+    let mut records = Vec::new();
+    for i in 0..n {
+        let fd = 100 + i;
+        let (server, client) = ends(u(1000 + 2 * i as u64), u(1001 + 2 * i as u64), true);
+        table.insert((1, fd), server);
+        table.insert((2, fd), client);
+        let t = i as u64 * 100;
+        let last = i == n - 1;
+        records.extend([
+            call(2, nr::CONNECT, fd, 0, t, t + 1),
+            call(1, nr::ACCEPT, 3, fd.into(), t, t + 1),
+            call(2, nr::WRITE, fd, 64, t + 1, t + 2),
+            call(1, nr::READ, fd, 64, t + 1, t + 3),
+            call(1, nr::WRITE, fd, 512, t + 3, t + 4),
+            call(2, nr::READ, fd, 300, t + 2, t + 5),
+        ]);
+        if !last {
+            records.push(call(2, nr::READ, fd, 212, t + 5, t + 6));
+        }
+        if closes {
+            records.extend([
+                call(2, nr::CLOSE, fd, 0, t + 6, t + 7),
+                call(1, nr::READ, fd, 0, t + 4, t + 8),
+                call(1, nr::CLOSE, fd, 0, t + 8, t + 9),
+            ]);
+        }
+    }
+    let end = n as u64 * 100;
+    records.extend([exit(2, end), exit(1, end)]);
+    (Table(table), records)
+}
+
+/// A server's many short connections: each connection's channels and descriptors are freed
+/// once both ends closed, each process's entry once it ended and its events left, so the
+/// capture keeps the open ones only; and the result is the one of keeping everything to the
+/// end (the same records without the closes, or handed out at the end).
+#[test]
+fn closed_connections_are_forgotten_and_the_result_is_the_same() {
+    let n = 1_000;
+    let (table, records) = short_connections(n, true);
+    let closing = run_on(table, &records, Some(2));
+    let (table, records) = short_connections(n, false);
+    let kept_open = run_on(table, &records, Some(2));
+    let (table, records) = short_connections(n, true);
+    let at_end = run_on(table, &records, None);
+
+    assert!(
+        closing.most_kept.channels <= 2 && closing.most_kept.descriptors <= 2,
+        "{:?}",
+        closing.most_kept
+    );
+    assert_eq!(closing.most_kept.processes, 2);
+    assert_eq!(closing.kept_at_end, Kept::default());
+    // Without the closes, every connection's state stays until the processes end.
+    assert_eq!(kept_open.most_kept.channels, 2 * n as usize);
+    assert_eq!(kept_open.most_kept.descriptors, 2 * n as usize);
+    assert!(closing.most_held <= 4, "held at most {}", closing.most_held);
+
+    for other in [&kept_open, &at_end] {
+        for p in 0..2 {
+            assert_eq!(of(&closing.log, p), of(&other.log, p), "process {p}");
+        }
+        assert_eq!(closing.log.procs, other.log.procs);
+        assert_eq!(closing.summary.stats, other.summary.stats);
+    }
+    let s = &closing.summary;
+    assert_eq!((s.unmatched_sends, s.unmatched_recvs), (0, 0));
+    assert_eq!(s.stats[1].sends, n as u64);
+    assert_eq!(s.stats[0].recvs, 2 * n as u64 - 1);
+    assert!(s.anomalies.is_empty(), "{:?}", s.anomalies);
+    // The last reply's unread 212 bytes travel with the message of the 300 read.
+    let last = of(&closing.log, 1)
+        .into_iter()
+        .filter_map(|(_, k)| match k {
+            EventKind::Send { bytes, .. } => Some(bytes),
+            _ => None,
+        })
+        .last();
+    assert_eq!(last, Some(512));
+}
+
+/// A socket open in two processes (a forked child's copy) and through a `dup` copy keeps its
+/// connection's state until the last copy closes: bytes sent before the parent closed its
+/// copy, and after, are matched as one stream.
+#[test]
+fn a_connection_stays_while_any_copy_of_either_end_is_open() {
+    let fork = Record {
+        kind: RecordKind::Fork as u16,
+        ..call(1, 0, 0, 7, 0, 0)
+    };
+    let s = run_expecting(
+        &[
+            call(1, nr::WRITE, 3, 100, 0, 1),
+            call(2, nr::READ, 3, 40, 0, 2),
+            fork,
+            call(1, nr::CLOSE, 3, 0, 1, 2),
+            call(7, nr::WRITE, 3, 10, 0, 1),
+            call(2, nr::DUP, 3, 9, 2, 3),
+            call(2, nr::CLOSE, 3, 0, 3, 4),
+            call(2, nr::READ, 9, 70, 4, 5),
+            call(7, nr::CLOSE, 3, 0, 1, 2),
+            call(2, nr::CLOSE, 9, 0, 5, 6),
+            exit(1, 3),
+            exit(7, 3),
+            exit(2, 7),
+        ],
+        Some(3),
+    );
+    let sm = &s.summary;
+    assert_eq!((sm.unmatched_sends, sm.unmatched_recvs), (0, 0));
+    assert!(sm.anomalies.is_empty(), "{:?}", sm.anomalies);
+    use EventKind::*;
+    // The child's 10 bytes are the end of the message of the read of 70.
+    assert_eq!(
+        of(&s.log, 2),
+        vec![(1, Send { msg: 2, bytes: 10 }), (2, Exit)]
+    );
+    assert_eq!(s.kept_at_end, Kept::default());
+}
+
+/// A datagram socket's channel goes when the last descriptor using it closes (the receiver,
+/// and a sender connected to it); a datagram nobody received is unmatched, as at the end.
+#[test]
+fn a_closed_datagram_socket_is_forgotten() {
+    let records = [
+        call(1, nr::SENDMSG, 4, 50, 0, 1),
+        call(1, nr::SENDMSG, 4, 70, 1, 2),
+        call(2, nr::RECVMSG, 4, 50, 0, 1),
+        call(2, nr::CLOSE, 4, 0, 1, 2),
+        call(1, nr::CLOSE, 4, 0, 2, 3),
+        exit(1, 4),
+        exit(2, 4),
+    ];
+    let closing = run_expecting(&records, Some(2));
+    let at_end = run_expecting(&records, None);
+    assert_eq!(closing.kept_at_end, Kept::default());
+    assert_eq!(closing.summary.unmatched_sends, 1);
+    for p in 0..2 {
+        assert_eq!(of(&closing.log, p), of(&at_end.log, p), "process {p}");
+    }
+    // Process 1's two datagrams leave before the end.
+    assert!(closing.before_finish >= 5, "{}", closing.before_finish);
 }

@@ -95,15 +95,19 @@ pub fn workload_built_by(cc: &str, family: &str, name: &str, libs: &[&str]) -> P
         .max()
         .expect("a workload");
     if !(bin.exists() && modified(&bin) > newest) {
+        // Built aside and renamed into place: tests running at once may build the same
+        // workload, and one must not run a binary another is still writing.
+        let aside = out_dir.join(format!(".{name}-{:?}", std::thread::current().id()));
         let src = dir.join(format!("{name}.c"));
         let status = Command::new(cc)
             .args(["-O1", "-g", "-Wall", "-o"])
-            .arg(&bin)
+            .arg(&aside)
             .arg(&src)
             .args(libs)
             .status()
             .unwrap_or_else(|e| panic!("running {cc}: {e}"));
         assert!(status.success(), "{cc} failed on {}", src.display());
+        std::fs::rename(&aside, &bin).expect("moving the workload into place");
     }
     bin
 }

@@ -8,10 +8,18 @@
 //! namespaces), a UNIX one by the two sockets' inodes.
 //!
 //! The descriptor must still be open when its first record is decoded (records are decoded
-//! within milliseconds); one closed before that is reported as an anomaly.
+//! within milliseconds); one closed before that is reported as an anomaly. So a lookup must
+//! cost little whatever else the host runs: the socket's protocol (the `system.sockprotoname`
+//! attribute of its inode) says which one table to read, so that a UNIX socket costs no scan
+//! of the TCP tables (which list every connection in `TIME_WAIT` too), and sock_diag is asked
+//! through one socket per namespace, made once (entering a namespace costs an RCU grace
+//! period, tens of milliseconds on a busy machine).
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::OwnedFd;
 
 use super::channels::{Channel, Endpoint};
 use super::sock_diag::{self, UnixSocket};
@@ -35,24 +43,22 @@ pub trait SocketResolver {
 /// Resolves through `/proc` and sock_diag (see the module documentation).
 #[derive(Default)]
 pub struct ProcResolver {
-    /// UNIX sockets per network namespace inode, refreshed when an inode is missing.
-    unix: HashMap<u64, HashMap<u64, UnixSocket>>,
+    /// A sock_diag socket per network namespace inode.
+    diag: HashMap<u64, OwnedFd>,
 }
 
 impl ProcResolver {
-    /// A resolver with empty caches.
+    /// A resolver with no sock_diag socket yet.
     pub fn new() -> Self {
         Self::default()
     }
 
     fn unix_socket(&mut self, tgid: u32, netns: u64, inode: u64) -> Option<UnixSocket> {
-        if let Some(s) = self.unix.get(&netns).and_then(|m| m.get(&inode)) {
-            return Some(*s);
-        }
-        let fresh = sock_diag::unix_sockets(Some(tgid)).ok()?;
-        let found = fresh.get(&inode).copied();
-        self.unix.insert(netns, fresh);
-        found
+        let sock = match self.diag.entry(netns) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(sock_diag::socket(Some(tgid)).ok()?),
+        };
+        sock_diag::unix_socket(sock, inode).ok().flatten()
     }
 }
 
@@ -65,9 +71,49 @@ fn bracketed(link: &str, prefix: &str) -> Option<u64> {
         .ok()
 }
 
+/// The `/proc/net` tables (and whether they are of stream sockets) that may list a socket of
+/// protocol `proto` (`TCP`, `UDPv6`, `UNIX-STREAM`, ... as `system.sockprotoname` names it;
+/// `None`: unknown, all of them).
+fn inet_tables(proto: Option<&str>) -> &'static [(&'static str, bool)] {
+    const ALL: [(&str, bool); 4] = [
+        ("tcp", true),
+        ("tcp6", true),
+        ("udp", false),
+        ("udp6", false),
+    ];
+    match proto {
+        Some("TCP") => &ALL[0..1],
+        Some("TCPv6") => &ALL[1..2],
+        Some("UDP") => &ALL[2..3],
+        Some("UDPv6") => &ALL[3..4],
+        Some(p) if p.starts_with("UNIX") => &[],
+        _ => &ALL,
+    }
+}
+
+/// The protocol of the socket at `path` (a `/proc/PID/fd/FD` link), from its inode's
+/// `system.sockprotoname` attribute, if the kernel tells.
+fn protocol(path: &str) -> Option<String> {
+    let path = CString::new(path).ok()?;
+    let mut buf = [0u8; 32];
+    // SAFETY: NUL-terminated strings and our buffer with its length.
+    let n = unsafe {
+        libc::getxattr(
+            path.as_ptr(),
+            c"system.sockprotoname".as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    let name = buf.get(..usize::try_from(n).ok()?)?;
+    let name = name.split(|&b| b == 0).next()?;
+    Some(String::from_utf8_lossy(name).into_owned())
+}
+
 impl SocketResolver for ProcResolver {
     fn resolve(&mut self, tgid: u32, fd: i32) -> Result<Option<SocketChannels>, String> {
-        let link = std::fs::read_link(format!("/proc/{tgid}/fd/{fd}")).map_err(|_| {
+        let path = format!("/proc/{tgid}/fd/{fd}");
+        let link = std::fs::read_link(&path).map_err(|_| {
             "descriptor closed (or process ended) before lbf could identify it".to_string()
         })?;
         let Some(inode) = bracketed(&link.to_string_lossy(), "socket") else {
@@ -77,12 +123,8 @@ impl SocketResolver for ProcResolver {
             .ok()
             .and_then(|l| bracketed(&l.to_string_lossy(), "net"))
             .unwrap_or(0);
-        for (table, stream) in [
-            ("tcp", true),
-            ("tcp6", true),
-            ("udp", false),
-            ("udp6", false),
-        ] {
+        let proto = protocol(&path);
+        for &(table, stream) in inet_tables(proto.as_deref()) {
             let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/net/{table}")) else {
                 continue;
             };

@@ -572,11 +572,11 @@ fn closed_connections_are_forgotten_and_the_result_is_the_same() {
     // The last reply's unread 212 bytes travel with the message of the 300 read.
     let last = of(&closing.log, 1)
         .into_iter()
-        .filter_map(|(_, k)| match k {
+        .rev()
+        .find_map(|(_, k)| match k {
             EventKind::Send { bytes, .. } => Some(bytes),
             _ => None,
-        })
-        .last();
+        });
     assert_eq!(last, Some(512));
 }
 

@@ -70,19 +70,20 @@ impl Descriptors {
         }
     }
 
-    /// Process `child` was forked by `parent`: it has copies of all of its descriptors.
-    pub fn inherit(&mut self, parent: u32, child: u32) {
+    /// Process `child` was forked by `parent`: it has copies of all of its descriptors (and
+    /// none of an earlier process of its PID whose exit went unrecorded). Appends to
+    /// `released` the channels no descriptor holds any more.
+    pub fn inherit(&mut self, parent: u32, child: u32, released: &mut Vec<Channel>) {
+        self.ended(child, released);
         let copies: Vec<(i32, Fd)> = self
             .fds
             .iter()
             .filter(|((t, _), _)| *t == parent)
             .map(|(&(_, fd), &f)| (fd, f))
             .collect();
-        let mut none = Vec::new();
         for (fd, f) in copies {
-            self.set(child, fd, f, &mut none);
+            self.set(child, fd, f, released);
         }
-        debug_assert!(none.is_empty(), "a copy releases nothing");
     }
 
     /// Process `tgid` executed another program: its sockets survive unless close-on-exec,

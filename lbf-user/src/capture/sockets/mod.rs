@@ -173,7 +173,9 @@ impl SocketCapture {
                 // The child starts with its parent's descriptors.
                 let child = rec.args[0] as u32;
                 self.born.insert(child);
-                self.fds.inherit(rec.tgid, child);
+                let mut released = Vec::new();
+                self.fds.inherit(rec.tgid, child, &mut released);
+                self.close_channels(released);
             }
             Some(RecordKind::Exec) => {
                 // The command lbf-trace started is first seen at its exec.

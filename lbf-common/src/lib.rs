@@ -47,6 +47,12 @@ pub enum RecordKind {
     /// the return value, `args[1..7]` its 6 arguments, `args[7]` the thread's CPU clock at
     /// its entry (`cpu_ns` is the clock at the return).
     Syscall = 6,
+    /// A probed call's entry and exit in one ring buffer item: a `CallEntry` record cut after
+    /// its head (no `mem`) whose `kind` reads `CallPair`, then the call's `CallExit` record.
+    /// The kernel side writes one for a call whose entry record carries no user memory (one
+    /// reservation per call instead of two); user space splits it (`lbf-user`'s
+    /// `probe::decode`), so record consumers only ever see `CallEntry` and `CallExit`.
+    CallPair = 7,
 }
 
 impl RecordKind {
@@ -59,6 +65,7 @@ impl RecordKind {
             4 => Self::CallEntry,
             5 => Self::CallExit,
             6 => Self::Syscall,
+            7 => Self::CallPair,
             _ => return None,
         })
     }
@@ -69,7 +76,8 @@ impl RecordKind {
 /// A ring buffer item is a record cut short after `mem[..n]`: it holds the first
 /// [`RECORD_HEAD_BYTES`] + `n` bytes, `n` being 0 for records without memory,
 /// [`SHORT_MEM_BYTES`] for short reads and [`MEM_BYTES`] otherwise (`mem_len <= n`). Most
-/// records take 96 or 128 bytes of the ring instead of 352.
+/// records take 96 or 128 bytes of the ring instead of 352. A [`RecordKind::CallPair`] item
+/// holds two records: an entry record's head, then an exit record cut as above.
 ///
 /// `cpu_ns` is the calling thread's cumulative on-CPU time in nanoseconds, kept exact by the
 /// scheduler hooks (time switched in is added at every switch out), so the CPU used between two

@@ -65,6 +65,16 @@ pub struct CallInFlight {
     pub args: [u64; crate::ARG_WORDS],
 }
 
+/// The stamps of an entry record not written yet (see [`ThreadState::entry`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeferredEntry {
+    /// The entry's `ts_ns`; 0: no entry record is deferred.
+    pub ts_ns: u64,
+    /// The entry's `cpu_ns`.
+    pub cpu_ns: u64,
+}
+
 /// What the kernel side keeps per traced thread: its CPU clock and its probed calls in flight.
 ///
 /// A probe hit finds it with one lookup by thread id; `tgid` tells a stale entry (a thread id
@@ -78,6 +88,13 @@ pub struct ThreadState {
     pub tgid: u32,
     /// Number of calls in `calls` (innermost last); at most [`MAX_NESTED`].
     pub depth: u32,
+    /// The innermost call's entry record, when it is deferred: an entry record without user
+    /// memory is written at the call's return, in one ring buffer item with the exit record
+    /// ([`crate::RecordKind::CallPair`]), which halves the ring buffer work per call. Any
+    /// other record of the thread (a call inside this one, a system call, its exit) writes
+    /// the deferred entry first, so each thread's records keep their order; only the
+    /// innermost call's entry can be deferred.
+    pub entry: DeferredEntry,
     /// The calls in flight, outermost first.
     pub calls: [CallInFlight; MAX_NESTED],
 }
@@ -90,6 +107,17 @@ impl ThreadState {
             tgid,
             ..Self::default()
         }
+    }
+
+    /// The innermost call in flight, if any. Written for the eBPF verifier: `calls` is indexed
+    /// by constants only (a computed `depth - 1` index gets folded by LLVM into an address the
+    /// verifier cannot bound).
+    #[inline(always)]
+    pub fn innermost(&self) -> Option<&CallInFlight> {
+        let depth = self.depth as usize;
+        (0..MAX_NESTED)
+            .find(|&i| i + 1 == depth)
+            .map(|i| &self.calls[i])
     }
 }
 

@@ -109,19 +109,32 @@ pub const fn word(fn_id: u16, arg: usize) -> usize {
     arg - below.count_ones() as usize
 }
 
+/// Whether the entry record of a call of `fn_id` must reach user space before the call
+/// returns, rather than at the return with the exit record (see
+/// `crate::maps::ThreadState::entry`): the functions whose entry the capture needs to make
+/// sense of *another* process's records. `MPI_Comm_split`: a member's rank in the new
+/// communicator is computed from every member's entry, which MPI guarantees before any
+/// returns. `pvm_send`, `pvm_psend`: the PVM capture matches a receive, at its return, to the
+/// sends seen so far. (`pvm_mcast` and `pvm_bcast` read memory at entry, so their entry
+/// records are written at once anyway.)
+pub const fn entry_at_once(fn_id: u16) -> bool {
+    matches!(fn_id, COMM_SPLIT | crate::pvm::SEND | crate::pvm::PSEND)
+}
+
 /// The attach cookie of the probes on function `fn_id` of the library in slot `slot`: the
 /// kernel hands it to the probe program (`bpf_get_attach_cookie`), so one entry and one exit
 /// program serve every function and library. Low 16 bits: `fn_id`; next 16: `slot`; bit 32:
 /// the function may take stack arguments (more than the 6 passed in registers, or a count
 /// [`arg_count`] does not know), which the entry program then reads; bits 33-44: the
 /// [`dropped_args`] mask, with which the entry program reads all [`MAX_ARGS`] and keeps the
-/// others.
+/// others; bit 45: [`entry_at_once`].
 pub const fn cookie(fn_id: u16, slot: u32) -> u64 {
     let stack_args = match arg_count(fn_id) {
         Some(n) => n > 6,
         None => true,
     };
-    ((dropped_args(fn_id) as u64 & 0xfff) << 33)
+    ((entry_at_once(fn_id) as u64) << 45)
+        | ((dropped_args(fn_id) as u64 & 0xfff) << 33)
         | ((stack_args as u64) << 32)
         | ((slot as u64 & 0xffff) << 16)
         | fn_id as u64
@@ -138,6 +151,8 @@ pub struct Cookie {
     pub stack_args: bool,
     /// The arguments left out of its records ([`dropped_args`]).
     pub dropped: u16,
+    /// Whether its entry record is written at the entry ([`entry_at_once`]).
+    pub entry_at_once: bool,
 }
 
 /// Decodes a [`cookie`].
@@ -147,6 +162,7 @@ pub const fn split_cookie(cookie: u64) -> Cookie {
         slot: (cookie >> 16) as u16 as u32,
         stack_args: (cookie >> 32) & 1 != 0,
         dropped: ((cookie >> 33) & 0xfff) as u16,
+        entry_at_once: (cookie >> 45) & 1 != 0,
     }
 }
 
@@ -160,8 +176,11 @@ mod tests {
             for slot in 0..crate::maps::MAX_LIBS {
                 let c = split_cookie(cookie(id, slot));
                 assert_eq!((c.fn_id, c.slot), (id, slot));
+                assert_eq!(c.entry_at_once, entry_at_once(id));
             }
         }
+        let at_once = |id| split_cookie(cookie(id, 0)).entry_at_once;
+        assert!(at_once(COMM_SPLIT) && at_once(crate::pvm::SEND) && !at_once(SEND));
     }
 
     /// Every function's kept arguments fit a record, and those with more arguments than a

@@ -95,9 +95,15 @@ pub fn new_thread_state(tgid: u32, tid: u32) -> Option<*mut ThreadState> {
 /// Adds one to the per-CPU counter `index`.
 #[inline(always)]
 pub fn count(index: u32) {
+    add(index, 1);
+}
+
+/// Adds `n` to the per-CPU counter `index`.
+#[inline(always)]
+pub fn add(index: u32, n: u64) {
     if let Some(c) = COUNTERS.get_ptr_mut(index) {
         // SAFETY: per-CPU slot, no concurrent writer on this CPU while the program runs.
-        unsafe { *c += 1 };
+        unsafe { *c += n };
     }
 }
 

@@ -13,11 +13,12 @@ use aya_ebpf::{
     maps::RingBuf,
 };
 use lbf_common::{
-    counter, maps::ThreadClock, MemRead, Record, RecordKind, ARG_WORDS, MEM_BYTES,
-    RECORD_HEAD_BYTES, SHORT_MEM_BYTES,
+    counter,
+    maps::{DeferredEntry, ThreadClock, ThreadState},
+    MemRead, Record, RecordKind, ARG_WORDS, MEM_BYTES, RECORD_HEAD_BYTES, SHORT_MEM_BYTES,
 };
 
-use crate::maps::{count, current_sum_exec_runtime, EVENTS, THREADS};
+use crate::maps::{add, count, current_sum_exec_runtime, EVENTS, THREADS};
 
 /// The calling thread's ids: `(tgid, tid)`.
 #[inline(always)]
@@ -30,7 +31,13 @@ pub fn current_ids() -> (u32, u32) {
 /// state's clock ([`clock_at`]). Without a state: `sum_exec_runtime`, or 0; counted.
 #[inline(always)]
 pub fn cpu_now(tid: u32, now: u64) -> u64 {
-    match THREADS.get_ptr_mut(&tid) {
+    cpu_of(THREADS.get_ptr_mut(&tid), now)
+}
+
+/// [`cpu_now`] with the thread's state (if it has one) at hand.
+#[inline(always)]
+fn cpu_of(state: Option<*mut ThreadState>, now: u64) -> u64 {
+    match state {
         // SAFETY: a map value, valid for the program's run.
         Some(state) => clock_at(unsafe { &mut (*state).clock }, now),
         None => {
@@ -115,21 +122,64 @@ impl UserRead {
     }
 }
 
+/// Writes the deferred entry record of the thread whose state is `state` (thread id `tid`),
+/// if it has one (see `lbf_common::maps::ThreadState::entry`): the record of its innermost
+/// call in flight, stamped when the call was entered. Called before anything else the thread
+/// records, so that its records stay in order, and when the thread ends inside the call.
+#[inline(always)]
+pub fn write_deferred_entry(state: &mut ThreadState, tid: u32) {
+    let entry = state.entry;
+    if entry.ts_ns == 0 {
+        return;
+    }
+    state.entry.ts_ns = 0;
+    let Some(call) = state.innermost() else {
+        return;
+    };
+    let (fn_id, tgid) = (call.fn_id as u16, state.tgid);
+    let draft = Draft::reserve_stamped(
+        RecordKind::CallEntry,
+        fn_id,
+        tgid,
+        tid,
+        Mem::None,
+        1,
+        || (entry.ts_ns, entry.cpu_ns),
+    );
+    if let Some(d) = draft {
+        // SAFETY: `i` < ARG_WORDS, within `call.args`; one load per word (no `memcpy`).
+        d.submit(|i| unsafe { core::ptr::read_volatile(call.args.as_ptr().add(i)) });
+    }
+}
+
 /// A reserved record being filled; submitted with [`Draft::submit`].
 pub struct Draft {
+    /// The ring buffer item reserved, submitted as a whole.
+    item: *mut c_void,
+    /// The record being filled: the item's only record, or the second of a
+    /// [`RecordKind::CallPair`].
     record: *mut Record,
     mem: Mem,
 }
 
 impl Draft {
     /// Reserves a record of `kind` for the current thread with room `mem`, stamped now, its
-    /// CPU clock looked up by `tid`. `None` (and counted as lost) when the ring buffer is full.
+    /// CPU clock looked up by `tid`. The thread's deferred entry record, if any, is written
+    /// first. `None` (and counted as lost) when the ring buffer is full.
     #[inline(always)]
     pub fn reserve(kind: RecordKind, fn_id: u16, tgid: u32, tid: u32, mem: Mem) -> Option<Self> {
-        Self::reserve_clocked(kind, fn_id, tgid, tid, mem, |now| cpu_now(tid, now))
+        let state = THREADS.get_ptr_mut(&tid);
+        if let Some(state) = state {
+            // SAFETY: a map value, written only by this thread's probes and hooks.
+            write_deferred_entry(unsafe { &mut *state }, tid);
+        }
+        Self::reserve_stamped(kind, fn_id, tgid, tid, mem, 1, || {
+            stamp_now(|now| cpu_of(state, now))
+        })
     }
 
-    /// [`Draft::reserve`] with the thread's CPU clock at hand.
+    /// [`Draft::reserve`] for a call record, with the thread's CPU clock at hand (the caller
+    /// has dealt with any deferred entry record).
     #[inline(always)]
     pub fn reserve_with_clock(
         kind: RecordKind,
@@ -139,45 +189,73 @@ impl Draft {
         mem: Mem,
         clock: &mut ThreadClock,
     ) -> Option<Self> {
-        Self::reserve_clocked(kind, fn_id, tgid, tid, mem, |now| clock_at(clock, now))
+        Self::reserve_stamped(kind, fn_id, tgid, tid, mem, 1, || {
+            stamp_now(|now| clock_at(clock, now))
+        })
     }
 
-    /// Reserves a record stamped now, `cpu_at(now)` giving the thread's CPU clock.
+    /// Reserves one [`RecordKind::CallPair`] item for a call of `fn_id` whose entry record was
+    /// deferred: writes that entry record (stamped `entry`, with the call's entry arguments
+    /// `args`) and returns the call's `CallExit` record, with room `mem`, stamped now.
+    /// `None` (both records counted as lost) when the ring buffer is full.
     #[inline(always)]
-    fn reserve_clocked(
+    #[allow(clippy::too_many_arguments)]
+    pub fn reserve_pair(
+        fn_id: u16,
+        tgid: u32,
+        tid: u32,
+        mem: Mem,
+        clock: &mut ThreadClock,
+        entry: &DeferredEntry,
+        args: &[u64; ARG_WORDS],
+    ) -> Option<Self> {
+        let pair = Self::reserve_stamped(RecordKind::CallPair, fn_id, tgid, tid, mem, 2, || {
+            (entry.ts_ns, entry.cpu_ns)
+        })?;
+        pair.write_args(|i| args[i]);
+        // SAFETY: a pair item holds the entry record's head, then the exit record (room
+        // reserved above).
+        let exit = unsafe { (pair.item as *mut u8).add(RECORD_HEAD_BYTES) } as *mut Record;
+        let stamp = stamp_now(|now| clock_at(clock, now));
+        // SAFETY: the exit record's head, within the reserved item.
+        unsafe { write_head(exit, RecordKind::CallExit, fn_id, tgid, tid, stamp) };
+        Some(Self {
+            record: exit,
+            ..pair
+        })
+    }
+
+    /// Reserves an item of `records` records (1, or 2 for a [`RecordKind::CallPair`]), the
+    /// last with room `mem`, and writes the head of the first: `kind`, the ids, and the
+    /// `(ts_ns, cpu_ns)` `stamp` gives (called once reserved). A full ring buffer counts
+    /// `records` lost.
+    #[inline(always)]
+    fn reserve_stamped(
         kind: RecordKind,
         fn_id: u16,
         tgid: u32,
         tid: u32,
         mem: Mem,
-        cpu_at: impl FnOnce(u64) -> u64,
+        records: u64,
+        stamp: impl FnOnce() -> (u64, u64),
     ) -> Option<Self> {
-        let size = RECORD_HEAD_BYTES
+        let size = RECORD_HEAD_BYTES * records as usize
             + match mem {
                 Mem::None => 0,
                 Mem::Short => SHORT_MEM_BYTES,
                 Mem::Full => MEM_BYTES,
             };
         let ring = &EVENTS as *const RingBuf as *mut c_void;
-        // SAFETY: `ring` is the ring buffer map; the size is one of three constants.
-        let r = unsafe { bpf_ringbuf_reserve(ring, size as u64, 0) } as *mut Record;
-        if r.is_null() {
-            count(counter::LOST_RINGBUF);
+        // SAFETY: `ring` is the ring buffer map; the size is one of six constants.
+        let item = unsafe { bpf_ringbuf_reserve(ring, size as u64, 0) };
+        if item.is_null() {
+            add(counter::LOST_RINGBUF, records);
             return None;
         }
-        let now = unsafe { bpf_ktime_get_ns() };
-        // SAFETY: `r` points at a reserved, exclusively owned record head.
-        unsafe {
-            (*r).kind = kind as u16;
-            (*r).fn_id = fn_id;
-            (*r).mem_len = 0;
-            (*r).part = 0;
-            (*r).tgid = tgid;
-            (*r).tid = tid;
-            (*r).ts_ns = now;
-            (*r).cpu_ns = cpu_at(now);
-        }
-        Some(Self { record: r, mem })
+        let record = item as *mut Record;
+        // SAFETY: `record` points at a reserved, exclusively owned record head.
+        unsafe { write_head(record, kind, fn_id, tgid, tid, stamp()) };
+        Some(Self { item, record, mem })
     }
 
     /// The record being filled; only its head, and `mem` as far as reserved, exist.
@@ -249,11 +327,7 @@ impl Draft {
     /// per record (volatile keeps LLVM from forming those calls).
     #[inline(always)]
     pub fn submit(self, word: impl Fn(usize) -> u64) {
-        // SAFETY: `args` of the reserved record head, `i` < ARG_WORDS.
-        let args = unsafe { (*self.record).args.as_mut_ptr() };
-        for i in 0..ARG_WORDS {
-            unsafe { core::ptr::write_volatile(args.add(i), word(i)) };
-        }
+        self.write_args(word);
         let avail = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
         let size = EVENTS.query(BPF_RB_RING_SIZE as u64);
         let wake = if avail >= size / 8 {
@@ -261,7 +335,53 @@ impl Draft {
         } else {
             BPF_RB_NO_WAKEUP
         };
-        // SAFETY: the record reserved above, submitted once.
-        unsafe { bpf_ringbuf_submit(self.record as *mut c_void, wake as u64) };
+        // SAFETY: the item reserved, submitted once.
+        unsafe { bpf_ringbuf_submit(self.item, wake as u64) };
+    }
+
+    /// Sets `args[i]` of the record being filled to `word(i)` for every `i`, one store per
+    /// word (see [`Draft::submit`]).
+    #[inline(always)]
+    fn write_args(&self, word: impl Fn(usize) -> u64) {
+        // SAFETY: `args` of the reserved record head, `i` < ARG_WORDS.
+        let args = unsafe { (*self.record).args.as_mut_ptr() };
+        for i in 0..ARG_WORDS {
+            unsafe { core::ptr::write_volatile(args.add(i), word(i)) };
+        }
+    }
+}
+
+/// `(now, cpu_at(now))`: a record's `ts_ns` and `cpu_ns` for an event happening now.
+#[inline(always)]
+pub fn stamp_now(cpu_at: impl FnOnce(u64) -> u64) -> (u64, u64) {
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    (now, cpu_at(now))
+}
+
+/// Writes a record head: `kind`, `fn_id`, the ids, `(ts_ns, cpu_ns)` as `stamp`, no `mem`,
+/// part 0 (`args` are written at the submit).
+///
+/// # Safety
+/// `record` points at a reserved record head.
+#[inline(always)]
+unsafe fn write_head(
+    record: *mut Record,
+    kind: RecordKind,
+    fn_id: u16,
+    tgid: u32,
+    tid: u32,
+    (ts_ns, cpu_ns): (u64, u64),
+) {
+    // SAFETY: the caller's.
+    unsafe {
+        (*record).kind = kind as u16;
+        (*record).fn_id = fn_id;
+        (*record).mem_len = 0;
+        (*record).part = 0;
+        (*record).tgid = tgid;
+        (*record).tid = tid;
+        (*record).ts_ns = ts_ns;
+        (*record).cpu_ns = cpu_ns;
     }
 }

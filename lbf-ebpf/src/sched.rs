@@ -18,7 +18,7 @@ use crate::{
     maps::{
         current_sum_exec_runtime, is_traced, new_thread_state, offsets, ADOPT_COMM, THREADS, TRACED,
     },
-    record::{current_ids, Draft, Mem},
+    record::{current_ids, write_deferred_entry, Draft, Mem},
 };
 
 /// `CLONE_THREAD`: the new task is a thread of its parent's group, not a new process.
@@ -104,17 +104,22 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
         unsafe { (*r).mem_len = n as u16 };
     }
     d.submit(|_| 0);
-    // Calls of the old image in flight never return.
+    // Calls of the old image in flight never return (a deferred entry record of one was
+    // written before the `Exec` record).
     if let Some(state) = THREADS.get_ptr_mut(&tid) {
         // SAFETY: a map value, written only by this thread's hooks and probes.
-        unsafe { (*state).depth = 0 };
+        unsafe {
+            (*state).depth = 0;
+            (*state).entry.ts_ns = 0;
+        }
     }
     0
 }
 
-/// A traced thread exited: drop its state. If it was the last thread of its group (the
-/// tracepoint's `group_dead`; on kernels without that field, the thread whose tid is the
-/// tgid), emit `Exit` and stop tracing the group.
+/// A traced thread exited: write the deferred entry record of a call it ended in (killed, or
+/// `exit` inside a probed call), and drop its state. If it was the last thread of its group
+/// (the tracepoint's `group_dead`; on kernels without that field, the thread whose tid is
+/// the tgid), emit `Exit` and stop tracing the group.
 #[tracepoint]
 pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
     let (tgid, tid) = current_ids();
@@ -127,6 +132,10 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
     } else {
         field::<u8>(&ctx, off).unwrap_or(0) != 0
     };
+    if let Some(state) = THREADS.get_ptr_mut(&tid) {
+        // SAFETY: a map value, written only by this thread's hooks and probes.
+        write_deferred_entry(unsafe { &mut *state }, tid);
+    }
     if group_dead {
         if let Some(d) = Draft::reserve(RecordKind::Exit, 0, tgid, tid, Mem::None) {
             d.submit(|_| 0);

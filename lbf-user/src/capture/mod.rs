@@ -26,6 +26,24 @@
 //! A rank's process id is its `MPI_COMM_WORLD` rank, from the launcher's environment or its
 //! `MPI_Comm_rank(MPI_COMM_WORLD)` answer; one MPI job per capture.
 //!
+//! # When records arrive
+//!
+//! Each thread's records arrive in the order it made them, but an entry record without user
+//! memory arrives only with its exit record, at the call's return, stamped as at the entry
+//! (the kernel side writes both in one ring buffer item: `lbf_common::maps::ThreadState`'s
+//! `entry`). So nothing here may rely on another process's entry arriving early, and nothing
+//! does: a receive whose send is not seen yet waits for it in [`matching`] (as one from
+//! another host does; the guess for a wildcard receive without a visible status, the oldest
+//! send seen, now counts sends in the order they returned), `MPI_Probe` and request handles
+//! are the thread's own, and the
+//! exceptions (`MPI_Comm_split`, whose members' entries make the new ranks) have their entry
+//! written at once (`lbf_common::mpi::entry_at_once`). The events themselves are unchanged,
+//! so final predictions are too: the engine's result does not depend on when events arrive
+//! (it steps only once every process's next event is known). Live, a call's events are seen
+//! when it returns rather than when it starts (a rank blocked in a collective or a rendezvous
+//! send shows its `CollStart` or `Send` then; a blocking receive's events come at its return
+//! anyway), so a live lower bound lags by at most the calls in flight.
+//!
 //! # Limits
 //!
 //! - Wait/test calls see at most as many requests as fit in a record (32 for Open MPI, 64 for
@@ -244,7 +262,10 @@ impl Capture {
                 }
             }
             Some(RecordKind::Fork | RecordKind::Exec | RecordKind::Syscall) => {}
-            None => note(&mut self.anomalies, "record of unknown kind"),
+            // A pair item is split by the reader (`probe::decode`); never seen here.
+            Some(RecordKind::CallPair) | None => {
+                note(&mut self.anomalies, "record of unknown kind")
+            }
         }
         let mut touched = vec![rec.tgid];
         for m in self.matcher.take_matched() {

@@ -5,7 +5,7 @@ use std::{mem, os::fd::AsRawFd, time::Duration};
 
 use anyhow::Result;
 use aya::maps::{MapData, RingBuf};
-use lbf_common::{Record, RECORD_HEAD_BYTES};
+use lbf_common::{Record, RecordKind, RECORD_HEAD_BYTES};
 
 /// Where the record stream goes: the capture layer implements this to turn records into
 /// engine events and trace files; `JsonLinesSink` dumps them for debugging.
@@ -56,7 +56,7 @@ impl RecordReader {
     pub fn drain(&mut self, sink: &mut dyn RecordSink) -> Result<u64> {
         let mut n = 0;
         while let Some(item) = self.ring.next() {
-            if let Some(record) = decode(&item) {
+            for record in decode(&item) {
                 sink.record(&record)?;
                 n += 1;
             }
@@ -65,10 +65,30 @@ impl RecordReader {
     }
 }
 
-/// A record from the bytes of a ring buffer item, which may end anywhere after the head (see
-/// [`Record`]): the bytes past its end read as 0. `None` for an item shorter than the head
-/// (never written by lbf-ebpf).
-pub fn decode(bytes: &[u8]) -> Option<Record> {
+/// The records in the bytes of a ring buffer item, in order: its one record, or the entry and
+/// the exit record of a [`RecordKind::CallPair`] (the first as a `CallEntry`). A record may
+/// end anywhere after its head (see [`Record`]): the bytes past its end read as 0. None for
+/// an item shorter than a head (never written by lbf-ebpf).
+pub fn decode(bytes: &[u8]) -> impl Iterator<Item = Record> + '_ {
+    let pair = bytes.len() >= 2 * RECORD_HEAD_BYTES
+        && bytes[..2] == (RecordKind::CallPair as u16).to_ne_bytes();
+    let (first, second) = if pair {
+        bytes.split_at(RECORD_HEAD_BYTES)
+    } else {
+        (bytes, &[][..])
+    };
+    let entry = one(first).map(|mut r| {
+        if pair {
+            r.kind = RecordKind::CallEntry as u16;
+        }
+        r
+    });
+    entry.into_iter().chain(one(second))
+}
+
+/// The record at the start of `bytes`, which may end anywhere after its head; `None` if
+/// `bytes` is shorter than a head.
+fn one(bytes: &[u8]) -> Option<Record> {
     if bytes.len() < RECORD_HEAD_BYTES {
         return None;
     }
@@ -84,22 +104,52 @@ pub fn decode(bytes: &[u8]) -> Option<Record> {
 
 #[cfg(test)]
 mod tests {
-    use lbf_common::{RecordKind, SHORT_MEM_BYTES};
+    use lbf_common::SHORT_MEM_BYTES;
 
     use super::*;
 
+    /// A record head of `kind` whose other bytes are `fill`.
+    fn head(kind: RecordKind, fill: u8) -> Vec<u8> {
+        let mut head = vec![fill; RECORD_HEAD_BYTES];
+        head[..2].copy_from_slice(&(kind as u16).to_ne_bytes());
+        head
+    }
+
     #[test]
     fn items_cut_after_the_head_or_a_short_read_decode_with_zeros_past_their_end() {
-        let mut item = vec![0xff_u8; RECORD_HEAD_BYTES + SHORT_MEM_BYTES];
-        item[..2].copy_from_slice(&(RecordKind::CallExit as u16).to_ne_bytes());
+        let mut item = head(RecordKind::CallExit, 0xff);
+        item.extend([0xff; SHORT_MEM_BYTES]);
         item[4..6].copy_from_slice(&4u16.to_ne_bytes());
-        let r = decode(&item).expect("a record");
+        let r = decode(&item).next().expect("a record");
         assert_eq!(r.kind, RecordKind::CallExit as u16);
         assert_eq!(r.mem_len, 4);
         assert_eq!(r.args, [u64::MAX; 8]);
         assert!(r.mem[..SHORT_MEM_BYTES].iter().all(|&b| b == 0xff));
         assert!(r.mem[SHORT_MEM_BYTES..].iter().all(|&b| b == 0));
-        assert!(decode(&item[..RECORD_HEAD_BYTES]).is_some());
-        assert!(decode(&item[..RECORD_HEAD_BYTES - 1]).is_none());
+        assert_eq!(decode(&item).count(), 1);
+        assert_eq!(decode(&item[..RECORD_HEAD_BYTES]).count(), 1);
+        assert_eq!(decode(&item[..RECORD_HEAD_BYTES - 1]).count(), 0);
+    }
+
+    /// A pair item yields its entry record (as a `CallEntry`, without memory) and then its exit
+    /// record with the exit's memory; a record whose memory happens to be as long as a head is
+    /// no pair.
+    #[test]
+    fn a_call_pair_item_decodes_as_its_entry_then_its_exit() {
+        let mut item = head(RecordKind::CallPair, 1);
+        item.extend(head(RecordKind::CallExit, 2));
+        item.extend([3; SHORT_MEM_BYTES]);
+        let records: Vec<Record> = decode(&item).collect();
+        assert_eq!(records.len(), 2);
+        let (entry, exit) = (&records[0], &records[1]);
+        assert_eq!(entry.kind, RecordKind::CallEntry as u16);
+        assert_eq!(entry.args, [0x0101_0101_0101_0101; 8]);
+        assert!(entry.mem.iter().all(|&b| b == 0));
+        assert_eq!(exit.kind, RecordKind::CallExit as u16);
+        assert_eq!(exit.args, [0x0202_0202_0202_0202; 8]);
+        assert!(exit.mem[..SHORT_MEM_BYTES].iter().all(|&b| b == 3));
+        let mut single = head(RecordKind::CallEntry, 1);
+        single.extend(head(RecordKind::CallPair, 2));
+        assert_eq!(decode(&single).count(), 1);
     }
 }

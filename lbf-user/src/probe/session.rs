@@ -32,7 +32,9 @@ pub struct CaptureEnd {
 }
 
 /// Drains `reader` into `sink` until no traced process is left or `stop` becomes true, then
-/// drains what remains and calls `sink.finish` with the loss counters.
+/// drains what remains, hands over the entry records of calls still in flight that the kernel
+/// side deferred (see [`Tracer::deferred_entries`]) and calls `sink.finish` with the loss
+/// counters.
 pub fn run(
     tracer: &mut Tracer,
     reader: &mut RecordReader,
@@ -74,6 +76,10 @@ pub fn run_adopting(
     };
     // Records of the last exits were submitted before their process left the traced set.
     records += reader.drain(sink)?;
+    for entry in tracer.deferred_entries()? {
+        sink.record(&entry)?;
+        records += 1;
+    }
     let lost = tracer.lost_counts()?;
     sink.finish(&lost)?;
     Ok(CaptureEnd {

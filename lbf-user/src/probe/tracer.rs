@@ -19,7 +19,7 @@ use aya::{
 use lbf_common::{
     counter,
     maps::{self, ThreadClock, ThreadState, COMM_BYTES, MAX_LIBS},
-    mpi, FnReads, MAX_FNS,
+    mpi, FnReads, Record, RecordKind, MAX_FNS, MEM_BYTES,
 };
 
 use super::{procfs, reader::RecordReader, symbols, tracefs};
@@ -337,6 +337,38 @@ impl Tracer {
             mem_read_failed: sum(counter::MEM_READ_FAILED)?,
             no_clock: sum(counter::NO_CLOCK)?,
         })
+    }
+
+    /// The entry records the kernel side deferred and has not written (see
+    /// `lbf_common::maps::ThreadState::entry`): one per thread of a traced process now inside
+    /// a probed call whose entry record waits for the return. Each comes after every record
+    /// its thread wrote. Read at the end of a capture, so that the calls still in flight keep
+    /// their entry.
+    pub fn deferred_entries(&self) -> Result<Vec<Record>> {
+        let traced = self.traced_pids()?;
+        let threads: HashMap<&MapData, u32, ThreadState> =
+            HashMap::try_from(self.ebpf.map(maps::THREADS).context("map THREADS")?)?;
+        let mut records = Vec::new();
+        for item in threads.iter() {
+            let (tid, state) = item.context("reading map THREADS")?;
+            let call = state.innermost();
+            let deferred = state.entry.ts_ns != 0 && traced.contains(&state.tgid);
+            if let (Some(call), true) = (call, deferred) {
+                records.push(Record {
+                    kind: RecordKind::CallEntry as u16,
+                    fn_id: call.fn_id as u16,
+                    mem_len: 0,
+                    part: 0,
+                    tgid: state.tgid,
+                    tid,
+                    ts_ns: state.entry.ts_ns,
+                    cpu_ns: state.entry.cpu_ns,
+                    args: call.args,
+                    mem: [0; MEM_BYTES],
+                });
+            }
+        }
+        Ok(records)
     }
 
     /// Takes the ring buffer out as a [`RecordReader`] (once).

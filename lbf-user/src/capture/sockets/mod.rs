@@ -197,7 +197,7 @@ impl SocketCapture {
                 }
                 self.roster.exit(tgid, rec.tid, rec.cpu_ns, &mut self.clock);
             }
-            Some(RecordKind::CallEntry | RecordKind::CallExit) => {}
+            Some(RecordKind::CallEntry | RecordKind::CallExit | RecordKind::CallPair) => {}
             None => note(&mut self.anomalies, "record of unknown kind"),
         }
     }

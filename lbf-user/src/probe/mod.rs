@@ -17,6 +17,10 @@
 //! `Fork`: `args[0]` = the child's tgid (record of the parent). `Exec`: `mem` = the file
 //! name, NUL-terminated. `Exit`: the last thread of the group ended. Bytes of `mem` past
 //! `mem_len` are unspecified (0 past the end of a short ring buffer item).
+//!
+//! Each thread's records come in the order it made them, but an entry record without user
+//! memory comes only at the call's return, in one ring buffer item with the exit record
+//! (`lbf_common::RecordKind::CallPair`, split by [`decode`]), still stamped as at the entry.
 
 mod baseline;
 mod btf;

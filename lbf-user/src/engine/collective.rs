@@ -40,6 +40,9 @@ pub(super) struct Collective {
     pub(super) size: u32,
     /// Largest payload any participant declared.
     pub(super) bytes: u64,
+    /// The latest arrival so far: participants running ahead of the global order may
+    /// arrive out of time order (see `Sim::runs_ahead`).
+    pub(super) latest: f64,
     /// Participants that have arrived.
     pub(super) arrived: u32,
     /// Participants that have left.

@@ -49,6 +49,18 @@ impl CachedNetwork {
         }
     }
 
+    /// The least time any message between nodes can take. A table is linear between its
+    /// points, flat below the first and extrapolated past the last, so its least value is at
+    /// a point or at the largest size.
+    pub(super) fn least_remote_seconds(&self) -> f64 {
+        let table = &self.remote.table;
+        table
+            .points()
+            .iter()
+            .map(|&(_, seconds)| seconds)
+            .fold(table.seconds(u64::MAX), f64::min)
+    }
+
     /// One-way time of `bytes` within a node if `local`, between nodes otherwise.
     #[inline]
     pub(super) fn seconds(&self, local: bool, bytes: u64) -> f64 {
@@ -63,6 +75,26 @@ impl CachedNetwork {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn least_remote_time_is_at_a_point_or_past_the_last() {
+        let net = |remote: Vec<(f64, f64)>| {
+            CachedNetwork::new(Network {
+                local: CommTable::default(),
+                remote: CommTable::new(remote).unwrap(),
+            })
+        };
+        assert_eq!(net(vec![]).least_remote_seconds(), 0.0);
+        assert_eq!(
+            net(vec![(0.0, 2.0), (10.0, 1.0), (20.0, 3.0)]).least_remote_seconds(),
+            1.0
+        );
+        // Decreasing past the last point: extrapolation reaches 0.
+        assert_eq!(
+            net(vec![(0.0, 2.0), (10.0, 1.0)]).least_remote_seconds(),
+            0.0
+        );
+    }
 
     #[test]
     fn gives_the_tables_values_whatever_the_order_of_lookups() {

@@ -47,6 +47,7 @@ impl MinTree {
     }
 
     /// Sets slot `i` to `time` (or empties it).
+    #[inline]
     pub(super) fn set(&mut self, i: usize, time: Option<f64>) {
         // `+ 0.0` turns a -0.0 into +0.0, whose bits sort first.
         self.times[i] = time.map_or(EMPTY, |t| {

@@ -20,7 +20,9 @@ use crate::target::Target;
 
 /// Receives the predicted schedule of one target as it is computed, for timelines.
 ///
-/// Times are predicted seconds from the start of the run.
+/// Times are predicted seconds from the start of the run. Each node's calls come in time
+/// order, different nodes' need not: a process alone on its node runs ahead of the others
+/// (see `docs/engine.md`).
 pub trait ScheduleSink {
     /// `proc` on `node` was runnable from `start` to `end`, progressing at `rate` CPU-seconds
     /// per second (its share of the node).

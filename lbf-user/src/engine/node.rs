@@ -119,12 +119,33 @@ impl NodeState {
         self.update_rate();
     }
 
+    /// [`NodeState::join`] for a node whose only process is `proc`, returning what
+    /// [`NodeState::next_finish`] would then: the process alone has no heap to sift.
+    #[inline]
+    pub(super) fn join_alone(&mut self, now: f64, proc: ProcId, work: f64) -> f64 {
+        debug_assert_eq!(self.len(), 0, "join_alone with another process runnable");
+        self.sync(now);
+        let key = TimeKey::new(self.virtual_now + work, proc as usize);
+        self.runnable.clear();
+        self.runnable.push(Reverse(key));
+        self.finished_top = false;
+        self.update_rate();
+        self.real_time_of(key)
+    }
+
     /// Real time at which the next runnable process finishes its work, if any is runnable.
+    #[inline]
     pub(super) fn next_finish(&mut self) -> Option<f64> {
         self.drop_finished();
-        let Reverse(finish) = self.runnable.peek()?;
+        let Reverse(finish) = *self.runnable.peek()?;
+        Some(self.real_time_of(finish))
+    }
+
+    /// Real time at which the runnable process keyed `finish` finishes, at the current rate.
+    #[inline]
+    fn real_time_of(&self, finish: TimeKey) -> f64 {
         let remaining = (finish.time() - self.virtual_now).max(0.0);
-        Some(self.synced_at + remaining / self.rate)
+        self.synced_at + remaining / self.rate
     }
 
     /// Removes the process that finishes first, at real time `now` (its finish time).
@@ -181,6 +202,24 @@ mod tests {
         assert_eq!(n.next_finish(), Some(2.0));
         n.add_polling(1.0, -1.0); // at 1.0 it stops: half the work is left
         assert_eq!(n.next_finish(), Some(1.5));
+    }
+
+    #[test]
+    fn join_alone_is_join_then_next_finish() {
+        let (mut a, mut b) = (node(1, 0.7), node(1, 0.7));
+        let mut now = 0.0;
+        for (i, work) in [0.3, 1e-7, 2.5, 0.1, 1e-3].into_iter().enumerate() {
+            now += 0.1 * i as f64;
+            b.join(now, 3, work);
+            let t = a.join_alone(now, 3, work);
+            assert_eq!(Some(t), b.next_finish());
+            assert_eq!(
+                (a.pop_finished(t), t.to_bits()),
+                (b.pop_finished(t), t.to_bits())
+            );
+            assert_eq!(a.virtual_now.to_bits(), b.virtual_now.to_bits());
+            now = t;
+        }
     }
 
     #[test]

@@ -12,6 +12,10 @@
 //! until the collective ends). Wake-ups are timers, processed in time order with the nodes'
 //! work completions. Ties are broken by node index, then process id, never by arrival order,
 //! so the result is a function of the per-process streams alone.
+//!
+//! A process alone on its node does not wait for the global order: it runs ahead through its
+//! events as far as they and its messages and collectives allow, which gives the same result
+//! for less work (see `Sim::runs_ahead`).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -60,7 +64,8 @@ struct Proc {
     cursor: u64,
     /// Origin of the last event loaded, for errors.
     last_origin: u64,
-    /// When the current wait began (for timelines).
+    /// When the current wait began: for a message or a collective (for timelines), or for
+    /// the next event (where a process alone on its node resumes, see [`Sim::runs_ahead`]).
     wait_since: f64,
     /// When the process starts; it does nothing before.
     start: f64,
@@ -92,7 +97,21 @@ pub(super) struct Sim {
     is_dirty: Vec<bool>,
     /// Wake-ups of waiting processes, keyed by time, then process.
     timers: BinaryHeap<Reverse<TimeKey>>,
+    /// The time of the step being taken: the global order's, or that of a process running
+    /// ahead (see [`Sim::runs_ahead`]).
     now: f64,
+    /// Per process: whether it is alone on its node (see [`Sim::runs_ahead`]).
+    alone: Vec<bool>,
+    /// Processes alone on their node run ahead at times below this one (see
+    /// [`Sim::runs_ahead`]); 0 if they never do.
+    horizon: f64,
+    /// Processes alone on their node that were woken or resumed, with the time each goes on
+    /// at; they run ahead before the next step in the global order.
+    ready: Vec<(usize, f64)>,
+    /// The latest time a process running ahead has reached, for [`Sim::progress`].
+    reached: f64,
+    /// The time of the last exit so far: the prediction once every process has exited.
+    end: f64,
     procs: Vec<Proc>,
     /// Live processes whose next event has not arrived.
     starved: usize,
@@ -139,6 +158,15 @@ impl Sim {
                 start: 0.0,
             })
             .collect();
+        let alone = node_of
+            .iter()
+            .map(|&n| target.nodes[n].procs.len() == 1)
+            .collect();
+        let network = CachedNetwork::new(target.network);
+        // Below the horizon, adding the smallest delay between nodes to a time changes it:
+        // its ulp is at most 2^-52 of it. Half the smallest delay covers the rounding of the
+        // tables' interpolation.
+        let horizon = network.least_remote_seconds() / 2.0 * 2f64.powi(52);
         Ok(Sim {
             nodes: target.nodes.iter().map(NodeState::new).collect(),
             finishes: MinTree::new(target.nodes.len()),
@@ -146,11 +174,16 @@ impl Sim {
             is_dirty: vec![false; target.nodes.len()],
             slice_start: vec![0.0; target.nodes.len()],
             name: target.name,
-            network: CachedNetwork::new(target.network),
+            network,
             spin: target.spin,
             node_of,
             timers: BinaryHeap::new(),
             now: 0.0,
+            alone,
+            horizon,
+            ready: Vec::new(),
+            reached: 0.0,
+            end: 0.0,
             procs,
             starved: num_procs,
             live: num_procs,
@@ -207,13 +240,59 @@ impl Sim {
     #[inline(never)]
     fn resume(&mut self, p: usize, streams: &Streams) -> SimResult<()> {
         self.starved -= 1;
-        self.advance_proc(p, streams)?;
+        let since = self.procs[p].wait_since;
+        if self.runs_ahead(p, since) {
+            self.ready.push((p, since));
+        } else {
+            // The global order stopped when `p` starved: `now` is when it did.
+            self.advance_proc(p, streams)?;
+        }
         self.run(streams)
     }
 
-    /// Takes steps in time order until some process starves or every process has exited.
+    /// Whether process `p` runs ahead of the global order from time `t` on.
+    ///
+    /// A process alone on its node shares the node with nobody: when it finishes its work
+    /// depends on nothing else, and it waits only for messages and collectives, whose
+    /// arrival times are data. So it does not wait for the global order: it runs through its
+    /// events until it blocks (on a message or collective not yet known), starves or exits,
+    /// and a wake-up lets it go on at once. This skips the tree of nodes and the timers, and
+    /// runs one process's events back to back. Nodes still compute exactly what they would
+    /// in the global order, because each node's steps are its own process's, in its order.
+    ///
+    /// The others' steps are unchanged too: a process running ahead takes its steps at or
+    /// after the global order's time, so what it sends to the others takes effect, as in the
+    /// global order, only if sent at least one delay between nodes earlier. That holds while
+    /// adding that delay changes a time, that is below [`Sim::horizon`]; past it (or if the
+    /// network has delays of 0 between nodes, whose ties the global order breaks), such a
+    /// process follows the global order like any other.
+    #[inline]
+    fn runs_ahead(&self, p: usize, t: f64) -> bool {
+        self.alone[p] && t < self.horizon
+    }
+
+    /// Waiting process `p` goes on at `t`, or when it started waiting if that is later (which
+    /// only a process running ahead can have done): at once if it runs ahead, else as a timer
+    /// in the global order.
+    fn wake_at(&mut self, p: usize, t: f64) {
+        let t = t.max(self.procs[p].wait_since);
+        if self.runs_ahead(p, t) {
+            self.ready.push((p, t));
+        } else {
+            self.timers.push(Reverse(TimeKey::new(t, p)));
+        }
+    }
+
+    /// Takes steps until some process starves or every process has exited: first the
+    /// processes running ahead, then one step in time order, and again.
     fn run(&mut self, streams: &Streams) -> SimResult<()> {
-        while self.starved == 0 && self.live > 0 {
+        loop {
+            if !self.ready.is_empty() {
+                self.run_ahead(streams)?;
+            }
+            if self.starved > 0 || self.live == 0 {
+                return Ok(());
+            }
             for n in self.dirty.drain(..) {
                 self.is_dirty[n] = false;
                 self.finishes.set(n, self.nodes[n].next_finish());
@@ -230,6 +309,21 @@ impl Sim {
                 (None, None) => return Err(Box::new(self.deadlock(streams))),
             }
         }
+    }
+
+    /// Lets the processes in [`Sim::ready`] run ahead until each blocks, starves or exits.
+    fn run_ahead(&mut self, streams: &Streams) -> SimResult<()> {
+        let global_now = self.now;
+        while let Some((p, t)) = self.ready.pop() {
+            self.now = t;
+            self.reached = self.reached.max(t);
+            if self.procs[p].state == State::Starved {
+                self.advance_proc(p, streams)?;
+            } else {
+                self.wake(t, p, streams)?;
+            }
+        }
+        self.now = global_now;
         Ok(())
     }
 
@@ -277,12 +371,14 @@ impl Sim {
             let proc = &mut self.procs[p];
             let Some(q) = streams.get(p, proc.cursor) else {
                 proc.state = State::Starved;
+                proc.wait_since = self.now;
                 self.starved += 1;
                 return Ok(());
             };
             if proc.cursor == 0 && proc.start > self.now {
-                proc.state = State::NotStarted;
-                self.timers.push(Reverse(TimeKey::new(proc.start, p)));
+                if self.start_ahead(p) {
+                    continue;
+                }
                 return Ok(());
             }
             proc.cursor += 1;
@@ -294,16 +390,52 @@ impl Sim {
             };
             if work > 0.0 {
                 proc.state = State::Computing;
-                let n = self.node_of[p];
-                self.close_slices(n);
-                self.nodes[n].join(self.now, p as ProcId, work);
-                self.mark_dirty(n);
-                return Ok(());
+                if !self.start_work(p, work) {
+                    return Ok(());
+                }
             }
             if !self.reach(p, q)? {
                 return Ok(());
             }
         }
+    }
+
+    /// Process `p`, whose first event has arrived, starts later than now: if it runs ahead,
+    /// moves on to its start and returns true; else waits for it in the global order.
+    #[cold]
+    fn start_ahead(&mut self, p: usize) -> bool {
+        let start = self.procs[p].start;
+        if self.runs_ahead(p, start) {
+            self.now = start;
+            return true;
+        }
+        self.procs[p].state = State::NotStarted;
+        self.timers.push(Reverse(TimeKey::new(start, p)));
+        false
+    }
+
+    /// Process `p` starts `work` CPU-seconds of work on its node now. If it runs ahead, also
+    /// takes the step where it finishes (as [`Sim::finish_work`] would) and returns true;
+    /// else the global order will take it.
+    #[inline]
+    fn start_work(&mut self, p: usize, work: f64) -> bool {
+        let n = self.node_of[p];
+        self.close_slices(n);
+        if !self.alone[p] {
+            self.nodes[n].join(self.now, p as ProcId, work);
+            self.mark_dirty(n);
+            return false;
+        }
+        let t = self.nodes[n].join_alone(self.now, p as ProcId, work);
+        if t >= self.horizon {
+            self.mark_dirty(n);
+            return false;
+        }
+        self.now = t;
+        self.reached = self.reached.max(t);
+        self.close_slices(n);
+        self.nodes[n].pop_finished(t);
+        true
     }
 
     /// Notes that node `n`'s next finish time must be recomputed before the next step.
@@ -353,6 +485,7 @@ impl Sim {
             EventKind::Exit => {
                 self.procs[p].state = State::Exited;
                 self.live -= 1;
+                self.end = self.end.max(self.now);
                 Ok(false)
             }
         }
@@ -373,8 +506,7 @@ impl Sim {
             None => Ok(()),
             Some(Msg::Awaited { by }) => {
                 let arrival = self.now + self.comm(p, by as usize, bytes);
-                self.timers
-                    .push(Reverse(TimeKey::new(arrival, by as usize)));
+                self.wake_at(by as usize, arrival);
                 Ok(())
             }
             Some(Msg::Sent { .. }) => Err(Box::new(EngineError::DuplicateMessage { msg, origin })),
@@ -396,8 +528,8 @@ impl Sim {
                 Ok(true)
             }
             Some(t) => {
-                self.timers.push(Reverse(TimeKey::new(t, p)));
                 self.start_wait(p, State::WaitMsg);
+                self.wake_at(p, t);
                 Ok(false)
             }
             None => {
@@ -419,6 +551,7 @@ impl Sim {
     }
 
     /// Process `p` starts waiting now; if waiting processes poll, it loads its node.
+    #[inline]
     fn start_wait(&mut self, p: usize, state: State) {
         self.procs[p].state = state;
         self.procs[p].wait_since = self.now;
@@ -426,11 +559,13 @@ impl Sim {
     }
 
     /// Process `p` stops waiting now: it no longer loads its node.
+    #[inline]
     fn stop_polling(&mut self, p: usize) {
         self.change_polling(p, -self.spin);
     }
 
     /// Adds `delta` to the polling load of `p`'s node, if waiting processes poll at all.
+    #[inline]
     fn change_polling(&mut self, p: usize, delta: f64) {
         if self.spin > 0.0 {
             let n = self.node_of[p];
@@ -449,11 +584,12 @@ impl Sim {
         bytes: u64,
         origin: u64,
     ) -> SimResult<()> {
-        let node = self.node_of[p];
+        let (node, now) = (self.node_of[p], self.now);
         let c = self.colls.entry(coll).or_insert_with(|| Collective {
             op,
             size,
             bytes,
+            latest: now,
             arrived: 0,
             departed: 0,
             first_node: node,
@@ -483,13 +619,16 @@ impl Sim {
         }
         c.arrived += 1;
         c.bytes = c.bytes.max(bytes);
+        c.latest = c.latest.max(now);
         c.multi_node |= node != c.first_node;
         if c.arrived == c.size {
+            // The last participant in time, not necessarily the last one simulated: some
+            // may have run ahead.
             let ends =
-                self.now + collective::cost(&self.network, c.op, c.size, c.bytes, c.multi_node);
+                c.latest + collective::cost(&self.network, c.op, c.size, c.bytes, c.multi_node);
             c.ends_at = Some(ends);
-            for w in c.waiters.drain(..) {
-                self.timers.push(Reverse(TimeKey::new(ends, w as usize)));
+            for w in std::mem::take(&mut c.waiters) {
+                self.wake_at(w as usize, ends);
             }
         }
         Ok(())
@@ -510,8 +649,8 @@ impl Sim {
                 Ok(true)
             }
             Some(t) => {
-                self.timers.push(Reverse(TimeKey::new(t, p)));
                 self.start_wait(p, State::WaitColl);
+                self.wake_at(p, t);
                 Ok(false)
             }
             None => {
@@ -578,7 +717,7 @@ impl Sim {
     pub(super) fn progress(&self) -> Progress {
         Progress {
             target: self.name.clone(),
-            simulated_seconds: self.now,
+            simulated_seconds: self.now.max(self.reached),
             exited: self.procs.len() - self.live,
         }
     }
@@ -597,7 +736,7 @@ impl Sim {
         }
         Ok(Prediction {
             target: self.name,
-            predicted_seconds: self.now,
+            predicted_seconds: self.end,
         })
     }
 }

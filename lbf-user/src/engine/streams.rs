@@ -6,10 +6,11 @@
 //!
 //! Every simulation reads an event at least twice (when it loads it and when it happens), so a
 //! read must be cheap: each queue is a ring buffer of a power-of-two size, where the event of
-//! absolute index `i` is at `i` modulo the size. A read is a comparison and a mask, and
-//! dropping events only moves the front.
+//! absolute index `i` is at `i - base` modulo the size. A read is a subtraction, a comparison
+//! and a mask, and dropping events only moves the front. A ring is filled in slot order from
+//! its allocation on, so the memory of slots never used is never touched.
 
-use crate::event::{Event, EventKind};
+use crate::event::Event;
 
 /// An event and where it came from (echoed in errors).
 #[derive(Clone, Copy, Debug)]
@@ -18,21 +19,16 @@ pub(super) struct Queued {
     pub(super) origin: u64,
 }
 
-/// What fills the slots of a ring buffer that hold no event.
-const VACANT: Queued = Queued {
-    event: Event {
-        proc: 0,
-        cpu_ns: 0,
-        kind: EventKind::Keepalive,
-    },
-    origin: 0,
-};
-
 /// One process's events from absolute index `front` to `end`.
 #[derive(Debug, Default)]
 struct Queue {
-    /// Event `i` is at `i % ring.len()`; the length is 0 or a power of two.
+    /// Event `i` is in slot `(i - base) % size`. Slots are filled in order, so the ring's
+    /// length grows up to `size` and stays there.
     ring: Vec<Queued>,
+    /// The ring's size: 0 or a power of two.
+    size: usize,
+    /// The absolute index of slot 0's first event.
+    base: u64,
     front: u64,
     end: u64,
     /// Whether the process's exit has been received.
@@ -40,22 +36,28 @@ struct Queue {
 }
 
 impl Queue {
-    /// Doubles the ring (at least 8 slots), keeping every event at its index's slot.
+    /// The slot of absolute index `i`.
+    #[inline]
+    fn slot(&self, i: u64) -> usize {
+        (i - self.base) as usize & (self.size - 1)
+    }
+
+    /// Doubles the ring's size (at least 8 slots) when it is full, in place: its events are
+    /// rotated to run in order from slot 0, and the allocation grows behind them (as a
+    /// `VecDeque`'s does, without a second copy alive at the same time).
     #[cold]
     fn grow(&mut self) {
-        let len = (2 * self.ring.len()).max(8);
-        let mut ring = vec![VACANT; len];
-        for i in self.front..self.end {
-            ring[slot(i, len)] = self.ring[slot(i, self.ring.len())];
-        }
-        self.ring = ring;
+        debug_assert_eq!(self.ring.len(), self.size, "grow a ring that is not full");
+        let first = if self.size == 0 {
+            0
+        } else {
+            self.slot(self.front)
+        };
+        self.ring.rotate_left(first);
+        self.base = self.front;
+        self.size = (2 * self.size).max(8);
+        self.ring.reserve_exact(self.size - self.ring.len());
     }
-}
-
-/// The slot of absolute index `i` in a ring of `len` (a power of two) slots.
-#[inline]
-fn slot(i: u64, len: usize) -> usize {
-    i as usize & (len - 1)
 }
 
 /// Per-process queues, addressed by absolute event index.
@@ -81,11 +83,15 @@ impl Streams {
     #[inline]
     pub(super) fn push(&mut self, p: usize, q: Queued) {
         let queue = &mut self.queues[p];
-        if queue.end - queue.front == queue.ring.len() as u64 {
+        if queue.end - queue.front == queue.size as u64 {
             queue.grow();
         }
-        let at = slot(queue.end, queue.ring.len());
-        queue.ring[at] = q;
+        let at = queue.slot(queue.end);
+        if at == queue.ring.len() {
+            queue.ring.push(q);
+        } else {
+            queue.ring[at] = q;
+        }
         queue.end += 1;
     }
 
@@ -105,7 +111,7 @@ impl Streams {
     pub(super) fn get(&self, p: usize, i: u64) -> Option<&Queued> {
         let queue = &self.queues[p];
         debug_assert!(i >= queue.front, "event {i} of process {p} was dropped");
-        (i < queue.end).then(|| &queue.ring[slot(i, queue.ring.len())])
+        (i < queue.end).then(|| &queue.ring[queue.slot(i)])
     }
 
     /// Drops process `p`'s events before absolute index `upto` (consumed by every target).
@@ -137,7 +143,12 @@ mod tests {
     use super::*;
 
     fn queued(origin: u64) -> Queued {
-        Queued { origin, ..VACANT }
+        let event = Event {
+            proc: 1,
+            cpu_ns: 0,
+            kind: crate::event::EventKind::Keepalive,
+        };
+        Queued { event, origin }
     }
 
     #[test]

@@ -202,6 +202,16 @@ fn run(cli: Cli) -> Result<i32> {
         eprintln!("lbf-trace: capturing {source} messages");
     }
     let expected = expected_procs(&cli, source)?;
+    let attaching_to_mpi = cli.command.is_empty() && source == Source::Mpi;
+    if attaching_to_mpi {
+        eprintln!(
+            "lbf-trace: note: attaching to a running MPI job: messages already in flight and \
+             receives already waiting are not seen, so later messages can be matched to the \
+             wrong sends and the prediction can be far off (a 2-rank token ring attached \
+             mid-run was predicted 25-53 % short). For exact results trace the job from its \
+             start: `lbf-trace -- mpirun ...`, or `lbf-node --comm` started before the job."
+        );
+    }
     match source {
         Source::Mpi => attach_libraries(&mut tracer, &cli)?,
         Source::Sockets => tracer.record_syscalls(&syscall::traced())?,
@@ -325,6 +335,13 @@ fn run(cli: Cli) -> Result<i32> {
         eprintln!(
             "lbf-trace: warning: {} records lost (ring buffer full); try a larger --ringbuf-size",
             lost.ringbuf_full
+        );
+    }
+    if attaching_to_mpi && lost.exit_without_entry > 0 {
+        eprintln!(
+            "lbf-trace: warning: {} MPI calls were already in progress when tracing began; \
+             the messages they received are not in the trace (see the note above)",
+            lost.exit_without_entry
         );
     }
     if lost.exit_without_entry + lost.mem_read_failed + lost.no_clock > 0 {

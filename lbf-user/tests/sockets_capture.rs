@@ -359,24 +359,17 @@ fn lbf_trace_refuses_procs_the_targets_contradict() {
 /// Connections the `conns` workload's client keeps open at most (its `MAX_OPEN`).
 const CONNS_OPEN: u64 = 400;
 
-/// An HTTP-like server answering 3,000 short connections over a UNIX socket, a greeting, one
-/// request and one reply each (the client computing 1 ms before each, closing each after
-/// 500 ms), under
-/// `lbf-trace --procs 2`: every message is matched, and what the capture keeps stays bounded
-/// by the connections open at once (at most 400) while the connections handled grow past
-/// that: a closed connection's channels and descriptors are freed. Keeping them, it would
-/// hold two channels per connection ever made.
-#[test]
-fn lbf_trace_keeps_only_the_open_connections_of_a_server_with_many_short_ones() {
-    if !can_trace() {
-        return;
-    }
+/// An HTTP-like server answering 3,000 short connections at `endpoint` (a greeting, one
+/// request and one reply each, the client computing 1 ms before each, closing each after
+/// 500 ms), under `lbf-trace --procs 2`: every socket is identified and every message
+/// matched, and what the capture keeps stays bounded by the connections open at once (at most
+/// 400) while the connections handled grow past that: a closed connection's channels and
+/// descriptors are freed. Keeping them, it would hold two channels per connection ever made.
+fn conns_keep_only_the_open_connections(label: &str, endpoint: &str) {
     let conns = workload("sockets", "conns", &[]);
-    let path = std::env::temp_dir().join(format!("lbf-conns-{}.sock", std::process::id()));
-    let endpoint = format!("unix:{}", path.display());
     let conns = conns.to_string_lossy();
     let run = lbf_trace(
-        "conns",
+        label,
         &[
             "--source",
             "sockets",
@@ -387,7 +380,7 @@ fn lbf_trace_keeps_only_the_open_connections_of_a_server_with_many_short_ones() 
             "--",
             &conns,
             "all",
-            &endpoint,
+            endpoint,
             "3000",
             "500",
             "1",
@@ -416,4 +409,25 @@ fn lbf_trace_keeps_only_the_open_connections_of_a_server_with_many_short_ones() 
         kept.iter().filter(|k| k.handed / 9 > bound).count() >= 2,
         "no report after enough connections: {kept:?}"
     );
+}
+
+/// [`conns_keep_only_the_open_connections`] over a UNIX socket.
+#[test]
+fn lbf_trace_keeps_only_the_open_connections_of_a_server_with_many_short_ones() {
+    if !can_trace() {
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("lbf-conns-{}.sock", std::process::id()));
+    conns_keep_only_the_open_connections("conns", &format!("unix:{}", path.display()));
+}
+
+/// [`conns_keep_only_the_open_connections`] over TCP on loopback: every connection's sockets
+/// identified although the host then has thousands of connections in `TIME_WAIT` (the
+/// client's ends, closed first), which a lookup in `/proc/net/tcp` has to read through.
+#[test]
+fn lbf_trace_identifies_every_tcp_connection_of_a_server_with_many_short_ones() {
+    if !can_trace() {
+        return;
+    }
+    conns_keep_only_the_open_connections("conns-tcp", &format!("tcp:127.0.0.1:{}", port(7)));
 }

@@ -47,6 +47,8 @@
 
 pub mod channels;
 pub mod descriptors;
+pub mod fd_copy;
+pub mod proc_net;
 pub mod resolve;
 pub mod sock_diag;
 pub mod syscall;

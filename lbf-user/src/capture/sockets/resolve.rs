@@ -1,27 +1,29 @@
 //! Which socket a process's descriptor is, and the channels it sends and receives on.
 //!
-//! [`ProcResolver`] asks the live system, without kernel struct offsets: `/proc/PID/fd/FD`
-//! names the socket's inode (`socket:[INODE]`); the process's own view of its network
-//! namespace, `/proc/PID/net/{tcp,tcp6,udp,udp6}`, gives a TCP or UDP socket's addresses by
-//! inode; sock_diag gives a UNIX socket's type and peer. Both ends of a connection then name
-//! their channels alike: a TCP direction by its 4-tuple (which also holds across hosts and
-//! namespaces), a UNIX one by the two sockets' inodes.
+//! [`ProcResolver`] asks the live system, without kernel struct offsets: it copies the
+//! process's descriptor and asks the socket itself ([`fd_copy`]) whether it is a socket, of
+//! which family, and its addresses (TCP, UDP) or inode (UNIX); sock_diag gives a UNIX socket's
+//! type and peer. Both ends of a connection then name their channels alike: a TCP direction by
+//! its 4-tuple (which also holds across hosts and namespaces), a UNIX one by the two sockets'
+//! inodes.
 //!
 //! The descriptor must still be open when its first record is decoded (records are decoded
 //! within milliseconds); one closed before that is reported as an anomaly. So a lookup must
-//! cost little whatever else the host runs: the socket's protocol (the `system.sockprotoname`
-//! attribute of its inode) says which one table to read, so that a UNIX socket costs no scan
-//! of the TCP tables (which list every connection in `TIME_WAIT` too), and sock_diag is asked
-//! through one socket per namespace, made once (entering a namespace costs an RCU grace
-//! period, tens of milliseconds on a busy machine).
+//! cost little whatever else the host runs: a copy and a few questions to it, and one
+//! sock_diag request for the one UNIX inode, through one socket per namespace, made once
+//! (entering a namespace costs an RCU grace period, tens of milliseconds on a busy machine).
+//! Where lbf may not copy a process's descriptor (no right to ptrace it), `/proc/PID/fd/FD`
+//! names the socket's inode and [`proc_net`] finds a TCP or UDP one in its namespace's tables,
+//! which costs a read of every connection the namespace has.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::ffi::CString;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::OwnedFd;
 
 use super::channels::{Channel, Endpoint};
+use super::fd_copy::{self, Described, NoCopy};
+use super::proc_net;
 use super::sock_diag::{self, UnixSocket};
 
 /// The channels of one socket.
@@ -71,103 +73,104 @@ fn bracketed(link: &str, prefix: &str) -> Option<u64> {
         .ok()
 }
 
-/// The `/proc/net` tables (and whether they are of stream sockets) that may list a socket of
-/// protocol `proto` (`TCP`, `UDPv6`, `UNIX-STREAM`, ... as `system.sockprotoname` names it;
-/// `None`: unknown, all of them).
-fn inet_tables(proto: Option<&str>) -> &'static [(&'static str, bool)] {
-    const ALL: [(&str, bool); 4] = [
-        ("tcp", true),
-        ("tcp6", true),
-        ("udp", false),
-        ("udp6", false),
-    ];
-    match proto {
-        Some("TCP") => &ALL[0..1],
-        Some("TCPv6") => &ALL[1..2],
-        Some("UDP") => &ALL[2..3],
-        Some("UDPv6") => &ALL[3..4],
-        Some(p) if p.starts_with("UNIX") => &[],
-        _ => &ALL,
+impl ProcResolver {
+    /// What descriptor `fd` of `tgid` is when no copy of it may be made: from `/proc`.
+    fn describe_from_proc(tgid: u32, fd: i32) -> Result<Described, String> {
+        let path = format!("/proc/{tgid}/fd/{fd}");
+        let link = std::fs::read_link(&path).map_err(|_| GONE.to_string())?;
+        let Some(inode) = bracketed(&link.to_string_lossy(), "socket") else {
+            return Ok(Described::NotASocket);
+        };
+        // No TCP or UDP socket: a UNIX one if sock_diag knows it, else of another family.
+        Ok(proc_net::describe(tgid, &path, inode).unwrap_or(Described::Unix { inode }))
+    }
+
+    /// The channels of a UNIX socket of `tgid` with `inode`, from sock_diag.
+    fn unix_channels(&mut self, tgid: u32, inode: u64) -> Result<SocketChannels, String> {
+        let u = self
+            .unix_socket(tgid, netns(tgid), inode)
+            .ok_or_else(|| FAMILY.to_string())?;
+        let me = Endpoint::Unix { inode };
+        let peer = Endpoint::Unix { inode: u.peer };
+        if u.sock_type == libc::SOCK_STREAM as u8 {
+            if u.peer == 0 {
+                return Err("UNIX stream socket without a peer".into());
+            }
+            return Ok(SocketChannels {
+                send: Some(Channel::Stream { from: me, to: peer }),
+                recv: Channel::Stream { from: peer, to: me },
+            });
+        }
+        Ok(SocketChannels {
+            send: (u.peer != 0).then_some(Channel::Datagram { to: peer }),
+            recv: Channel::Datagram { to: me },
+        })
     }
 }
 
-/// The protocol of the socket at `path` (a `/proc/PID/fd/FD` link), from its inode's
-/// `system.sockprotoname` attribute, if the kernel tells.
-fn protocol(path: &str) -> Option<String> {
-    let path = CString::new(path).ok()?;
-    let mut buf = [0u8; 32];
-    // SAFETY: NUL-terminated strings and our buffer with its length.
-    let n = unsafe {
-        libc::getxattr(
-            path.as_ptr(),
-            c"system.sockprotoname".as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
+/// Why a descriptor could not be looked at: it is closed or its process ended.
+const GONE: &str = "descriptor closed (or process ended) before lbf could identify it";
+/// Why a socket is not captured.
+const FAMILY: &str =
+    "socket of a family lbf does not capture (it captures TCP, UDP and UNIX sockets)";
+
+/// The inode of the network namespace process `tgid` is in (0 if unknown): a loopback
+/// address is one per namespace.
+fn netns(tgid: u32) -> u64 {
+    std::fs::read_link(format!("/proc/{tgid}/ns/net"))
+        .ok()
+        .and_then(|l| bracketed(&l.to_string_lossy(), "net"))
+        .unwrap_or(0)
+}
+
+/// The channels of a TCP (`stream`) or UDP socket of `tgid` with addresses `local` and
+/// `remote`.
+fn inet_channels(
+    tgid: u32,
+    stream: bool,
+    local: SocketAddr,
+    remote: Option<SocketAddr>,
+) -> Result<SocketChannels, String> {
+    if !stream {
+        return Ok(SocketChannels {
+            send: remote.map(|r| udp_channel(r.port())),
+            recv: udp_channel(local.port()),
+        });
+    }
+    let remote = remote.ok_or("TCP socket not connected")?;
+    let netns = if local.ip().is_loopback() || remote.ip().is_loopback() {
+        netns(tgid)
+    } else {
+        0
     };
-    let name = buf.get(..usize::try_from(n).ok()?)?;
-    let name = name.split(|&b| b == 0).next()?;
-    Some(String::from_utf8_lossy(name).into_owned())
+    let ep = |addr: SocketAddr| Endpoint::Inet {
+        addr,
+        netns: if addr.ip().is_loopback() { netns } else { 0 },
+    };
+    let (l, r) = (ep(local), ep(remote));
+    Ok(SocketChannels {
+        send: Some(Channel::Stream { from: l, to: r }),
+        recv: Channel::Stream { from: r, to: l },
+    })
 }
 
 impl SocketResolver for ProcResolver {
     fn resolve(&mut self, tgid: u32, fd: i32) -> Result<Option<SocketChannels>, String> {
-        let path = format!("/proc/{tgid}/fd/{fd}");
-        let link = std::fs::read_link(&path).map_err(|_| {
-            "descriptor closed (or process ended) before lbf could identify it".to_string()
-        })?;
-        let Some(inode) = bracketed(&link.to_string_lossy(), "socket") else {
-            return Ok(None);
+        let described = match fd_copy::copy(tgid, fd) {
+            Ok(copy) => fd_copy::describe(&copy).map_err(|e| format!("socket unreadable: {e}"))?,
+            Err(NoCopy::Gone) => return Err(GONE.into()),
+            Err(NoCopy::Refused(_)) => Self::describe_from_proc(tgid, fd)?,
         };
-        let netns = std::fs::read_link(format!("/proc/{tgid}/ns/net"))
-            .ok()
-            .and_then(|l| bracketed(&l.to_string_lossy(), "net"))
-            .unwrap_or(0);
-        let proto = protocol(&path);
-        for &(table, stream) in inet_tables(proto.as_deref()) {
-            let Ok(text) = std::fs::read_to_string(format!("/proc/{tgid}/net/{table}")) else {
-                continue;
-            };
-            if let Some((local, remote)) = find_inet(&text, inode) {
-                let ep = |addr: SocketAddr| Endpoint::Inet {
-                    addr,
-                    netns: if addr.ip().is_loopback() { netns } else { 0 },
-                };
-                let (l, r) = (ep(local), ep(remote));
-                return Ok(Some(if stream {
-                    SocketChannels {
-                        send: Some(Channel::Stream { from: l, to: r }),
-                        recv: Channel::Stream { from: r, to: l },
-                    }
-                } else {
-                    SocketChannels {
-                        send: (remote.port() != 0).then(|| udp_channel(remote.port())),
-                        recv: udp_channel(local.port()),
-                    }
-                }));
-            }
+        match described {
+            Described::NotASocket => Ok(None),
+            Described::Inet {
+                stream,
+                local,
+                remote,
+            } => inet_channels(tgid, stream, local, remote).map(Some),
+            Described::Unix { inode } => self.unix_channels(tgid, inode).map(Some),
+            Described::Other => Err(FAMILY.into()),
         }
-        if let Some(u) = self.unix_socket(tgid, netns, inode) {
-            let me = Endpoint::Unix { inode };
-            let peer = Endpoint::Unix { inode: u.peer };
-            if u.sock_type == libc::SOCK_STREAM as u8 {
-                if u.peer == 0 {
-                    return Err("UNIX stream socket without a peer".into());
-                }
-                return Ok(Some(SocketChannels {
-                    send: Some(Channel::Stream { from: me, to: peer }),
-                    recv: Channel::Stream { from: peer, to: me },
-                }));
-            }
-            return Ok(Some(SocketChannels {
-                send: (u.peer != 0).then_some(Channel::Datagram { to: peer }),
-                recv: Channel::Datagram { to: me },
-            }));
-        }
-        Err(
-            "socket of a family lbf does not capture (it captures TCP, UDP and UNIX sockets)"
-                .into(),
-        )
     }
 }
 
@@ -184,62 +187,9 @@ pub fn udp_channel(port: u16) -> Channel {
     }
 }
 
-/// The local and remote address of the socket with `inode` in a `/proc/net/{tcp,udp}[6]`
-/// table.
-fn find_inet(table: &str, inode: u64) -> Option<(SocketAddr, SocketAddr)> {
-    table.lines().skip(1).find_map(|line| {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.get(9)?.parse::<u64>().ok()? != inode {
-            return None;
-        }
-        Some((parse_addr(f.get(1)?)?, parse_addr(f.get(2)?)?))
-    })
-}
-
-/// An address as `/proc/net` writes it: the address's 32-bit words in hex, each in host
-/// (little-endian) order, a colon, the port in hex. IPv4-mapped IPv6 addresses become IPv4,
-/// so that an IPv6 socket and its IPv4 peer name the connection alike.
-fn parse_addr(s: &str) -> Option<SocketAddr> {
-    let (addr, port) = s.split_once(':')?;
-    let port = u16::from_str_radix(port, 16).ok()?;
-    let words: Vec<u32> = (0..addr.len() / 8)
-        .map(|i| u32::from_str_radix(&addr[i * 8..i * 8 + 8], 16).map(u32::from_be))
-        .collect::<Result<_, _>>()
-        .ok()?;
-    let ip = match words[..] {
-        [w] => IpAddr::V4(Ipv4Addr::from(w.to_be_bytes())),
-        [a, b, c, d] => {
-            let mut bytes = [0u8; 16];
-            for (i, w) in [a, b, c, d].iter().enumerate() {
-                bytes[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
-            }
-            let v6 = Ipv6Addr::from(bytes);
-            v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4)
-        }
-        _ => return None,
-    };
-    Some(SocketAddr::new(ip, port))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn proc_net_addresses_decode() {
-        assert_eq!(
-            parse_addr("0100007F:1F90"),
-            Some("127.0.0.1:8080".parse().unwrap())
-        );
-        assert_eq!(
-            parse_addr("00000000000000000000000001000000:0050"),
-            Some("[::1]:80".parse().unwrap())
-        );
-        assert_eq!(
-            parse_addr("0000000000000000FFFF00000100007F:0050"),
-            Some("127.0.0.1:80".parse().unwrap())
-        );
-    }
 
     #[test]
     fn a_tcp_connection_on_loopback_pairs_up() {

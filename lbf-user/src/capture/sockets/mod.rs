@@ -3,9 +3,10 @@
 //! program.
 //!
 //! [`syscall`] decodes the records, [`resolve`] tells which descriptors are sockets and names
-//! the channels both ends share (through `/proc` and [`sock_diag`]), [`channels`] matches
-//! sends to receives by byte offsets, [`super::timeline`] keeps each process's events in order
-//! until their messages are known.
+//! the channels both ends share (asking copies of the descriptors, [`fd_copy`], and
+//! [`sock_diag`]; [`proc_net`] where no copy may be made), [`channels`] matches sends to
+//! receives by byte offsets, [`super::timeline`] keeps each process's events in order until
+//! their messages are known.
 //!
 //! # Events from calls
 //!

@@ -42,11 +42,32 @@ pub trait SocketResolver {
     fn resolve(&mut self, tgid: u32, fd: i32) -> Result<Option<SocketChannels>, String>;
 }
 
-/// Resolves through `/proc` and sock_diag (see the module documentation).
+/// Resolves through copies of the descriptors, sock_diag and `/proc` (see the module
+/// documentation).
 #[derive(Default)]
 pub struct ProcResolver {
     /// A sock_diag socket per network namespace inode.
     diag: HashMap<u64, OwnedFd>,
+}
+
+/// The number in a `/proc` link target like `socket:[123]` or `net:[4026531840]`.
+fn bracketed(link: &str, prefix: &str) -> Option<u64> {
+    link.strip_prefix(prefix)?
+        .strip_prefix(":[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// What descriptor `fd` of `tgid` is when no copy of it may be made: from `/proc`.
+fn describe_from_proc(tgid: u32, fd: i32) -> Result<Described, String> {
+    let path = format!("/proc/{tgid}/fd/{fd}");
+    let link = std::fs::read_link(&path).map_err(|_| GONE.to_string())?;
+    let Some(inode) = bracketed(&link.to_string_lossy(), "socket") else {
+        return Ok(Described::NotASocket);
+    };
+    // No TCP or UDP socket: a UNIX one if sock_diag knows it, else of another family.
+    Ok(proc_net::describe(tgid, &path, inode).unwrap_or(Described::Unix { inode }))
 }
 
 impl ProcResolver {
@@ -61,28 +82,6 @@ impl ProcResolver {
             Entry::Vacant(e) => e.insert(sock_diag::socket(Some(tgid)).ok()?),
         };
         sock_diag::unix_socket(sock, inode).ok().flatten()
-    }
-}
-
-/// The number in a `/proc` link target like `socket:[123]` or `net:[4026531840]`.
-fn bracketed(link: &str, prefix: &str) -> Option<u64> {
-    link.strip_prefix(prefix)?
-        .strip_prefix(":[")?
-        .strip_suffix(']')?
-        .parse()
-        .ok()
-}
-
-impl ProcResolver {
-    /// What descriptor `fd` of `tgid` is when no copy of it may be made: from `/proc`.
-    fn describe_from_proc(tgid: u32, fd: i32) -> Result<Described, String> {
-        let path = format!("/proc/{tgid}/fd/{fd}");
-        let link = std::fs::read_link(&path).map_err(|_| GONE.to_string())?;
-        let Some(inode) = bracketed(&link.to_string_lossy(), "socket") else {
-            return Ok(Described::NotASocket);
-        };
-        // No TCP or UDP socket: a UNIX one if sock_diag knows it, else of another family.
-        Ok(proc_net::describe(tgid, &path, inode).unwrap_or(Described::Unix { inode }))
     }
 
     /// The channels of a UNIX socket of `tgid` with `inode`, from sock_diag.
@@ -159,7 +158,7 @@ impl SocketResolver for ProcResolver {
         let described = match fd_copy::copy(tgid, fd) {
             Ok(copy) => fd_copy::describe(&copy).map_err(|e| format!("socket unreadable: {e}"))?,
             Err(NoCopy::Gone) => return Err(GONE.into()),
-            Err(NoCopy::Refused(_)) => Self::describe_from_proc(tgid, fd)?,
+            Err(NoCopy::Refused(_)) => describe_from_proc(tgid, fd)?,
         };
         match described {
             Described::NotASocket => Ok(None),

@@ -7,8 +7,9 @@
 //! by `sendfile` and `splice`. Each run must match every message, agree with the programs' own
 //! counts and CPU times, and predict its own configuration's run time. `lbf-trace --procs`
 //! must hand the events of a long run out while it runs, holding few, keep state only for the
-//! connections open (a server handling thousands of short ones), and say what went wrong when
-//! the count is not the program's. Needs root; skips otherwise.
+//! connections open (a server handling thousands of short ones, over UNIX sockets and over TCP,
+//! every socket identified), and say what went wrong when the count is not the program's.
+//! Needs root; skips otherwise.
 
 mod traced;
 

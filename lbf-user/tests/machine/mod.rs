@@ -68,6 +68,15 @@ pub fn process_cpu_seconds(pid: u32) -> f64 {
     ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
+/// The share of the machine's CPU (all cores over `wall` seconds) that went to other work,
+/// given the CPU seconds the machine used (`machine`), this process and its waited-for
+/// descendants (`own`), the job's processes (`programs`) and the test's other helpers
+/// (`helpers`). The job's processes may or may not be among the waited-for descendants (PVM
+/// tasks are pvmd's children), so the larger of `own` and `programs` counts, once.
+pub fn others_share(machine: f64, own: f64, programs: f64, helpers: f64, wall: f64) -> f64 {
+    (machine - own.max(programs) - helpers).max(0.0) / (cores() * wall)
+}
+
 /// The machine's, this process's and some helper processes' CPU clocks at the start of a run.
 pub struct CpuWatch {
     machine: f64,
@@ -91,20 +100,20 @@ impl CpuWatch {
         }
     }
 
-    /// The share of the machine's CPU (all cores, since the start) that went to work other
-    /// than this process and its waited-for descendants, the helpers, and `programs` seconds
-    /// of the job's processes (counted once: the job's processes may or may not be among the
-    /// waited-for descendants, so the larger of the two is taken). Call it while the helpers
-    /// still run.
+    /// [`others_share`] since the start, `programs` being the job's processes' CPU seconds.
+    /// Call it while the helpers still run.
     pub fn others_share(&self, programs: f64) -> f64 {
-        let machine = machine_cpu_seconds() - self.machine;
-        let own = own_cpu_seconds() - self.own;
         let helpers: f64 = self
             .helpers
             .iter()
             .map(|&(p, before)| (process_cpu_seconds(p) - before).max(0.0))
             .sum();
-        let wall = self.start.elapsed().as_secs_f64();
-        (machine - own.max(programs) - helpers).max(0.0) / (cores() * wall)
+        others_share(
+            machine_cpu_seconds() - self.machine,
+            own_cpu_seconds() - self.own,
+            programs,
+            helpers,
+            self.start.elapsed().as_secs_f64(),
+        )
     }
 }

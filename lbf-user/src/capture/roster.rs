@@ -265,21 +265,13 @@ impl Roster {
         anomalies: &mut BTreeMap<String, u64>,
     ) -> Handed {
         let l = self.labels;
-        for m in &self.order {
-            let Some(p) = self.procs.get_mut(&m.tgid) else {
-                continue; // ended, its events handed out
-            };
-            if !p.exited {
-                p.exited = true;
-                p.timeline.emit(0, 0, EventKind::Exit);
+        // Processes that ended and handed everything out have no entry left.
+        for p in self.procs.values_mut().filter(|p| !p.exited) {
+            p.exited = true;
+            p.timeline.emit(0, 0, EventKind::Exit);
+            if matches!(p.standing, Standing::Member(_)) {
                 let what = format!("{} still running at the end of the capture", l.one);
                 *anomalies.entry(what).or_default() += 1;
-            }
-        }
-        for p in self.procs.values_mut() {
-            if !p.exited {
-                p.exited = true;
-                p.timeline.emit(0, 0, EventKind::Exit);
             }
         }
         if self.announced.is_empty() {

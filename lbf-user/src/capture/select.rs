@@ -39,14 +39,30 @@ const MPI_LAUNCHERS: [&str; 3] = ["mpirun", "mpiexec", "orterun"];
 /// The source for processes already running: MPI if one of them has an MPI library mapped,
 /// else PVM if one has libpvm3 mapped, else sockets.
 pub fn for_pids(pids: &[u32]) -> Source {
-    let maps: Vec<String> = pids
+    let maps = maps_of(pids);
+    pick(|marker| names(&maps, marker))
+}
+
+/// Whether process `pid` has a library of `source` mapped (MPI: Open MPI's or MPICH's; PVM:
+/// libpvm3), whatever else it maps.
+pub fn maps_library_of(pid: u32, source: Source) -> bool {
+    let maps = maps_of(&[pid]);
+    MARKERS
         .iter()
+        .any(|&(marker, s)| s == source && names(&maps, marker))
+}
+
+/// The memory maps (`/proc/PID/maps`) of those of `pids` that are still there.
+fn maps_of(pids: &[u32]) -> Vec<String> {
+    pids.iter()
         .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/maps")).ok())
-        .collect();
-    pick(|marker| {
-        maps.iter()
-            .any(|m| m.as_bytes().windows(marker.len()).any(|w| w == marker))
-    })
+        .collect()
+}
+
+/// Whether one of `maps` names `marker`.
+fn names(maps: &[String], marker: &[u8]) -> bool {
+    maps.iter()
+        .any(|m| m.as_bytes().windows(marker.len()).any(|w| w == marker))
 }
 
 /// The source for a command about to start: MPI if it is an MPI launcher; otherwise MPI or
@@ -141,5 +157,6 @@ mod tests {
     #[test]
     fn this_process_is_no_mpi_program() {
         assert_eq!(for_pids(&[std::process::id()]), Source::Sockets);
+        assert!(!maps_library_of(std::process::id(), Source::Pvm));
     }
 }

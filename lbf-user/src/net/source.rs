@@ -390,7 +390,7 @@ fn select(selection: &Selection) -> Result<Vec<u32>> {
             .collect(),
         Selection::AllPvm => all()?
             .into_iter()
-            .filter(|&pid| probe::pvm::maps_pvm(pid))
+            .filter(|&pid| crate::capture::select::maps_library_of(pid, Source::Pvm))
             .collect(),
     })
 }

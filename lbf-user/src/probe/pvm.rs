@@ -11,7 +11,7 @@ use aya::{
 };
 use lbf_common::{maps, mpi, pvm, FnReads, MAX_FNS};
 
-use super::{procfs, symbols, Tracer};
+use super::{symbols, Tracer};
 
 /// The PVM task library, where Debian installs it, and the functions lbf probes in it.
 pub const TASK_LIBRARY: (&str, &[(u16, &str)]) =
@@ -22,16 +22,6 @@ pub const TASK_LIBRARY: (&str, &[(u16, &str)]) =
 /// it.
 pub const GROUP_LIBRARY: (&str, &[(u16, &str)]) =
     ("/usr/lib/x86_64-linux-gnu/libgpvm3.so.3", pvm::GROUP_NAMES);
-
-/// Whether process `pid` has a PVM task library (`libpvm3.so*`) mapped.
-pub fn maps_pvm(pid: u32) -> bool {
-    procfs::executable_mappings(pid).is_ok_and(|paths| {
-        paths.iter().any(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("libpvm3.so"))
-        })
-    })
-}
 
 impl Tracer {
     /// Probes the functions `names` (`(fn_id, symbol)`, e.g. `lbf_common::pvm::NAMES`) of the

@@ -481,14 +481,21 @@ pub fn http_get_in(netns: Option<&str>, addr: &str, path: &str) -> Option<String
     .flatten()
 }
 
-/// The sum of field `name` (`name=VALUE`) over the programs' `LBF-CHECK` lines in `out`.
-pub fn check_sum(out: &str, name: &str) -> f64 {
+/// The values of field `name` (`name=VALUE`) in the programs' `LBF-CHECK` lines in `out`.
+pub fn check_values<'a>(out: &'a str, name: &str) -> impl Iterator<Item = f64> + 'a {
     let prefix = format!("{name}=");
     out.lines()
         .filter(|l| l.contains("LBF-CHECK"))
-        .filter_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix(&prefix)))
-        .map(|v| v.parse::<f64>().unwrap())
-        .sum()
+        .filter_map(move |l| {
+            l.split_whitespace()
+                .find_map(|f| f.strip_prefix(prefix.as_str()))
+                .map(|v| v.parse::<f64>().unwrap())
+        })
+}
+
+/// The sum of field `name` over the programs' `LBF-CHECK` lines in `out`.
+pub fn check_sum(out: &str, name: &str) -> f64 {
+    check_values(out, name).sum()
 }
 
 /// Asserts that the merged trace at `merged` holds every message the programs sent (their

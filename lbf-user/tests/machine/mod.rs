@@ -68,13 +68,11 @@ pub fn process_cpu_seconds(pid: u32) -> f64 {
     ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
-/// The share of the machine's CPU (all cores over `wall` seconds) that went to other work,
-/// given the CPU seconds the machine used (`machine`), this process and its waited-for
-/// descendants (`own`), the job's processes (`programs`) and the test's other helpers
-/// (`helpers`). The job's processes may or may not be among the waited-for descendants (PVM
-/// tasks are pvmd's children), so the larger of `own` and `programs` counts, once.
-pub fn others_share(machine: f64, own: f64, programs: f64, helpers: f64, wall: f64) -> f64 {
-    (machine - own.max(programs) - helpers).max(0.0) / (cores() * wall)
+/// The share of the machine's CPU (all cores over `wall` seconds) that went to other work:
+/// the CPU seconds the machine used (`machine`) less those the test accounts for as its own
+/// (`ours`: itself, the job, its helpers).
+pub fn others_share(machine: f64, ours: f64, wall: f64) -> f64 {
+    (machine - ours).max(0.0) / (cores() * wall)
 }
 
 /// The machine's, this process's and some helper processes' CPU clocks at the start of a run.
@@ -100,9 +98,11 @@ impl CpuWatch {
         }
     }
 
-    /// [`others_share`] since the start, `programs` being the job's processes' CPU seconds.
-    /// Call it while the helpers still run.
-    pub fn others_share(&self, programs: f64) -> f64 {
+    /// [`others_share`] since the start, the test's own CPU being this process's, its
+    /// waited-for descendants', the helpers', and `unwaited` seconds of the job's processes
+    /// that none of those waits for (PVM tasks are pvmd's children). Call it while the
+    /// helpers still run.
+    pub fn others_share(&self, unwaited: f64) -> f64 {
         let helpers: f64 = self
             .helpers
             .iter()
@@ -110,9 +110,7 @@ impl CpuWatch {
             .sum();
         others_share(
             machine_cpu_seconds() - self.machine,
-            own_cpu_seconds() - self.own,
-            programs,
-            helpers,
+            own_cpu_seconds() - self.own + helpers + unwaited,
             self.start.elapsed().as_secs_f64(),
         )
     }

@@ -9,7 +9,11 @@
  *
  * The remote command is a child of the server, not of the launcher: on a real cluster the
  * remote processes are not descendants of mpirun either, which is what a per-host tracer
- * (one lbf-node per host, following its processes' descendants) relies on. */
+ * (one lbf-node per host, following its processes' descendants) relies on. The server reaps
+ * each command as it ends, so that its CPU time (and that of what it waited for) counts in
+ * the server's own children's time, which the tests read to tell their own work from other
+ * work on the machine. */
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,6 +21,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static int address(const char *path, struct sockaddr_un *sa) {
@@ -30,6 +35,15 @@ static int address(const char *path, struct sockaddr_un *sa) {
     return 0;
 }
 
+/* Reaps every command that has ended. */
+static void reap(int sig) {
+    (void)sig;
+    int saved = errno;
+    while (waitpid(-1, NULL, WNOHANG) > 0) {
+    }
+    errno = saved;
+}
+
 static int serve(const char *path) {
     struct sockaddr_un sa;
     int s = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -39,7 +53,11 @@ static int serve(const char *path) {
         perror("rsh: listening");
         return 1;
     }
-    signal(SIGCHLD, SIG_IGN); /* no zombies */
+    struct sigaction sa_chld;
+    memset(&sa_chld, 0, sizeof sa_chld);
+    sa_chld.sa_handler = reap;
+    sa_chld.sa_flags = SA_RESTART;
+    sigaction(SIGCHLD, &sa_chld, NULL);
     for (;;) {
         int c = accept(s, NULL, NULL);
         if (c < 0) continue;

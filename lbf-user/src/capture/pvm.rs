@@ -8,10 +8,29 @@
 //! Task ids come from the return of `pvm_mytid`. A send's size is the sum of what was packed
 //! into the active buffer since `pvm_initsend` (`pvm_pk*`: items times the item size;
 //! `pvm_pkstr`: the string's length plus its NUL), or `len` times the datatype's size for
-//! `pvm_psend`. PVM delivers a pair of tasks' messages in order, and a receive takes the first
-//! message in its queue that matches its source and tag (-1: any); the capture does the same
-//! over the messages in the order their sends began (sends are registered at their entry, so
-//! before any receive of them returns). `pvm_precv` reports the sender, which is used.
+//! `pvm_psend`.
+//!
+//! # Which message a receive took
+//!
+//! PVM delivers a pair of tasks' messages in order, and a receive takes the first message in
+//! its queue that matches its source and tag (-1: any); so the `k`-th message from task `s` to
+//! task `d` with tag `t` is the `k`-th that `d` receives from `s` with tag `t`. A message's id
+//! is a hash of (`s`, `d`, `t`, `k`) ([`ids::pvm_message`]), which the sender and the
+//! receiver compute alike: task ids are unique in the virtual machine, so two captures on two
+//! hosts (cluster mode, [`PvmCapture::across_hosts`]) name a message between their tasks the
+//! same without seeing each other's records.
+//!
+//! The receiver learns `s` and `t` (its arguments may be -1) from the message itself: at the
+//! return of `pvm_recv`, `pvm_nrecv` and `pvm_trecv`, the kernel side reads the head of the
+//! `struct pmsg` that libpvm3's variable `pvmrbuf` ([`RECEIVE_BUFFER`]) then points at
+//! (`m_mid`, `m_len`, `m_tag`, `m_src`; offsets checked against `pvm_bufinfo` of the installed
+//! library), finding the variable through its GOT slot from the probed function's address
+//! (`lbf_common::GlobalPtr`). The head is used only if its `m_mid` is the buffer id the call
+//! returned. `pvm_precv` takes the head read at the return of the `pvm_recv` it makes inside.
+//! Without a head (the read failed), a receive takes the first queued message of this
+//! capture matching its source and tag, as before; in cluster mode a message from another
+//! host then stays unmatched (a `Keepalive`). Message contexts (`pvm_setcontext`) are not
+//! told apart, nor is the order of receives that a `pvm_recvf` matching function changes.
 //!
 //! # Events from calls
 //!
@@ -24,16 +43,18 @@
 //! | process exit | `Exit` |
 //!
 //! | `pvm_joingroup` | nothing; the task is a member of the group from its return on |
-//! | `pvm_bcast` | one `Send` per other member of the group at the entry |
-//! | `pvm_barrier` | `CollStart` at the entry, `CollEnd` at the return (one collective per group and barrier number) |
+//! | `pvm_bcast` | one `Send` per destination of the `pvm_mcast` it makes inside, at its entry |
+//! | `pvm_barrier` | `CollStart` at the entry, `CollEnd` at the return (one collective per group and barrier number, [`ids::pvm_barrier`]) |
 //!
 //! The group library talks to the group server (`pvmgs`) with `pvm_send`/`pvm_recv` from
-//! inside these calls: calls nested in a probed call are ignored, as are messages to and from
+//! inside these calls: calls nested in a probed call are ignored (but for the `pvm_mcast` of
+//! a `pvm_bcast` and the `pvm_recv` of a `pvm_precv`), as are messages to and from
 //! the group server's task id (from group calls not probed, like `pvm_lvgroup`); `pvmgs`
 //! itself is not part of the trace.
 //!
 //! A process appears in the trace once it sends or receives; pvmd, the console and shells do
-//! not. Process ids follow the order of first message. As for sockets, events are handed out
+//! not. Process ids follow the order of first message (in cluster mode each host's capture
+//! numbers its own tasks so, and the node maps them to the ids it streams). As for sockets, events are handed out
 //! at the end, unless the capture is told how many tasks to expect
 //! ([`PvmCapture::expecting`]): then they flow once that many have sent or received (see
 //! [`super::roster`]).
@@ -723,5 +744,182 @@ impl RecordCapture for PvmCapture {
     }
     fn backlog(&self) -> Backlog {
         PvmCapture::backlog(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capture::EventLog;
+    use crate::event::Event;
+    use lbf_common::{ARG_WORDS, MEM_BYTES};
+
+    /// Task ids of a virtual machine of two hosts: a master on host 1, a worker on host 2.
+    const MASTER: i32 = 0x40002;
+    const WORKER: i32 = 0x80001;
+
+    /// Feeds a capture records of one task (process `tgid`), each at 1 µs more CPU.
+    struct Task<'a> {
+        capture: &'a mut PvmCapture,
+        log: &'a mut EventLog,
+        tgid: u32,
+        cpu: u64,
+    }
+
+    impl Task<'_> {
+        fn record(&mut self, kind: RecordKind, fn_id: u16, args: &[u64], mem: &[u8]) {
+            self.cpu += 1_000;
+            let mut r = Record {
+                kind: kind as u16,
+                fn_id,
+                mem_len: mem.len() as u16,
+                part: 0,
+                tgid: self.tgid,
+                tid: self.tgid,
+                ts_ns: self.cpu,
+                cpu_ns: self.cpu,
+                args: [0; ARG_WORDS],
+                mem: [0; MEM_BYTES],
+            };
+            r.args[..args.len()].copy_from_slice(args);
+            r.mem[..mem.len()].copy_from_slice(mem);
+            self.capture.record(&r, self.log);
+        }
+
+        /// A call without memory reads returning `ret`.
+        fn call(&mut self, fn_id: u16, args: &[u64], ret: u64) {
+            self.record(RecordKind::CallEntry, fn_id, args, &[]);
+            self.record(RecordKind::CallExit, fn_id, &[ret], &[]);
+        }
+
+        /// `pvm_send` of one int to `to` with `tag`.
+        fn send(&mut self, to: i32, tag: i32) {
+            self.call(pvm::INITSEND, &[0], 1);
+            self.call(pvm::PKINT, &[0, 1, 1], 0);
+            self.call(pvm::SEND, &[to as u32 as u64, tag as u64], 0);
+        }
+
+        /// `pvm_recv(-1, -1)` returning buffer 5, whose head says it came from `src` with
+        /// `tag` (None: the head was not read).
+        fn recv_any(&mut self, head: Option<(i32, i32)>) {
+            let any = u64::from(u32::MAX);
+            self.record(RecordKind::CallEntry, pvm::RECV, &[any, any], &[]);
+            let mut mem = Vec::new();
+            if let Some((src, tag)) = head {
+                for field in [1, 5, 4, 0, tag, 0, src, 0] {
+                    mem.extend_from_slice(&field.to_le_bytes());
+                }
+            }
+            self.record(RecordKind::CallExit, pvm::RECV, &[5, any, any], &mem);
+        }
+    }
+
+    /// The message ids of the `send` and `recv_end` events of `log`.
+    fn ids(log: &EventLog) -> (Vec<MsgId>, Vec<MsgId>) {
+        let of = |want_send: bool| {
+            log.events
+                .iter()
+                .filter_map(|e: &Event| match e.kind {
+                    EventKind::Send { msg, .. } if want_send => Some(msg),
+                    EventKind::RecvEnd { msg } if !want_send => Some(msg),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        (of(true), of(false))
+    }
+
+    /// Runs a master on one capture and a worker on another (two hosts): the master sends the
+    /// worker two tasks, the worker answers each; `heads` says whether receives read their
+    /// message's head.
+    fn two_hosts(heads: bool) -> ((EventLog, Summary), (EventLog, Summary)) {
+        let run = |tgid: u32, me: i32, peer: i32, master: bool| {
+            let mut capture = PvmCapture::new("h").expecting(Some(1)).across_hosts();
+            let mut log = EventLog::default();
+            let mut t = Task {
+                capture: &mut capture,
+                log: &mut log,
+                tgid,
+                cpu: 0,
+            };
+            t.call(pvm::MYTID, &[], me as u64);
+            for _ in 0..2 {
+                if master {
+                    t.send(peer, 1);
+                    t.recv_any(heads.then_some((peer, 3)));
+                } else {
+                    t.recv_any(heads.then_some((peer, 1)));
+                    t.send(peer, 3);
+                }
+            }
+            t.record(RecordKind::Exit, 0, &[], &[]);
+            let summary = capture.finish(&mut log);
+            (log, summary)
+        };
+        (
+            run(4_190_001, MASTER, WORKER, true),
+            run(4_190_002, WORKER, MASTER, false),
+        )
+    }
+
+    /// Each host's capture names the messages it sees one end of as the other host's does.
+    #[test]
+    fn captures_on_two_hosts_name_each_message_alike() {
+        let ((master, ms), (worker, ws)) = two_hosts(true);
+        let (master_sends, master_recvs) = ids(&master);
+        let (worker_sends, worker_recvs) = ids(&worker);
+        assert_eq!(master_sends.len(), 2);
+        assert_eq!(master_sends, worker_recvs);
+        assert_eq!(worker_sends, master_recvs);
+        assert_ne!(master_sends[0], master_sends[1]);
+        // Sends to the other host wait for no receive here.
+        for s in [ms, ws] {
+            assert_eq!((s.unmatched_sends, s.unmatched_recvs), (0, 0));
+        }
+    }
+
+    /// Without the message's head a receive can only take a send of its own host: one from
+    /// another host stays unmatched (a keepalive), and says why.
+    #[test]
+    fn without_the_head_a_message_from_another_host_is_unmatched() {
+        let ((master, ms), _) = two_hosts(false);
+        assert!(ids(&master).1.is_empty());
+        assert_eq!(ms.unmatched_recvs, 2);
+        assert!(ms
+            .anomalies
+            .keys()
+            .any(|a| a.contains("head could not be read")));
+    }
+
+    /// On one host (lbf-trace) a receive of a queued send gets that send's id, whether the
+    /// head was read or not.
+    #[test]
+    fn on_one_host_receives_take_the_queued_sends() {
+        for heads in [true, false] {
+            let mut capture = PvmCapture::new("h").expecting(Some(2));
+            let mut log = EventLog::default();
+            let (a, b) = (0x40002, 0x40003);
+            let mut master = Task {
+                capture: &mut capture,
+                log: &mut log,
+                tgid: 4_190_001,
+                cpu: 0,
+            };
+            master.call(pvm::MYTID, &[], a as u64);
+            master.send(b, 1);
+            master.send(b, 2);
+            let mut worker = Task {
+                tgid: 4_190_002,
+                cpu: 0,
+                ..master
+            };
+            worker.call(pvm::MYTID, &[], b as u64);
+            worker.recv_any(heads.then_some((a, 1)));
+            worker.recv_any(heads.then_some((a, 2)));
+            let summary = capture.finish(&mut log);
+            let (sends, recvs) = ids(&log);
+            assert_eq!(sends, recvs, "heads read: {heads}");
+            assert_eq!(summary.unmatched_sends, 0);
+        }
     }
 }

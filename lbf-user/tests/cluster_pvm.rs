@@ -179,6 +179,8 @@ fn a_pvm_job_across_two_hosts_is_matched_and_predicted_centrally() {
 /// Returns the measured and the centrally predicted seconds, and the share of the machine
 /// other work used.
 fn run_across_two_hosts(attempt: u32) -> (f64, f64, f64) {
+    // Before anything of the job starts: the pvmds and the tasks they spawn inherit it.
+    machine::raise_priority();
     let hosts = Hosts::new("pvm");
     let root = scratch(&format!("pvm-hosts-{attempt}"));
     let bin = compile(&root, "pvm/master_worker.c", &["-lgpvm3", "-lpvm3"]);
@@ -277,7 +279,6 @@ fn run_across_two_hosts(attempt: u32) -> (f64, f64, f64) {
         &format!("1-{workers}"),
         rshd.child.id(),
     );
-    machine::raise_priority();
     let watch = machine::CpuWatch::start(&[
         n1.child.id(),
         n2.child.id(),

@@ -24,8 +24,8 @@ use std::time::Duration;
 /// Live capture (root): select processes by --pid, --comm, --cgroup, --all-mpi or --all-pvm;
 /// they and their descendants are traced with the same eBPF probes as lbf-trace, by their
 /// MPI calls or their PVM calls (--source). --procs names the global process ids that run on
-/// this host: MPI_COMM_WORLD ranks, or for PVM the ids the host's tasks take in order of
-/// their first message. Once the probes are attached the daemon drops every capability but
+/// this host: MPI_COMM_WORLD ranks, or for PVM the ids this host's tasks take in order of
+/// their first message on this host (give each host's node its own ids). Once the probes are attached the daemon drops every capability but
 /// CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH.
 ///
 /// Replay (--replay TRACE, or --synthetic for a generated trace): streams the --procs
@@ -90,8 +90,8 @@ struct Cli {
 
     /// What the captured program's messages are: MPI calls or PVM calls. Default: PVM with
     /// --all-pvm, or when the --pid processes map the PVM library and no MPI library; else
-    /// MPI. A PVM virtual machine's tasks must all run on this host: messages between PVM
-    /// tasks on different hosts are not matched (docs/cluster.md).
+    /// MPI. A PVM virtual machine may span hosts (one lbf-node on each): messages between
+    /// tasks on different hosts are matched by the builder (docs/cluster.md).
     #[arg(long, value_enum, help_heading = "Live capture")]
     source: Option<Source>,
 
@@ -158,6 +158,10 @@ Examples:
 
   # a PVM master and its 4 workers, all on this host, started by the script with PID 6001
   lbf-node --builder 127.0.0.1:7400 --ca builder.pem --procs 0-4 --source pvm --pid 6001
+
+  # the PVM tasks of a second host of the same virtual machine: ids 5-8, the tasks spawned by
+  # this host's pvmd (started before the virtual machine, the node adopts pvmd at its exec)
+  lbf-node --builder gag.example:7400 --ca builder.pem --procs 5-8 --source pvm --comm pvmd
 
   # replay processes 0 and 1 of a trace (no root needed), then print the predictions
   LBF_NODE_TOKEN=s3cret lbf-node --builder 127.0.0.1:7400 --ca builder.pem --node a \\

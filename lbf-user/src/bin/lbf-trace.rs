@@ -398,9 +398,14 @@ fn expected_procs(cli: &Cli, source: Source) -> Result<Option<usize>> {
 
 /// Probes the PVM libraries (the group library only if installed).
 fn attach_pvm(tracer: &mut Tracer, verbose: bool) -> Result<()> {
-    for (path, n) in tracer.attach_pvm_libraries(&pvm_capture::fn_reads())? {
+    let reads = pvm_capture::fn_reads();
+    for lib in tracer.attach_pvm_libraries(&reads, pvm_capture::RECEIVE_BUFFER)? {
         if verbose {
-            eprintln!("lbf-trace: probing {n} PVM functions in {}", path.display());
+            eprintln!(
+                "lbf-trace: probing {} PVM functions in {}",
+                lib.functions,
+                lib.path.display()
+            );
         }
     }
     Ok(())

@@ -337,6 +337,7 @@ pub fn fn_reads(layout: Layout) -> Vec<(u16, FnReads)> {
             table[id as usize] = FnReads {
                 entry: place(id, entry),
                 exit: place(id, exit),
+                ..FnReads::default()
             };
         }
     };

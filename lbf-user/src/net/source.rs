@@ -9,7 +9,7 @@ use crate::capture::pvm::{self as pvm_capture, PvmCapture};
 use crate::capture::select::Source;
 use crate::capture::{Capture, CaptureSink, EventSink, Library};
 use crate::event::{Event, ProcId, ProcInfo};
-use crate::probe::{self, Tracer, TracerOptions};
+use crate::probe::{self, pvm::ProbedPvmLibrary, Tracer, TracerOptions};
 use crate::trace::{synthetic, TraceReader};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeSet;
@@ -233,7 +233,9 @@ impl Live {
         // milliseconds, before its first MPI call (loading takes most of a second).
         let mut tracer = Tracer::load(&TracerOptions { ringbuf_bytes })?;
         if source == Source::Pvm {
-            tracer.attach_pvm_libraries(&pvm_capture::fn_reads())?;
+            let probed = tracer
+                .attach_pvm_libraries(&pvm_capture::fn_reads(), pvm_capture::RECEIVE_BUFFER)?;
+            warn_without_receive_buffer(&probed);
         }
         let mut attached = BTreeSet::new();
         let mut attach = |tracer: &mut Tracer, libs: Vec<PathBuf>| -> Result<()> {
@@ -319,8 +321,11 @@ impl Live {
             ),
             // As many tasks as --procs lists: their events stream once they have all sent or
             // received, and a task beyond them is left out (counted as lost).
+            // Messages from and to other hosts' tasks keep the ids their nodes give them.
             Source::Pvm => CaptureSink::new(
-                PvmCapture::new(self.host.clone()).expecting(Some(filter.procs.len())),
+                PvmCapture::new(self.host.clone())
+                    .expecting(Some(filter.procs.len()))
+                    .across_hosts(),
                 filter,
             ),
             Source::Sockets => unreachable!("refused by Live::start"),
@@ -356,6 +361,21 @@ impl Live {
             );
         }
         Ok(())
+    }
+}
+
+/// Warns if the PVM task library has no GOT slot for its receive buffer: then a receive is
+/// named only by a queued send of this host, and messages from other hosts stay unmatched.
+fn warn_without_receive_buffer(probed: &[ProbedPvmLibrary]) {
+    for lib in probed {
+        if lib.missing.contains(&pvm_capture::RECEIVE_BUFFER) {
+            eprintln!(
+                "lbf-node: warning: {} has no GOT slot for `{}`: receives of messages from \
+                 other hosts cannot be matched",
+                lib.path.display(),
+                pvm_capture::RECEIVE_BUFFER
+            );
+        }
     }
 }
 

@@ -48,12 +48,27 @@ pub fn communicator(parent: CommId, seq: u32, color: i32) -> CommId {
     }
 }
 
-/// Keeps the three kinds of ids apart.
+/// The id, unique across a cluster job, of message `k` as numbered by the one place that
+/// matched it, `origin`: a node's capture matching a socket or PVM message it saw both ends
+/// of (the node's name), or the builder matching a connection between hosts (`""`, which no
+/// node is named). Each numbers its messages from 1 on its own.
+pub fn local_message(origin: &str, k: u64) -> MsgId {
+    let mut parts: Vec<u64> = origin
+        .as_bytes()
+        .chunks(8)
+        .map(|c| c.iter().fold(0, |w, &b| w << 8 | u64::from(b)))
+        .collect();
+    parts.extend([origin.len() as u64, k]);
+    hash(Domain::LocalMessage, &parts)
+}
+
+/// Keeps the kinds of ids apart.
 #[derive(Clone, Copy)]
 enum Domain {
     Message = 1,
     Collective = 2,
     Communicator = 3,
+    LocalMessage = 4,
 }
 
 /// Folds `parts` into 64 bits with SplitMix64's finaliser, a bijective mixer with full

@@ -1,0 +1,320 @@
+//! The builder's matching of connections between hosts against the socket capture of one host
+//! that sees both ends: the same records, split between two node captures, must give the same
+//! events whatever order their streams reach the builder in; and what is held is let go once
+//! the ends are known done.
+
+use super::*;
+use crate::capture::sockets::channels::StreamOp;
+use crate::capture::sockets::tests::{short_connections_between, Table};
+use crate::capture::sockets::SocketCapture;
+use crate::capture::{EventLog, EventSink};
+use crate::event::ProcInfo;
+use lbf_common::Record;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+/// What a node's capture hands its sink, in order.
+#[derive(Clone, Debug)]
+enum Out {
+    Event(NodeEvent),
+    Closed(EndClosed),
+}
+
+/// A node's sink: numbers its processes with the global ids `ids` (the k-th to join takes the
+/// k-th), as `lbf-node --procs` does.
+struct NodeSink {
+    ids: Vec<ProcId>,
+    out: Vec<Out>,
+}
+
+impl EventSink for NodeSink {
+    fn process(&mut self, _info: &ProcInfo) {}
+    fn event(&mut self, e: &Event) {
+        let proc = self.ids[e.proc as usize];
+        self.out
+            .push(Out::Event(NodeEvent::Event(Event { proc, ..*e })));
+    }
+    fn stream_op(&mut self, proc: ProcId, cpu_ns: u64, op: &StreamOp) {
+        let proc = self.ids[proc as usize];
+        let (cpu_ns, op) = (cpu_ns, *op);
+        self.out
+            .push(Out::Event(NodeEvent::Stream { proc, cpu_ns, op }));
+    }
+    fn stream_closed(&mut self, end: &EndClosed) {
+        self.out.push(Out::Closed(*end));
+    }
+}
+
+const SERVER: &str = "10.0.0.1";
+const CLIENT: &str = "10.0.0.2";
+
+fn tcp(ip: &str, port: u16) -> Endpoint {
+    Endpoint::Inet {
+        addr: SocketAddr::new(ip.parse().unwrap(), port),
+        netns: 0,
+    }
+}
+
+/// `n` short connections from a client on host CLIENT (process 2) to a server on host SERVER
+/// (process 1): see [`short_connections_between`].
+fn connections(n: i32, closes: bool) -> (Table, Vec<Record>) {
+    short_connections_between(n, closes, |i| {
+        (tcp(SERVER, 7000), tcp(CLIENT, 40_000 + i as u16))
+    })
+}
+
+/// The records run through one capture seeing both hosts.
+fn on_one_host(table: Table, records: &[Record]) -> EventLog {
+    let mut c = SocketCapture::new(Box::new(table), "h").expecting(Some(2));
+    let mut log = EventLog::default();
+    for r in records {
+        c.record(r, &mut log);
+    }
+    c.finish(&mut log);
+    log
+}
+
+/// The records of process `tgid` run through a node's capture, its process taking id `id`.
+fn on_node(table: Table, records: &[Record], tgid: u32, id: ProcId) -> Vec<Out> {
+    let mut c = SocketCapture::new(Box::new(table), "h")
+        .expecting(Some(1))
+        .matching_between_hosts();
+    let mut sink = NodeSink {
+        ids: vec![id],
+        out: Vec::new(),
+    };
+    for r in records.iter().filter(|r| r.tgid == tgid) {
+        c.record(r, &mut sink);
+    }
+    let summary = c.finish(&mut sink);
+    assert!(summary.anomalies.is_empty(), "{:?}", summary.anomalies);
+    sink.out
+}
+
+/// A builder that knows nodes `s` (host SERVER) and `c` (host CLIENT).
+fn matcher() -> StreamMatcher {
+    let mut m = StreamMatcher::new();
+    m.add_node("s", &[SERVER.parse().unwrap()]);
+    m.add_node("c", &[CLIENT.parse().unwrap()]);
+    m
+}
+
+/// Feeds `m` a batch of `items` of `node` as the applier does: events, then closes.
+fn batch(m: &mut StreamMatcher, items: &[Out], out: &mut Vec<Event>) {
+    for item in items {
+        if let Out::Event(e) = item {
+            m.push(e.clone(), out);
+        }
+    }
+    for item in items {
+        if let Out::Closed(end) = item {
+            m.closed(*end, out);
+        }
+    }
+}
+
+/// Events per process with message ids renumbered in order of first appearance (process 0's
+/// events first), so that two matchings are compared by which events they pair.
+fn canonical(events: &[Event]) -> Vec<Vec<(u64, EventKind)>> {
+    let procs = events.iter().map(|e| e.proc).max().map_or(0, |p| p + 1);
+    let mut ids = HashMap::new();
+    let mut out = Vec::new();
+    for p in 0..procs {
+        let mut mine = Vec::new();
+        for e in events.iter().filter(|e| e.proc == p) {
+            let mut id = |m: u64| {
+                let next = ids.len() as u64 + 1;
+                *ids.entry(m).or_insert(next)
+            };
+            let kind = match e.kind {
+                EventKind::Send { msg, bytes } => EventKind::Send {
+                    msg: id(msg),
+                    bytes,
+                },
+                EventKind::RecvEnd { msg } => EventKind::RecvEnd { msg: id(msg) },
+                k => k,
+            };
+            mine.push((e.cpu_ns, kind));
+        }
+        out.push(mine);
+    }
+    out
+}
+
+/// Short connections between two hosts: a node's capture on each (the client joins first, so
+/// it is process 0 as in a capture of both) and the builder matching what they report give the
+/// events one capture of both hosts gives, whether one node's stream arrives wholly before the
+/// other's or the two alternate in small batches; and with the ends' closes the builder keeps
+/// the state of the connections open only.
+#[test]
+fn two_nodes_and_the_builder_match_as_one_capture_of_both_hosts() {
+    let n = 200;
+    let (table, records) = connections(n, true);
+    let reference = canonical(&on_one_host(table, &records).events);
+    assert_eq!(reference.len(), 2);
+    let node = |tgid, id| {
+        let (table, records) = connections(n, true);
+        on_node(table, &records, tgid, id)
+    };
+    let (server, client) = (node(1, 1), node(2, 0));
+    assert!(server
+        .iter()
+        .any(|o| matches!(o, Out::Event(NodeEvent::Stream { .. }))));
+
+    let whole = |first: &'static str, a: &[Out], second: &'static str, b: &[Out]| {
+        vec![(first, a.to_vec()), (second, b.to_vec())]
+    };
+    // About a connection of each node at a time (the server reports 5 things per connection,
+    // the client 7), the client a batch ahead.
+    let mut alternating = vec![("c", client[..7].to_vec())];
+    let (mut s, mut c) = (server.chunks(5), client[7..].chunks(7));
+    loop {
+        match (s.next(), c.next()) {
+            (None, None) => break,
+            (a, b) => {
+                alternating.extend(a.map(|a| ("s", a.to_vec())));
+                alternating.extend(b.map(|b| ("c", b.to_vec())));
+            }
+        }
+    }
+    let orders = [
+        ("server first", whole("s", &server, "c", &client)),
+        ("client first", whole("c", &client, "s", &server)),
+        ("alternating", alternating),
+    ];
+    for (name, batches) in orders {
+        let mut m = matcher();
+        let mut events = Vec::new();
+        let mut most_directions = 0;
+        let last = |node: &str| batches.iter().rposition(|(n, _)| *n == node).unwrap();
+        let (last_s, last_c) = (last("s"), last("c"));
+        for (i, (node, items)) in batches.iter().enumerate() {
+            batch(&mut m, items, &mut events);
+            most_directions = most_directions.max(m.view().directions);
+            if i == last_s || i == last_c {
+                m.node_ended(node, &mut events);
+            }
+        }
+        m.finish(&mut events);
+        assert_eq!(canonical(&events), reference, "{name}");
+        let view = m.view();
+        assert_eq!(view.held_events, 0, "{name}");
+        assert_eq!((view.unmatched_sends, view.unmatched_receives), (0, 0));
+        if name == "alternating" {
+            // Both directions of a connection or two, not of every connection made.
+            assert!(
+                most_directions <= 6,
+                "{name}: {most_directions} directions kept"
+            );
+        }
+    }
+}
+
+/// A client whose server no node of the job holds (an address no node has): its sends are
+/// unmatched at once, as in a capture that does not see the server, and nothing waits.
+#[test]
+fn a_peer_no_node_holds_is_unmatched_at_once() {
+    let mut m = StreamMatcher::new();
+    m.add_node("c", &[CLIENT.parse().unwrap()]);
+    let dir = Direction {
+        from: tcp(CLIENT, 40_000),
+        to: tcp("192.0.2.9", 80),
+    };
+    let mut out = Vec::new();
+    let op = |role, bytes| NodeEvent::Stream {
+        proc: 0,
+        cpu_ns: 5,
+        op: StreamOp { dir, role, bytes },
+    };
+    m.push(op(Role::Send, 100), &mut out);
+    m.push(NodeEvent::Event(ev(0, 1, EventKind::Exit)), &mut out);
+    assert_eq!(
+        out,
+        [ev(0, 5, EventKind::Keepalive), ev(0, 1, EventKind::Exit)]
+    );
+    assert_eq!(m.view().unmatched_sends, 1);
+    assert_eq!(m.view().held_events, 0);
+}
+
+fn ev(proc: ProcId, cpu_ns: u64, kind: EventKind) -> Event {
+    Event { proc, cpu_ns, kind }
+}
+
+/// A sender's events wait for the receiver's reads from the other node; while they do, the
+/// starved sender waits for that node (which must not be stopped); the receiver's node ending
+/// after reading part of the send settles the rest as it would at the end of a capture.
+#[test]
+fn a_send_waits_for_the_other_node_and_its_end_settles_it() {
+    let mut m = matcher();
+    let dir = Direction {
+        from: tcp(CLIENT, 40_000),
+        to: tcp(SERVER, 7000),
+    };
+    let op = |proc, role, bytes| NodeEvent::Stream {
+        proc,
+        cpu_ns: 10,
+        op: StreamOp { dir, role, bytes },
+    };
+    let mut out = Vec::new();
+    m.push(op(0, Role::Send, 100), &mut out);
+    m.push(NodeEvent::Event(ev(0, 3, EventKind::Exit)), &mut out);
+    assert!(out.is_empty());
+    assert_eq!(m.held_of(0), 2);
+    assert_eq!(m.awaited(|p| p == 0), HashSet::from(["s".to_string()]));
+    assert!(m.awaited(|_| false).is_empty());
+
+    m.push(NodeEvent::Event(ev(1, 1, EventKind::RecvStart)), &mut out);
+    m.push(op(1, Role::Recv, 60), &mut out);
+    // The receive's message is known (its last byte is sent), the send's cuts are not.
+    assert_eq!(out.len(), 2);
+    assert!(matches!(out[1].kind, EventKind::RecvEnd { .. }));
+    m.node_ended("s", &mut out);
+    let msg = match out[1].kind {
+        EventKind::RecvEnd { msg } => msg,
+        _ => unreachable!(),
+    };
+    assert_eq!(
+        out[2..],
+        [
+            ev(0, 10, EventKind::Send { msg, bytes: 100 }),
+            ev(0, 3, EventKind::Exit)
+        ]
+    );
+    assert_eq!(m.view().held_events, 0);
+}
+
+/// An end's close may arrive before its last events (another batch, another process's stream
+/// on the node): the direction is let go only once the bytes the close counts are matched.
+#[test]
+fn a_close_ahead_of_its_end_s_events_waits_for_them() {
+    let mut m = matcher();
+    let dir = Direction {
+        from: tcp(CLIENT, 40_000),
+        to: tcp(SERVER, 7000),
+    };
+    let op = |proc, role, bytes| NodeEvent::Stream {
+        proc,
+        cpu_ns: 1,
+        op: StreamOp { dir, role, bytes },
+    };
+    let mut out = Vec::new();
+    for role in [Role::Send, Role::Recv] {
+        m.closed(
+            EndClosed {
+                dir,
+                role,
+                bytes: 50,
+            },
+            &mut out,
+        );
+    }
+    assert_eq!(m.view().directions, 1);
+    m.push(op(0, Role::Send, 20), &mut out);
+    m.push(op(1, Role::Recv, 20), &mut out);
+    m.push(op(0, Role::Send, 30), &mut out);
+    assert_eq!(m.view().directions, 1, "30 bytes are not received yet");
+    m.push(op(1, Role::Recv, 30), &mut out);
+    assert_eq!(m.view().directions, 0);
+    assert_eq!(m.view().messages, 2);
+    assert_eq!(out.len(), 4);
+}

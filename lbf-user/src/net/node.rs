@@ -33,8 +33,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// What a source hands the node.
 pub enum Chunk {
-    /// Events, packed (`seq`, `lost_events`, `end` unset).
-    Events(Batch),
+    /// Events, packed (`seq`, `lost_events`, `end` unset); boxed, as the largest chunk.
+    Events(Box<Batch>),
     /// Process `proc` started `start_ns` after the run's start (a live capture learns it
     /// when the rank starts; it goes into the hello, which waits for every process's).
     Started {
@@ -214,7 +214,7 @@ pub fn run(
 async fn spool_batches(node: Arc<Node>, mut rx: mpsc::Receiver<Chunk>) -> Result<()> {
     while let Some(chunk) = rx.recv().await {
         let (mut batch, is_end) = match chunk {
-            Chunk::Events(batch) => (batch, false),
+            Chunk::Events(batch) => (*batch, false),
             Chunk::Started { proc, start_ns } => {
                 node.lock().starts.insert(proc, start_ns);
                 continue;

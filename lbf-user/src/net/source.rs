@@ -86,7 +86,7 @@ impl Batcher {
         if !self.builder.is_empty() && !self.closed {
             self.closed = self
                 .tx
-                .blocking_send(Chunk::Events(self.builder.take()))
+                .blocking_send(Chunk::Events(Box::new(self.builder.take())))
                 .is_err();
         }
     }

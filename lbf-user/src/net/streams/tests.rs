@@ -5,10 +5,11 @@
 
 use super::*;
 use crate::capture::sockets::channels::StreamOp;
-use crate::capture::sockets::tests::{short_connections_between, Table};
+use crate::capture::sockets::tests::{call, ends, exit, short_connections_between, Table};
 use crate::capture::sockets::SocketCapture;
 use crate::capture::{EventLog, EventSink};
 use crate::event::ProcInfo;
+use lbf_common::syscalls::nr;
 use lbf_common::Record;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -317,4 +318,114 @@ fn a_close_ahead_of_its_end_s_events_waits_for_them() {
     assert_eq!(m.view().directions, 0);
     assert_eq!(m.view().messages, 2);
     assert_eq!(out.len(), 4);
+}
+
+/// A node's capture matches itself what it sees both ends of (a TCP connection on loopback,
+/// UDP datagrams, noted as matched on this host only), and hands on, in their place, the sends
+/// and receives of a TCP connection that may join hosts, then its ends' closes with the bytes
+/// each moved.
+#[test]
+fn a_node_matches_local_connections_and_hands_on_those_between_hosts() {
+    let inet = |ip: &str, port, netns| Endpoint::Inet {
+        addr: SocketAddr::new(ip.parse().unwrap(), port),
+        netns,
+    };
+    let (lo1, lo2) = ends(
+        inet("127.0.0.1", 5000, 7),
+        inet("127.0.0.1", 40_001, 7),
+        true,
+    );
+    let (udp1, udp2) = ends(inet("0.0.0.0", 9000, 0), inet("0.0.0.0", 9001, 0), false);
+    let (far, _) = ends(tcp(CLIENT, 40_000), tcp(SERVER, 7000), true);
+    let table = Table(HashMap::from([
+        ((1, 3), lo1),
+        ((2, 3), lo2),
+        ((1, 4), udp1),
+        ((2, 4), udp2),
+        ((1, 6), far),
+    ]));
+    let mut c = SocketCapture::new(Box::new(table), "h")
+        .expecting(Some(2))
+        .matching_between_hosts();
+    let mut sink = NodeSink {
+        ids: vec![0, 1],
+        out: Vec::new(),
+    };
+    for r in [
+        call(1, nr::CONNECT, 6, 0, 0, 1),
+        call(1, nr::WRITE, 3, 100, 1, 2),
+        call(2, nr::READ, 3, 100, 1, 3),
+        call(1, nr::WRITE, 4, 8, 2, 3),
+        call(2, nr::READ, 4, 8, 3, 4),
+        call(1, nr::WRITE, 6, 50, 3, 4),
+        call(1, nr::READ, 6, 20, 4, 6),
+        call(1, nr::CLOSE, 6, 0, 6, 7),
+        exit(1, 8),
+        exit(2, 5),
+    ] {
+        c.record(&r, &mut sink);
+    }
+    let summary = c.finish(&mut sink);
+    let udp: Vec<_> = summary
+        .anomalies
+        .iter()
+        .filter(|(k, _)| k.contains("UDP"))
+        .collect();
+    assert_eq!(udp.len(), 1, "{:?}", summary.anomalies);
+    assert_eq!(*udp[0].1, 2, "the datagram's send and its receive");
+    assert_eq!((summary.unmatched_sends, summary.unmatched_recvs), (0, 0));
+
+    let dir = Direction {
+        from: tcp(CLIENT, 40_000),
+        to: tcp(SERVER, 7000),
+    };
+    let back = Direction {
+        from: dir.to,
+        to: dir.from,
+    };
+    let process_0: Vec<String> = sink
+        .out
+        .iter()
+        .filter_map(|o| match o {
+            Out::Event(NodeEvent::Event(e)) if e.proc == 0 => Some(format!("{:?}", e.kind)),
+            Out::Event(NodeEvent::Stream { proc: 0, op, .. }) => {
+                Some(format!("{:?} {}", op.role, op.bytes))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        process_0,
+        [
+            "Send { msg: 1, bytes: 100 }",
+            "Send { msg: 2, bytes: 8 }",
+            "Send 50",
+            "RecvStart",
+            "Recv 20",
+            "Exit"
+        ]
+    );
+    let closed: Vec<EndClosed> = sink
+        .out
+        .iter()
+        .filter_map(|o| match o {
+            Out::Closed(end) => Some(*end),
+            Out::Event(_) => None,
+        })
+        .collect();
+    assert_eq!(
+        closed,
+        [
+            EndClosed {
+                dir: back,
+                role: Role::Recv,
+                bytes: 20
+            },
+            EndClosed {
+                dir,
+                role: Role::Send,
+                bytes: 50
+            }
+        ]
+    );
 }

@@ -92,7 +92,6 @@ impl Applier {
         let mut streams = StreamMatcher::new();
         let mut addressed = BTreeSet::new();
         let mut ready = Vec::new();
-        let mut streams_finished = false;
         while let Some(w) = work.blocking_recv() {
             let Some(e) = engine.as_mut() else {
                 continue;
@@ -140,9 +139,9 @@ impl Applier {
                 clocks.end(&hello, end);
                 ended.insert(w.node.clone());
             }
-            if ended.len() >= self.status.node_count() && !streams_finished {
+            if ended.len() >= self.status.node_count() {
+                // Every node's stream is complete: what is still open stays unmatched.
                 streams.finish(&mut ready);
-                streams_finished = true;
             }
             for event in ready.drain(..) {
                 origin += 1;

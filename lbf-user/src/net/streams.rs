@@ -27,7 +27,9 @@
 
 use super::wire::NodeEvent;
 use crate::capture::ids;
-use crate::capture::sockets::channels::{Channels, Direction, EndClosed, Endpoint, Outcome, Role};
+use crate::capture::sockets::channels::{
+    Channels, Direction, EndClosed, Endpoint, Outcome, Role, StreamOp,
+};
 use crate::capture::timeline::{Item, Timeline};
 use crate::event::{Event, EventKind, ProcId};
 use serde::Serialize;
@@ -109,6 +111,8 @@ impl StreamMatcher {
     /// Takes one event of a node's stream; appends to `out` the engine events it lets go.
     pub fn push(&mut self, event: NodeEvent, out: &mut Vec<Event>) {
         match event {
+            // Nothing held (an MPI job's every event): no lookup.
+            NodeEvent::Event(e) if self.held.is_empty() => out.push(e),
             NodeEvent::Event(e) => match self.held.get_mut(&e.proc) {
                 // Its first held event is still open: nothing more can go.
                 Some(t) => t.emit_after(e.cpu_ns, e.kind),
@@ -119,7 +123,7 @@ impl StreamMatcher {
                 let slot = self.held.entry(proc).or_default().open_after(cpu_ns);
                 let token = self.next_token;
                 self.next_token += 1;
-                let (dir, role) = (op.dir, op.role);
+                let StreamOp { dir, role, bytes } = *op;
                 self.pending.insert(
                     token,
                     Pending {
@@ -131,8 +135,8 @@ impl StreamMatcher {
                 );
                 self.tokens.insert((proc, slot), token);
                 let outcomes = match role {
-                    Role::Send => self.channels.send(dir.channel(), token, op.bytes),
-                    Role::Recv => self.channels.recv(dir.channel(), token, op.bytes),
+                    Role::Send => self.channels.send(dir.channel(), token, bytes),
+                    Role::Recv => self.channels.recv(dir.channel(), token, bytes),
                 };
                 self.apply(outcomes, out);
                 self.check(dir, out);

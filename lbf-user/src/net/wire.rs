@@ -45,8 +45,8 @@ pub enum NodeEvent {
         proc: ProcId,
         /// CPU nanoseconds since its previous event.
         cpu_ns: u64,
-        /// What it did.
-        op: StreamOp,
+        /// What it did (boxed: larger than an event, and rarer).
+        op: Box<StreamOp>,
     },
 }
 
@@ -289,11 +289,11 @@ pub fn decode_batch(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Deco
             _ => {
                 let s = *streams.next().ok_or_else(|| short("stream"))?;
                 let role = if s & 1 == 1 { Role::Recv } else { Role::Send };
-                let op = StreamOp {
+                let op = Box::new(StreamOp {
                     dir: dir(s >> 1)?,
                     role,
                     bytes: *bytes.next().ok_or_else(|| short("bytes"))?,
-                };
+                });
                 events.push(NodeEvent::Stream { proc, cpu_ns, op });
                 continue;
             }
@@ -463,7 +463,7 @@ mod tests {
             expected.push(NodeEvent::Stream {
                 proc: i as u32,
                 cpu_ns: 7,
-                op: o,
+                op: Box::new(o),
             });
             let e = sample()[i];
             builder.push(&e);

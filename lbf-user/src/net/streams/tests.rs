@@ -37,7 +37,7 @@ impl EventSink for NodeSink {
     }
     fn stream_op(&mut self, proc: ProcId, cpu_ns: u64, op: &StreamOp) {
         let proc = self.ids[proc as usize];
-        let (cpu_ns, op) = (cpu_ns, *op);
+        let op = Box::new(*op);
         self.out
             .push(Out::Event(NodeEvent::Stream { proc, cpu_ns, op }));
     }
@@ -225,7 +225,7 @@ fn a_peer_no_node_holds_is_unmatched_at_once() {
     let op = |role, bytes| NodeEvent::Stream {
         proc: 0,
         cpu_ns: 5,
-        op: StreamOp { dir, role, bytes },
+        op: Box::new(StreamOp { dir, role, bytes }),
     };
     m.push(op(Role::Send, 100), &mut out);
     m.push(NodeEvent::Event(ev(0, 1, EventKind::Exit)), &mut out);
@@ -254,7 +254,7 @@ fn a_send_waits_for_the_other_node_and_its_end_settles_it() {
     let op = |proc, role, bytes| NodeEvent::Stream {
         proc,
         cpu_ns: 10,
-        op: StreamOp { dir, role, bytes },
+        op: Box::new(StreamOp { dir, role, bytes }),
     };
     let mut out = Vec::new();
     m.push(op(0, Role::Send, 100), &mut out);
@@ -296,7 +296,7 @@ fn a_close_ahead_of_its_end_s_events_waits_for_them() {
     let op = |proc, role, bytes| NodeEvent::Stream {
         proc,
         cpu_ns: 1,
-        op: StreamOp { dir, role, bytes },
+        op: Box::new(StreamOp { dir, role, bytes }),
     };
     let mut out = Vec::new();
     for role in [Role::Send, Role::Recv] {

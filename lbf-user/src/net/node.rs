@@ -529,14 +529,15 @@ pub fn host_addresses() -> Vec<IpAddr> {
     let mut out = Vec::new();
     let mut next = list;
     while !next.is_null() {
-        // SAFETY: a node of the list getifaddrs made; its address, if any, is a sockaddr of
-        // the family it names.
+        // SAFETY: a node of the list getifaddrs made, valid until freeifaddrs.
         let ifa = unsafe { &*next };
         next = ifa.ifa_next;
         if ifa.ifa_addr.is_null() {
             continue;
         }
-        let ip = match i32::from(unsafe { (*ifa.ifa_addr).sa_family }) {
+        // SAFETY: a non-null address of the list is a sockaddr, at least its family.
+        let family = unsafe { (*ifa.ifa_addr).sa_family };
+        let ip = match i32::from(family) {
             libc::AF_INET => {
                 // SAFETY: the family says it is a sockaddr_in.
                 let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };

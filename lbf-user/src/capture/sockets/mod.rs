@@ -522,12 +522,7 @@ impl SocketCapture {
         to_port: Option<u16>,
         cpu_at: u64,
     ) {
-        let is_udp = matches!(
-            s.recv,
-            Channel::Datagram {
-                to: Endpoint::Inet { .. }
-            }
-        );
+        let is_udp = is_udp(s.recv);
         if is_udp {
             self.note_udp_on_node();
         }
@@ -572,12 +567,7 @@ impl SocketCapture {
             self.stream_ops(tgid, tid, dir, Role::Recv, sizes, cpu_at);
             return;
         }
-        if matches!(
-            s.recv,
-            Channel::Datagram {
-                to: Endpoint::Inet { .. }
-            }
-        ) {
+        if is_udp(s.recv) {
             self.note_udp_on_node();
         }
         for &bytes in sizes {
@@ -700,6 +690,16 @@ impl RecordCapture for SocketCapture {
     fn started_by_tracer(&mut self, pid: u32) {
         self.born.insert(pid);
     }
+}
+
+/// Whether `c`, a socket's receiving channel, is a UDP socket's.
+fn is_udp(c: Channel) -> bool {
+    matches!(
+        c,
+        Channel::Datagram {
+            to: Endpoint::Inet { .. }
+        }
+    )
 }
 
 /// Address families whose sockets are captured: `AF_UNIX`, `AF_INET`, `AF_INET6`.

@@ -6,7 +6,9 @@
 //! the builder matches the two ends' byte offsets. It must match every message, lose nothing,
 //! predict what `lbf-gag predict` does from the merged trace, and come within 10 % of the
 //! measured time; and a builder killed mid-run and restarted from its journal must still do
-//! all of that but the timing. Needs root; skips otherwise.
+//! all of that but the timing, with the clients' node selecting them by command name (the
+//! server's, like both in the first test, by the PID of the script that starts it). Needs
+//! root; skips otherwise.
 
 mod cluster_support;
 
@@ -44,7 +46,12 @@ fn a_tcp_program_across_two_hosts_is_matched_and_predicted_centrally() {
     }
     let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     predicted_within_tolerance(|attempt| {
-        let run = run_spa(&format!("sockets-{attempt}"), ROUNDS, |_, b| b);
+        let run = run_spa(
+            &format!("sockets-{attempt}"),
+            ROUNDS,
+            Clients::ByPid,
+            |_, b| b,
+        );
         (run.measured, run.predicted, run.others)
     });
 }
@@ -52,21 +59,36 @@ fn a_tcp_program_across_two_hosts_is_matched_and_predicted_centrally() {
 /// A builder killed (SIGKILL) while it matches the two hosts' streams and started again
 /// replays its journal into a fresh matcher and engine, takes the nodes' resent batches, and
 /// completes as if undisturbed: every message matched, nothing lost, the prediction that of
-/// `lbf-gag predict` on the merged trace.
+/// `lbf-gag predict` on the merged trace. The clients' node selects them by command name,
+/// from their exec on.
 #[test]
 fn a_builder_restarted_mid_run_still_matches_every_message_between_hosts() {
     if !can_trace() {
         return;
     }
     let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
-    let run = run_spa("sockets-restart", 3 * ROUNDS, |s, builder| {
-        s.wait_events(200);
-        builder.kill();
-        std::thread::sleep(Duration::from_secs(1));
-        s.start("builder-restarted.log")
-    });
+    let run = run_spa(
+        "sockets-restart",
+        3 * ROUNDS,
+        Clients::ByCommand,
+        |s, builder| {
+            s.wait_events(200);
+            builder.kill();
+            std::thread::sleep(Duration::from_secs(1));
+            s.start("builder-restarted.log")
+        },
+    );
     let log = std::fs::read_to_string(run.dir.join("builder-restarted.log")).unwrap();
     assert!(log.contains("journal: node"), "{log}");
+}
+
+/// How the clients' node selects them.
+#[derive(Clone, Copy, PartialEq)]
+enum Clients {
+    /// By the PID of the script that starts them.
+    ByPid,
+    /// By their command name (the SPA copied under a name of its own), from their exec on.
+    ByCommand,
 }
 
 /// What one run of the SPA across hosts gave.
@@ -82,13 +104,23 @@ struct Run {
 }
 
 /// One run of the SPA with its server on host n1 and its clients on host n2, `rounds` rounds
-/// each, `meanwhile` called with the builder once the job has started (it returns the builder
-/// to wait for); checked for completeness: every message matched across the hosts, nothing
-/// lost, the builder's prediction equal to `lbf-gag predict` on the merged trace.
-fn run_spa(tag: &str, rounds: u32, meanwhile: impl FnOnce(&BuilderSetup, Daemon) -> Daemon) -> Run {
+/// each, the clients' node selecting them as `clients` says, `meanwhile` called with the
+/// builder once the job has started (it returns the builder to wait for); checked for
+/// completeness: every message matched across the hosts, nothing lost, the builder's
+/// prediction equal to `lbf-gag predict` on the merged trace.
+fn run_spa(
+    tag: &str,
+    rounds: u32,
+    clients: Clients,
+    meanwhile: impl FnOnce(&BuilderSetup, Daemon) -> Daemon,
+) -> Run {
     let hosts = Hosts::new(&tag.replace("sockets-", "s"));
     let root = scratch(tag);
     let spa = compile("cc", "sockets/spa.c", &root);
+    // A name no other process has, for the node selecting by command name.
+    let client_name = format!("spacl{}", std::process::id() % 100_000);
+    let spa_client = root.join(&client_name);
+    std::fs::copy(&spa, &spa_client).unwrap();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let as_run = format!("[[node]]\ncores = {cores}\nprocs = [0, 1, 2, 3]\n");
     let listen = format!("{}:7400", Hosts::HUB_IP);
@@ -114,38 +146,44 @@ fn run_spa(tag: &str, rounds: u32, meanwhile: impl FnOnce(&BuilderSetup, Daemon)
         let job = Daemon::spawn(name, c, &root.join(format!("{name}.log")));
         (job, go)
     };
-    let spa = spa.display();
+    let (spa, spa_client) = (spa.display(), spa_client.display());
     let (server, go_server) = part(
         1,
         "server",
         format!("exec {spa} server {endpoint} 3 {rounds} {WORK_MS}"),
     );
-    let (clients, go_clients) = part(
+    let (job_clients, go_clients) = part(
         2,
         "clients",
-        format!("for id in 0 1 2; do {spa} client {endpoint} $id {rounds} {WORK_MS} & done; wait"),
+        format!(
+            "for id in 0 1 2; do {spa_client} client {endpoint} $id {rounds} {WORK_MS} & done; \
+             wait"
+        ),
     );
-    let sockets = ["--source", "sockets"];
-    let n1 = live_node(&s, &hosts.names[1], "n1", "0", server.child.id(), &sockets);
+    let pid = |d: &Daemon| d.child.id().to_string();
+    let (server_pid, clients_pid) = (pid(&server), pid(&job_clients));
+    let n1 = ["--source", "sockets", "--pid", &server_pid];
+    let n1 = live_node(&s, &hosts.names[1], "n1", "0", &n1);
     let mut n1 = Daemon::spawn("lbf-node n1", n1, &root.join("node-n1.log"));
-    let n2 = live_node(
-        &s,
-        &hosts.names[2],
-        "n2",
-        "1-3",
-        clients.child.id(),
-        &sockets,
-    );
+    let n2 = match clients {
+        Clients::ByPid => ["--source", "sockets", "--pid", &clients_pid],
+        Clients::ByCommand => ["--source", "sockets", "--comm", &client_name],
+    };
+    let n2 = live_node(&s, &hosts.names[2], "n2", "1-3", &n2);
     let mut n2 = Daemon::spawn("lbf-node n2", n2, &root.join("node-n2.log"));
     n1.wait_attached(&root.join("node-n1.log"));
-    n2.wait_attached(&root.join("node-n2.log"));
+    match clients {
+        Clients::ByPid => n2.wait_attached(&root.join("node-n2.log")),
+        // It waits for a process of that name, which starts after `go`.
+        Clients::ByCommand => n2.wait_logged(&root.join("node-n2.log"), "probes loaded"),
+    }
     machine::raise_priority();
     let watch = machine::CpuWatch::start(&[n1.child.id(), n2.child.id(), builder.child.id()]);
     std::fs::write(&go_server, "go\n").unwrap();
     std::fs::write(&go_clients, "go\n").unwrap();
     let builder = meanwhile(&s, builder);
     let (ok_server, out_server) = server.wait(Duration::from_secs(90));
-    let (ok_clients, out_clients) = clients.wait(Duration::from_secs(90));
+    let (ok_clients, out_clients) = job_clients.wait(Duration::from_secs(90));
     // The server and the clients' shell are this test's children, the clients the shell's:
     // their CPU is this process's own.
     let others = watch.others_share(0.0);

@@ -323,24 +323,17 @@ pub fn compile(cc: &str, source: &str, dir: &Path) -> PathBuf {
     bin
 }
 
-/// `lbf-node` on host `netns` streaming the processes `procs` (global ids) among process
-/// `pid` and its descendants, under live capture, with `extra` options.
-pub fn live_node(
-    s: &BuilderSetup,
-    netns: &str,
-    name: &str,
-    procs: &str,
-    pid: u32,
-    extra: &[&str],
-) -> Command {
+/// `lbf-node` on host `netns` streaming the processes `procs` (global ids) under live
+/// capture, with `args`: the selection (`--pid PID`, `--comm NAME`, ...) and other options.
+pub fn live_node(s: &BuilderSetup, netns: &str, name: &str, procs: &str, args: &[&str]) -> Command {
     let mut node = in_netns(Some(netns), env!("CARGO_BIN_EXE_lbf-node"));
     node.env("LBF_NODE_TOKEN", format!("token-{name}"))
         .args(["--builder", &s.listen, "--node", name, "--procs", procs])
         .arg("--ca")
         .arg(&s.cert)
-        .args(["--pid", &pid.to_string(), "--spool-dir"])
+        .arg("--spool-dir")
         .arg(s.dir.join(format!("spool-{name}")))
-        .args(extra);
+        .args(args);
     node
 }
 

@@ -433,8 +433,10 @@ fn fail_early(s: &mut Stream, out: &mut Vec<Outcome>) {
 }
 
 /// Sends of `s` whose bytes no receive will consume any more: settled with the cuts they
-/// have, or unconsumed.
+/// have, or unconsumed. Those already consumed (by receives still waiting for a later send's
+/// bytes) are settled as consumed, first.
 fn settle_sends(s: &mut Stream, out: &mut Vec<Outcome>) {
+    resolve_consumed(s, out);
     while let Some(send) = s.sends.pop_front() {
         let unconsumed = if send.cuts.is_empty() {
             send.end - send.start

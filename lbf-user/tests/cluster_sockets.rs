@@ -6,16 +6,16 @@
 //! the builder matches the two ends' byte offsets. It must match every message, lose nothing,
 //! predict what `lbf-gag predict` does from the merged trace, and come within 10 % of the
 //! measured time; and a builder killed mid-run and restarted from its journal must still do
-//! all of that but the timing, with the clients' node selecting them by command name (the
-//! server's, like both in the first test, by the PID of the script that starts it). Needs
-//! root; skips otherwise.
+//! all of that but the timing, with the server's node selecting it by its cgroup and the
+//! clients' node selecting them by command name (both, in the first test, by the PID of the
+//! script that starts them). Needs root; skips otherwise.
 
 mod cluster_support;
 
 use cluster_support::*;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -49,7 +49,7 @@ fn a_tcp_program_across_two_hosts_is_matched_and_predicted_centrally() {
         let run = run_spa(
             &format!("sockets-{attempt}"),
             ROUNDS,
-            Clients::ByPid,
+            Select::ByPid,
             |_, b| b,
         );
         (run.measured, run.predicted, run.others)
@@ -59,8 +59,8 @@ fn a_tcp_program_across_two_hosts_is_matched_and_predicted_centrally() {
 /// A builder killed (SIGKILL) while it matches the two hosts' streams and started again
 /// replays its journal into a fresh matcher and engine, takes the nodes' resent batches, and
 /// completes as if undisturbed: every message matched, nothing lost, the prediction that of
-/// `lbf-gag predict` on the merged trace. The clients' node selects them by command name,
-/// from their exec on.
+/// `lbf-gag predict` on the merged trace. The server's node selects it by its cgroup, the
+/// clients' node them by command name, from their exec on.
 #[test]
 fn a_builder_restarted_mid_run_still_matches_every_message_between_hosts() {
     if !can_trace() {
@@ -70,7 +70,7 @@ fn a_builder_restarted_mid_run_still_matches_every_message_between_hosts() {
     let run = run_spa(
         "sockets-restart",
         3 * ROUNDS,
-        Clients::ByCommand,
+        Select::ByCgroupAndCommand,
         |s, builder| {
             s.wait_events(200);
             builder.kill();
@@ -82,13 +82,43 @@ fn a_builder_restarted_mid_run_still_matches_every_message_between_hosts() {
     assert!(log.contains("journal: node"), "{log}");
 }
 
-/// How the clients' node selects them.
+/// How the nodes select their processes.
 #[derive(Clone, Copy, PartialEq)]
-enum Clients {
-    /// By the PID of the script that starts them.
+enum Select {
+    /// Both by the PID of the script that starts them.
     ByPid,
-    /// By their command name (the SPA copied under a name of its own), from their exec on.
-    ByCommand,
+    /// The server's node by a cgroup (v2) that the server's script is put in; the clients'
+    /// node by their command name (the SPA copied under a name of its own), from their exec
+    /// on.
+    ByCgroupAndCommand,
+}
+
+/// A cgroup v2 directory of its own, removed when dropped (once its processes are gone).
+struct Cgroup(PathBuf);
+
+impl Cgroup {
+    /// A new cgroup named `name` in the cgroup v2 hierarchy, holding process `pid`.
+    fn holding(name: &str, pid: &str) -> Cgroup {
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+        let root = mounts
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+            })
+            .expect("a cgroup v2 hierarchy mounted");
+        let dir = root.join(name);
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        let cgroup = Cgroup(dir);
+        std::fs::write(cgroup.0.join("cgroup.procs"), pid).unwrap();
+        cgroup
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
 }
 
 /// What one run of the SPA across hosts gave.
@@ -100,18 +130,18 @@ struct Run {
     /// The share of the machine other work used meanwhile.
     others: f64,
     /// The run's scratch directory.
-    dir: std::path::PathBuf,
+    dir: PathBuf,
 }
 
 /// One run of the SPA with its server on host n1 and its clients on host n2, `rounds` rounds
-/// each, the clients' node selecting them as `clients` says, `meanwhile` called with the
-/// builder once the job has started (it returns the builder to wait for); checked for
-/// completeness: every message matched across the hosts, nothing lost, the builder's
-/// prediction equal to `lbf-gag predict` on the merged trace.
+/// each, the nodes selecting them as `select` says, `meanwhile` called with the builder once
+/// the job has started (it returns the builder to wait for); checked for completeness: every
+/// message matched across the hosts, nothing lost, the builder's prediction equal to `lbf-gag
+/// predict` on the merged trace.
 fn run_spa(
     tag: &str,
     rounds: u32,
-    clients: Clients,
+    select: Select,
     meanwhile: impl FnOnce(&BuilderSetup, Daemon) -> Daemon,
 ) -> Run {
     let hosts = Hosts::new(&tag.replace("sockets-", "s"));
@@ -162,20 +192,26 @@ fn run_spa(
     );
     let pid = |d: &Daemon| d.child.id().to_string();
     let (server_pid, clients_pid) = (pid(&server), pid(&job_clients));
-    let n1 = ["--source", "sockets", "--pid", &server_pid];
+    let cgroup = (select == Select::ByCgroupAndCommand)
+        .then(|| Cgroup::holding(&format!("lbf-{client_name}"), &server_pid));
+    let cgroup_dir = cgroup.as_ref().map(|c| c.0.display().to_string());
+    let n1 = match &cgroup_dir {
+        None => ["--source", "sockets", "--pid", &server_pid],
+        Some(dir) => ["--source", "sockets", "--cgroup", dir],
+    };
     let n1 = live_node(&s, &hosts.names[1], "n1", "0", &n1);
     let mut n1 = Daemon::spawn("lbf-node n1", n1, &root.join("node-n1.log"));
-    let n2 = match clients {
-        Clients::ByPid => ["--source", "sockets", "--pid", &clients_pid],
-        Clients::ByCommand => ["--source", "sockets", "--comm", &client_name],
+    let n2 = match select {
+        Select::ByPid => ["--source", "sockets", "--pid", &clients_pid],
+        Select::ByCgroupAndCommand => ["--source", "sockets", "--comm", &client_name],
     };
     let n2 = live_node(&s, &hosts.names[2], "n2", "1-3", &n2);
     let mut n2 = Daemon::spawn("lbf-node n2", n2, &root.join("node-n2.log"));
     n1.wait_attached(&root.join("node-n1.log"));
-    match clients {
-        Clients::ByPid => n2.wait_attached(&root.join("node-n2.log")),
+    match select {
+        Select::ByPid => n2.wait_attached(&root.join("node-n2.log")),
         // It waits for a process of that name, which starts after `go`.
-        Clients::ByCommand => n2.wait_logged(&root.join("node-n2.log"), "probes loaded"),
+        Select::ByCgroupAndCommand => n2.wait_logged(&root.join("node-n2.log"), "probes loaded"),
     }
     machine::raise_priority();
     let watch = machine::CpuWatch::start(&[n1.child.id(), n2.child.id(), builder.child.id()]);

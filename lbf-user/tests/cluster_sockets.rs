@@ -163,6 +163,8 @@ fn run_spa(
         &[("n1", "token-n1"), ("n2", "token-n2")],
     );
     s.netns = Some(hosts.names[0].clone());
+    // The builder, the nodes and the job, all started from here on, at the highest priority.
+    machine::raise_priority();
     let builder = s.start("builder.log");
 
     // Each host's part waits on a FIFO (a shell builtin: no process of its own) until both
@@ -213,7 +215,6 @@ fn run_spa(
         // It waits for a process of that name, which starts after `go`.
         Select::ByCgroupAndCommand => n2.wait_logged(&root.join("node-n2.log"), "probes loaded"),
     }
-    machine::raise_priority();
     let watch = machine::CpuWatch::start(&[n1.child.id(), n2.child.id(), builder.child.id()]);
     std::fs::write(&go_server, "go\n").unwrap();
     std::fs::write(&go_clients, "go\n").unwrap();

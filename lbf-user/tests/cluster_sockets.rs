@@ -227,6 +227,9 @@ fn run_spa(
     let out = out_server + &out_clients;
     assert!(ok_server && ok_clients, "the SPA failed:\n{out}");
     assert_eq!(out.matches("LBF-CHECK").count(), 4, "{out}");
+    let wall = check_values(&out, "wall_ns").fold(0.0, f64::max) * 1e-9;
+    let cpu = check_sum(&out, "cpu_ns") * 1e-9;
+    eprintln!("the SPA's own longest run {wall:.3} s, its processes' CPU {cpu:.3} s");
     let mut logs = String::new();
     for (name, node) in [("n1", n1), ("n2", n2)] {
         let (ok, _) = node.wait(Duration::from_secs(60));

@@ -17,6 +17,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -25,6 +26,8 @@ const ROUNDS: u32 = 20;
 const WORK_MS: u32 = 12;
 /// The server's port on host n1.
 const PORT: u16 = 7300;
+/// The most events the builder may hold at once behind connections between hosts.
+const HELD_BOUND: u64 = 200;
 
 /// One job at a time: two at once would compete for the machine whose time is predicted.
 static ONE_JOB: Mutex<()> = Mutex::new(());
@@ -52,6 +55,9 @@ fn a_tcp_program_across_two_hosts_is_matched_and_predicted_centrally() {
             Select::ByPid,
             |_, b| b,
         );
+        // What one node reports waits for the other's next batch (a tenth of a second
+        // apart): some tens of events, where holding everything would be some 550.
+        assert!(run.most_held < HELD_BOUND, "held {} events", run.most_held);
         (run.measured, run.predicted, run.others)
     });
 }
@@ -129,6 +135,8 @@ struct Run {
     predicted: f64,
     /// The share of the machine other work used meanwhile.
     others: f64,
+    /// The most events the builder held behind connections between hosts, as sampled.
+    most_held: u64,
     /// The run's scratch directory.
     dir: PathBuf,
 }
@@ -219,8 +227,27 @@ fn run_spa(
     std::fs::write(&go_server, "go\n").unwrap();
     std::fs::write(&go_clients, "go\n").unwrap();
     let builder = meanwhile(&s, builder);
-    let (ok_server, out_server) = server.wait(Duration::from_secs(90));
-    let (ok_clients, out_clients) = job_clients.wait(Duration::from_secs(90));
+    // What the builder holds behind connections not matched yet, sampled while the job runs.
+    let running = AtomicBool::new(true);
+    let (most_held, (ok_server, out_server), (ok_clients, out_clients)) =
+        std::thread::scope(|scope| {
+            let sampler = scope.spawn(|| {
+                let mut most = 0;
+                while running.load(Ordering::Relaxed) {
+                    let held = s
+                        .get("/results")
+                        .and_then(|b| serde_json::from_str::<Value>(&b).ok())
+                        .and_then(|v| v["streams"]["held_events"].as_u64());
+                    most = most.max(held.unwrap_or(0));
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                most
+            });
+            let server = server.wait(Duration::from_secs(90));
+            let clients = job_clients.wait(Duration::from_secs(90));
+            running.store(false, Ordering::Relaxed);
+            (sampler.join().unwrap(), server, clients)
+        });
     // The server and the clients' shell are this test's children, the clients the shell's:
     // their CPU is this process's own.
     let others = watch.others_share(0.0);
@@ -229,7 +256,10 @@ fn run_spa(
     assert_eq!(out.matches("LBF-CHECK").count(), 4, "{out}");
     let wall = check_values(&out, "wall_ns").fold(0.0, f64::max) * 1e-9;
     let cpu = check_sum(&out, "cpu_ns") * 1e-9;
-    eprintln!("the SPA's own longest run {wall:.3} s, its processes' CPU {cpu:.3} s");
+    eprintln!(
+        "the SPA's own longest run {wall:.3} s, its processes' CPU {cpu:.3} s; the builder held \
+         at most {most_held} events behind connections between hosts"
+    );
     let mut logs = String::new();
     for (name, node) in [("n1", n1), ("n2", n2)] {
         let (ok, _) = node.wait(Duration::from_secs(60));
@@ -252,6 +282,7 @@ fn run_spa(
         measured: report["measured_seconds"].as_f64().unwrap(),
         predicted: predicted[0].1,
         others,
+        most_held,
         dir: root,
     }
 }

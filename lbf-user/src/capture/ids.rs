@@ -67,7 +67,21 @@ pub fn pvm_message(src: i32, dst: i32, tag: i32, k: u64) -> MsgId {
 
 /// The id of the `seq`-th barrier (from 0) of the PVM group named `group`.
 pub fn pvm_barrier(group: &str, seq: u64) -> CollId {
-    let mut parts: Vec<u64> = group
+    hash(Domain::PvmBarrier, &with_name(group, &[seq]))
+}
+
+/// The id, unique across a cluster job, of message `k` as numbered by the one place that
+/// matched it, `origin`: a node's capture matching a socket message it saw both ends
+/// of (the node's name), or the builder matching a connection between hosts (`""`, which no
+/// node is named). Each numbers its messages from 1 on its own.
+pub fn local_message(origin: &str, k: u64) -> MsgId {
+    hash(Domain::LocalMessage, &with_name(origin, &[k]))
+}
+
+/// `name`'s bytes as words (little-endian, the last one zero-padded), its length, then `rest`:
+/// hash input that keeps names of different lengths apart.
+fn with_name(name: &str, rest: &[u64]) -> Vec<u64> {
+    let mut parts: Vec<u64> = name
         .as_bytes()
         .chunks(8)
         .map(|c| {
@@ -76,9 +90,9 @@ pub fn pvm_barrier(group: &str, seq: u64) -> CollId {
             u64::from_le_bytes(word)
         })
         .collect();
-    parts.push(group.len() as u64);
-    parts.push(seq);
-    hash(Domain::PvmBarrier, &parts)
+    parts.push(name.len() as u64);
+    parts.extend_from_slice(rest);
+    parts
 }
 
 /// Keeps the kinds of ids apart.
@@ -89,6 +103,7 @@ enum Domain {
     Communicator = 3,
     PvmMessage = 4,
     PvmBarrier = 5,
+    LocalMessage = 6,
 }
 
 /// Folds `parts` into 64 bits with SplitMix64's finaliser, a bijective mixer with full

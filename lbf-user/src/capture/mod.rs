@@ -85,8 +85,9 @@ use self::library::Abi;
 use self::matching::{Envelope, Matcher, Pattern, RecvId};
 use self::process::{LocalComm, OpenCall, Process, Request};
 use self::procfs::ProcessInspector;
+use self::sockets::channels::{EndClosed, StreamOp};
 use self::timeline::RunClock;
-use crate::event::{CollOp, Event, EventKind, ProcInfo};
+use crate::event::{CollOp, Event, EventKind, ProcId, ProcInfo};
 
 pub use self::library::Library;
 pub use self::live::CaptureSink;
@@ -105,6 +106,21 @@ pub trait EventSink {
     /// `CLOCK_MONOTONIC` nanoseconds. Called once, before the first process. Sinks that put
     /// several captures on one time line (a cluster node) need it; others ignore it.
     fn clock_origin(&mut self, _monotonic_ns: u64) {}
+    /// The next event of `proc`, a send or receive on a connection to another host, which
+    /// the capture leaves to be matched where both ends meet (only a socket capture told to,
+    /// [`sockets::SocketCapture::matching_between_hosts`], makes these; a cluster node passes
+    /// them on to the builder). A sink that matches nothing elsewhere keeps its CPU as a
+    /// `Keepalive`.
+    fn stream_op(&mut self, proc: ProcId, cpu_ns: u64, _op: &StreamOp) {
+        self.event(&Event {
+            proc,
+            cpu_ns,
+            kind: EventKind::Keepalive,
+        });
+    }
+    /// An end of a connection to another host closed (see [`EventSink::stream_op`]); not a
+    /// process's event, and in no order with them.
+    fn stream_closed(&mut self, _end: &EndClosed) {}
 }
 
 /// An [`EventSink`] that keeps everything in memory (tests, small captures).

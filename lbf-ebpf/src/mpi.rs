@@ -88,7 +88,7 @@ struct Call {
 #[inline(always)]
 fn on_entry(ctx: *mut c_void) {
     let (tgid, tid) = current_ids();
-    let Some(state) = thread_state(tgid, tid) else {
+    let Some(state) = thread_state(tgid) else {
         return;
     };
     // SAFETY: a map value, written only by this thread's probes and hooks (which cannot run
@@ -223,7 +223,7 @@ unsafe fn kept_args(regs: &aya_ebpf::bindings::pt_regs, dropped: u16) -> [u64; A
 #[inline(always)]
 fn on_exit(ctx: *mut c_void) {
     let (tgid, tid) = current_ids();
-    let Some(state) = thread_state(tgid, tid) else {
+    let Some(state) = thread_state(tgid) else {
         return;
     };
     // SAFETY: as in `on_entry`.

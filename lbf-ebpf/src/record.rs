@@ -27,11 +27,11 @@ pub fn current_ids() -> (u32, u32) {
     ((id >> 32) as u32, id as u32)
 }
 
-/// The running (current) thread `tid`'s cumulative on-CPU nanoseconds at `now`, from its
-/// state's clock ([`clock_at`]). Without a state: `sum_exec_runtime`, or 0; counted.
+/// The running (current) thread's cumulative on-CPU nanoseconds at `now`, from its state's
+/// clock ([`clock_at`]). Without a state: `sum_exec_runtime`, or 0; counted.
 #[inline(always)]
-pub fn cpu_now(tid: u32, now: u64) -> u64 {
-    cpu_of(THREADS.get_ptr_mut(&tid), now)
+pub fn cpu_now(now: u64) -> u64 {
+    cpu_of(THREADS.current(), now)
 }
 
 /// [`cpu_now`] with the thread's state (if it has one) at hand.
@@ -163,12 +163,12 @@ pub struct Draft {
 }
 
 impl Draft {
-    /// Reserves a record of `kind` for the current thread with room `mem`, stamped now, its
-    /// CPU clock looked up by `tid`. The thread's deferred entry record, if any, is written
+    /// Reserves a record of `kind` for the current thread (ids `tgid`, `tid`) with room `mem`,
+    /// stamped now by its CPU clock. The thread's deferred entry record, if any, is written
     /// first. `None` (and counted as lost) when the ring buffer is full.
     #[inline(always)]
     pub fn reserve(kind: RecordKind, fn_id: u16, tgid: u32, tid: u32, mem: Mem) -> Option<Self> {
-        let state = THREADS.get_ptr_mut(&tid);
+        let state = THREADS.current();
         if let Some(state) = state {
             // SAFETY: a map value, written only by this thread's probes and hooks.
             write_deferred_entry(unsafe { &mut *state }, tid);

@@ -28,6 +28,10 @@ pub const FN_READS: &str = "FN_READS";
 pub const COUNTERS: &str = "COUNTERS";
 /// The global holding [`KernelOffsets`], set by user space before loading.
 pub const KERNEL_OFFSETS: &str = "KERNEL_OFFSETS";
+/// The global (`u64`) holding the unread bytes in [`EVENTS`] from which a record's submit
+/// wakes the reader: an eighth of the ring buffer, set by user space with its size (the kernel
+/// side would otherwise ask the ring buffer its size at every record, a helper call).
+pub const WAKE_BYTES: &str = "WAKE_BYTES";
 
 /// Maximum number of traced processes.
 pub const MAX_TRACED: u32 = 16384;
@@ -80,7 +84,8 @@ pub struct DeferredEntry {
 
 /// What the kernel side keeps per traced thread: its CPU clock and its probed calls in flight.
 ///
-/// A probe hit finds it with one lookup from the current task (see [`THREADS`]).
+/// A probe hit finds it with one lookup from the current task (see [`THREADS`]), and the
+/// thread's ids in it (no helper call for them).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
@@ -88,8 +93,12 @@ pub struct ThreadState {
     pub clock: ThreadClock,
     /// The thread's group id.
     pub tgid: u32,
-    /// Number of calls in `calls` (innermost last); at most [`MAX_NESTED`].
-    pub depth: u32,
+    /// The thread's id (it changes when a thread other than the group leader executes a new
+    /// program: it takes the leader's id, which the kernel side's exec hook records).
+    pub tid: u32,
+    /// Number of calls in `calls` (innermost last); at most [`MAX_NESTED`]. (A `u64` so that
+    /// the struct has no padding.)
+    pub depth: u64,
     /// The innermost call's entry record, when it is deferred: an entry record without user
     /// memory is written at the call's return, in one ring buffer item with the exit record
     /// ([`crate::RecordKind::CallPair`]), which halves the ring buffer work per call. Any
@@ -102,11 +111,12 @@ pub struct ThreadState {
 }
 
 impl ThreadState {
-    /// The state of a thread of process `tgid` with clock `clock` and no call in flight.
-    pub fn new(tgid: u32, clock: ThreadClock) -> Self {
+    /// The state of thread `tid` of process `tgid` with clock `clock` and no call in flight.
+    pub fn new(tgid: u32, tid: u32, clock: ThreadClock) -> Self {
         Self {
             clock,
             tgid,
+            tid,
             ..Self::default()
         }
     }

@@ -11,7 +11,7 @@ use lbf_common::{
     FnReads, MAX_FNS,
 };
 
-use crate::task_storage::TaskStorage;
+use crate::{record::current_ids, task_storage::TaskStorage};
 
 /// The command name whose executions are traced (`lbf_common::maps::ADOPT_COMM`).
 #[map]
@@ -44,6 +44,18 @@ pub static COUNTERS: PerCpuArray<u64> =
 #[unsafe(no_mangle)]
 pub static KERNEL_OFFSETS: KernelOffsets = KernelOffsets::LINUX_6_18;
 
+/// Unread bytes in [`EVENTS`] from which a submit wakes the reader
+/// (`lbf_common::maps::WAKE_BYTES`), set before loading; this is a placeholder.
+#[unsafe(no_mangle)]
+pub static WAKE_BYTES: u64 = (1 << 20) / 8;
+
+/// Reads [`WAKE_BYTES`] as set at load time (volatile, so the compiler keeps the load).
+#[inline(always)]
+pub fn wake_bytes() -> u64 {
+    // SAFETY: a plain static the loader patched before load; nothing writes it after.
+    unsafe { core::ptr::read_volatile(&WAKE_BYTES) }
+}
+
 /// Reads [`KERNEL_OFFSETS`] as set at load time (volatile, so the compiler keeps the load).
 #[inline(always)]
 pub fn offsets() -> KernelOffsets {
@@ -57,38 +69,49 @@ pub fn fn_reads(slot: u32, fn_id: u16) -> Option<&'static FnReads> {
     FN_READS.get((slot & (MAX_LIBS - 1)) * MAX_FNS + fn_id as u32)
 }
 
-/// The state of the running (current) thread of process `tgid`: its own, or a new one if the
-/// process is traced (a thread whose creation was not seen). `None` for threads of untraced
-/// processes, and when the state cannot be created (counted as `NO_CLOCK`).
+/// The state of the running (current) thread: its own, or a new one if its process is traced
+/// (a thread whose creation was not seen). `None` for threads of untraced processes, and when
+/// the state cannot be created (counted as `NO_CLOCK`).
 #[inline(always)]
-pub fn thread_state(tgid: u32) -> Option<*mut ThreadState> {
+pub fn thread_state() -> Option<*mut ThreadState> {
     if let Some(state) = THREADS.current() {
         return Some(state);
     }
+    let (tgid, tid) = current_ids();
     if !is_traced(tgid) {
         return None;
     }
-    let state = THREADS.current_or_zeroed();
-    init_thread_state(state, tgid)
+    init_thread_state(THREADS.current_or_zeroed(), tgid, tid)
 }
 
-/// Gives the new task `task` (a thread of process `tgid`) a fresh state: no clock yet, no call
-/// in flight. `None` (counted as `NO_CLOCK`) when it cannot be created.
+/// Gives the new task `task` (thread `tid` of process `tgid`) a fresh state: no clock yet, no
+/// call in flight. `None` (counted as `NO_CLOCK`) when it cannot be created.
 ///
 /// # Safety
 /// `task` is a task pointer the verifier accepts (see [`TaskStorage::of`]).
 #[inline(always)]
-pub unsafe fn new_thread_state(task: *mut task_struct, tgid: u32) -> Option<*mut ThreadState> {
+pub unsafe fn new_thread_state(
+    task: *mut task_struct,
+    tgid: u32,
+    tid: u32,
+) -> Option<*mut ThreadState> {
     // SAFETY: the caller's.
-    init_thread_state(unsafe { THREADS.of_or_zeroed(task) }, tgid)
+    init_thread_state(unsafe { THREADS.of_or_zeroed(task) }, tgid, tid)
 }
 
-/// Sets the process of a just created (zeroed) `state`; counts `NO_CLOCK` if there is none.
+/// Sets the ids of a just created (zeroed) `state`; counts `NO_CLOCK` if there is none.
 #[inline(always)]
-fn init_thread_state(state: Option<*mut ThreadState>, tgid: u32) -> Option<*mut ThreadState> {
+fn init_thread_state(
+    state: Option<*mut ThreadState>,
+    tgid: u32,
+    tid: u32,
+) -> Option<*mut ThreadState> {
     match state {
         // SAFETY: the task's storage, valid for the program's run.
-        Some(s) => unsafe { (*s).tgid = tgid },
+        Some(s) => unsafe {
+            (*s).tgid = tgid;
+            (*s).tid = tid;
+        },
         None => count(counter::NO_CLOCK),
     }
     state

@@ -66,7 +66,7 @@ pub fn task_newtask(ctx: BtfTracePointContext) -> u32 {
     let child = child as u32;
     let thread = flags & CLONE_THREAD != 0;
     // SAFETY: `task` is the tracepoint's task argument.
-    let _ = unsafe { new_thread_state(task, if thread { tgid } else { child }) };
+    let _ = unsafe { new_thread_state(task, if thread { tgid } else { child }, child) };
     if thread {
         return 0;
     }
@@ -122,10 +122,12 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     }
     d.submit(|_| 0);
     // Calls of the old image in flight never return (a deferred entry record of one was
-    // written before the `Exec` record).
+    // written before the `Exec` record). A thread other than the leader that executed the
+    // new image has taken the leader's id.
     if let Some(state) = THREADS.current() {
-        // SAFETY: a map value, written only by this thread's hooks and probes.
+        // SAFETY: the thread's state, written only by this thread's hooks and probes.
         unsafe {
+            (*state).tid = tid;
             (*state).depth = 0;
             (*state).entry.ts_ns = 0;
         }
@@ -134,9 +136,9 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
 }
 
 /// A traced thread exited: write the deferred entry record of a call it ended in (killed, or
-/// `exit` inside a probed call); its state goes with its task. If it was the last thread of its group
-/// (the tracepoint's `group_dead`; on kernels without that field, the thread whose tid is
-/// the tgid), emit `Exit` and stop tracing the group.
+/// `exit` inside a probed call); its state goes with its task. If it was the last thread of
+/// its group (the tracepoint's `group_dead`; on kernels without that field, the thread whose
+/// tid is the tgid), emit `Exit` and stop tracing the group.
 #[tracepoint]
 pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
     let (tgid, tid) = current_ids();
@@ -151,7 +153,7 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
     };
     if let Some(state) = THREADS.current() {
         // SAFETY: the thread's state, written only by this thread's hooks and probes.
-        write_deferred_entry(unsafe { &mut *state }, tid);
+        write_deferred_entry(unsafe { &mut *state });
     }
     if group_dead {
         if let Some(d) = Draft::reserve(RecordKind::Exit, 0, tgid, tid, Mem::None) {

@@ -1,7 +1,7 @@
 //! User space's access to the kernel side's per-thread states (`lbf_common::maps::THREADS`):
 //! a task-storage map, for which aya has no type. It is read and written with the `bpf`
-//! system call, each thread named by a pidfd of it (`pidfd_open` with `PIDFD_THREAD`, Linux
-//! 6.9 and later). The map cannot be listed: its keys are tasks, not numbers.
+//! system call, each thread named by a pidfd of it (`pidfd_open`; see [`thread_pidfd`]). The
+//! map cannot be listed: its keys are tasks, not numbers.
 
 use std::{
     io,
@@ -52,9 +52,9 @@ impl<'a> ThreadStates<'a> {
         bail!("map {} is not a task-storage map", maps::THREADS)
     }
 
-    /// The state of thread `tid`; `None` if it has none or has ended.
-    pub fn get(&self, tid: u32) -> Result<Option<ThreadState>> {
-        let Some(pidfd) = thread_pidfd(tid)? else {
+    /// The state of thread `tid` of process `pid`; `None` if it has none or has ended.
+    pub fn get(&self, pid: u32, tid: u32) -> Result<Option<ThreadState>> {
+        let Some(pidfd) = thread_pidfd(pid, tid)? else {
             return Ok(None);
         };
         let mut state = ThreadState::default();
@@ -65,10 +65,10 @@ impl<'a> ThreadStates<'a> {
         }
     }
 
-    /// Gives thread `tid` the state `state` unless it has one. False if it had one already
-    /// (the kernel side traces it) or has ended.
-    pub fn insert_new(&self, tid: u32, state: &ThreadState) -> Result<bool> {
-        let Some(pidfd) = thread_pidfd(tid)? else {
+    /// Gives thread `tid` of process `pid` the state `state` unless it has one. False if it
+    /// had one already (the kernel side traces it) or has ended.
+    pub fn insert_new(&self, pid: u32, tid: u32, state: &ThreadState) -> Result<bool> {
+        let Some(pidfd) = thread_pidfd(pid, tid)? else {
             return Ok(false);
         };
         let mut value = *state;
@@ -113,13 +113,18 @@ impl<'a> ThreadStates<'a> {
     }
 }
 
-/// A pidfd of thread `tid`; `None` if there is no such thread (any more).
-fn thread_pidfd(tid: u32) -> Result<Option<OwnedFd>> {
-    let pid = Pid::from_raw(tid as i32).with_context(|| format!("thread id {tid}"))?;
-    match pidfd_open(pid, PidfdFlags::from_bits_retain(PIDFD_THREAD)) {
+/// A pidfd of thread `tid` of process `pid`; `None` if there is no such thread (any more). A
+/// process's first thread is named the classic way (Linux 5.3), the others with
+/// `PIDFD_THREAD` (Linux 6.9).
+fn thread_pidfd(pid: u32, tid: u32) -> Result<Option<OwnedFd>> {
+    let id = Pid::from_raw(tid as i32).with_context(|| format!("thread id {tid}"))?;
+    let flags = if tid == pid { 0 } else { PIDFD_THREAD };
+    match pidfd_open(id, PidfdFlags::from_bits_retain(flags)) {
         Ok(fd) => Ok(Some(fd)),
         Err(rustix::io::Errno::SRCH) => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("pidfd_open of thread {tid} (needs Linux 6.9)")),
+        Err(e) => Err(e).with_context(|| {
+            format!("pidfd_open of thread {tid} of process {pid} (threads: Linux 6.9 or later)")
+        }),
     }
 }
 

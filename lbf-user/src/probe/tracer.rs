@@ -129,6 +129,7 @@ impl Tracer {
         let mut ebpf = object_loader()
             .map_max_entries(maps::EVENTS, ring)
             .override_global(maps::KERNEL_OFFSETS, &offsets, true)
+            .override_global(maps::WAKE_BYTES, &(ring as u64 / 8), true)
             .load(OBJECT)
             .context("loading lbf's eBPF object into the kernel")?;
         let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
@@ -187,7 +188,7 @@ impl Tracer {
                     acc_ns,
                     switched_in_ns: now,
                 };
-                threads.insert_new(tid, &ThreadState::new(pid, clock))?;
+                threads.insert_new(pid, tid, &ThreadState::new(pid, tid, clock))?;
             }
         }
         let mut traced: HashMap<&mut MapData, u32, u8> =
@@ -351,7 +352,7 @@ impl Tracer {
         for pid in self.traced_pids()? {
             // A process that ended meanwhile has no threads left, nor states.
             for tid in procfs::thread_ids(pid).unwrap_or_default() {
-                let Some(state) = threads.get(tid)? else {
+                let Some(state) = threads.get(pid, tid)? else {
                     continue;
                 };
                 let (Some(call), true) = (state.innermost(), state.entry.ts_ns != 0) else {

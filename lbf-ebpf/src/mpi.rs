@@ -38,7 +38,7 @@ use lbf_common::{
 
 use crate::{
     maps::{count, fn_reads, thread_state},
-    record::{clock_at, current_ids, stamp_now, write_deferred_entry, Draft, Mem, UserRead},
+    record::{clock_at, stamp_now, write_deferred_entry, Draft, Mem, UserRead},
 };
 
 /// What the probe that fired was attached with: function, library slot, stack arguments.
@@ -70,7 +70,7 @@ fn push_call(state: &mut ThreadState, fn_id: u16, args: &[u64; ARG_WORDS]) {
         // SAFETY: `i` < ARG_WORDS, within `call.args`.
         unsafe { core::ptr::write_volatile(call.args.as_mut_ptr().add(i), word) };
     }
-    state.depth = depth as u32 + 1;
+    state.depth = depth as u64 + 1;
 }
 
 /// Takes the innermost call of `fn_id` in flight off the thread's calls, with the calls
@@ -81,7 +81,7 @@ fn pop_call(state: &mut ThreadState, fn_id: u16) -> Option<&CallInFlight> {
     let found = (0..MAX_NESTED)
         .rev()
         .find(|&i| i < depth && state.calls[i].fn_id == fn_id as u64)?;
-    state.depth = found as u32;
+    state.depth = found as u64;
     state.calls.get(found)
 }
 
@@ -96,13 +96,13 @@ struct Call {
 /// Entry of a probed function (which one: the attach cookie).
 #[inline(always)]
 fn on_entry(ctx: *mut c_void) {
-    let (tgid, tid) = current_ids();
-    let Some(state) = thread_state(tgid, tid) else {
+    let Some(state) = thread_state() else {
         return;
     };
     // SAFETY: a map value, written only by this thread's probes and hooks (which cannot run
     // concurrently with this one).
     let state = unsafe { &mut *state };
+    let (tgid, tid) = (state.tgid, state.tid);
     let cookie = attach_cookie(ctx);
     let call = Call {
         fn_id: cookie.fn_id,
@@ -158,7 +158,7 @@ fn enter(
     args: &[u64; ARG_WORDS],
 ) {
     // A call made inside a call in flight: the outer call's entry record comes first.
-    write_deferred_entry(state, call.tid);
+    write_deferred_entry(state);
     push_call(state, call.fn_id, args);
     let read = fn_reads(cookie.slot, call.fn_id)
         .and_then(|r| UserRead::plan(&r.entry, &r.global, args, || func_ip(ctx)));
@@ -238,12 +238,12 @@ unsafe fn kept_args(regs: &aya_ebpf::bindings::pt_regs, dropped: u16) -> [u64; A
 /// (whose return was missed) is written first.
 #[inline(always)]
 fn on_exit(ctx: *mut c_void) {
-    let (tgid, tid) = current_ids();
-    let Some(state) = thread_state(tgid, tid) else {
+    let Some(state) = thread_state() else {
         return;
     };
     // SAFETY: as in `on_entry`.
     let state = unsafe { &mut *state };
+    let (tgid, tid) = (state.tgid, state.tid);
     let Cookie { fn_id, slot, .. } = attach_cookie(ctx);
     // SAFETY: `regs` is the probe's register context.
     let ret = unsafe { (*RetProbeContext::new(ctx).regs).rax };
@@ -252,7 +252,7 @@ fn on_exit(ctx: *mut c_void) {
     if paired {
         state.entry.ts_ns = 0;
     } else {
-        write_deferred_entry(state, tid);
+        write_deferred_entry(state);
     }
     let Some(call) = pop_call(state, fn_id) else {
         count(counter::EXIT_WITHOUT_ENTRY);

@@ -58,6 +58,7 @@
 //!   sends (measured: a 2-rank MPICH token ring attached mid-run was predicted 25-53 % short).
 //!   `lbf-trace` says so when it attaches. Tracing from the job's start is exact.
 
+pub mod alignment;
 pub mod call;
 pub mod comms;
 pub mod ids;
@@ -145,7 +146,8 @@ pub struct ProcStats {
     /// CPU before `MPI_Init` returned and inside `MPI_Finalize`: start-up and teardown, which
     /// no event carries. The model of a rank runs from `MPI_Init`'s return (see
     /// [`ProcInfo::start_ns`]) to `MPI_Finalize`'s entry; what comes before and after is taken
-    /// as measured.
+    /// as measured. A rank attached while running is modelled from the attach: the CPU it
+    /// used before is in neither figure.
     pub untimed_cpu_ns: u64,
 }
 
@@ -219,6 +221,8 @@ pub struct Capture {
     past_init: HashMap<u32, u64>,
     /// The latest `MPI_Finalize` entry: where the model of the job ends.
     last_finalize: Option<u64>,
+    /// The `Attach` records of each process not inspected yet: (thread, time, CPU clock).
+    attaches: HashMap<u32, Vec<(u32, u64, u64)>>,
     anomalies: BTreeMap<String, u64>,
 }
 
@@ -239,6 +243,7 @@ impl Capture {
             clock: RunClock::default(),
             past_init: HashMap::new(),
             last_finalize: None,
+            attaches: HashMap::new(),
             anomalies: BTreeMap::new(),
         }
     }
@@ -259,7 +264,14 @@ impl Capture {
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::CallEntry) => self.entry(rec),
             Some(RecordKind::CallExit) => self.exit(rec),
+            Some(RecordKind::Attach) => {
+                self.attaches
+                    .entry(rec.tgid)
+                    .or_default()
+                    .push((rec.tid, rec.ts_ns, rec.cpu_ns));
+            }
             Some(RecordKind::Exit) => {
+                self.attaches.remove(&rec.tgid);
                 if let Some(p) = self.procs.get_mut(&rec.tgid) {
                     if !p.exited {
                         p.exited = true;
@@ -275,20 +287,7 @@ impl Capture {
             }
         }
         let mut touched = vec![rec.tgid];
-        for m in self.matcher.take_matched() {
-            if let Some((tgid, slot)) = self.recv_slots.remove(&m.recv) {
-                if let Some(p) = self.procs.get_mut(&tgid) {
-                    p.fill(slot, m.msg, m.bytes.unwrap_or(0));
-                    touched.push(tgid);
-                }
-                if m.bytes.is_none() {
-                    note(
-                        &mut self.anomalies,
-                        "message from another host of unknown size (status not visible)",
-                    );
-                }
-            }
-        }
+        self.settle_matched(&mut touched);
         if !self.started {
             let all_past_init = self
                 .rank_owner
@@ -311,6 +310,61 @@ impl Capture {
                 p.flush(sink);
             }
         }
+    }
+
+    /// Fills the `RecvEnd`s of the receives the matcher matched since the last call; adds
+    /// their processes to `touched`.
+    fn settle_matched(&mut self, touched: &mut Vec<u32>) {
+        for m in self.matcher.take_matched() {
+            if let Some((tgid, slot)) = self.recv_slots.remove(&m.recv) {
+                if let Some(p) = self.procs.get_mut(&tgid) {
+                    p.fill(slot, m.msg, m.bytes.unwrap_or(0));
+                    touched.push(tgid);
+                }
+                if m.bytes.is_none() {
+                    note(
+                        &mut self.anomalies,
+                        "message from another host of unknown size (status not visible)",
+                    );
+                }
+            }
+        }
+    }
+
+    /// Matches the messages of envelopes numbered from an attach, now that the capture ends
+    /// (see [`alignment`]), and counts what it could not pair; returns the sends no receive
+    /// seen took.
+    fn align(&mut self) -> u64 {
+        let ended = self.procs.values().all(|p| p.exited);
+        let (boundary, unplaced) = self.matcher.align(ended);
+        self.settle_matched(&mut Vec::new());
+        for (what, n) in [
+            (
+                "receive of a message sent before the attach (no dependency)",
+                boundary.recvs_of_earlier_sends,
+            ),
+            (
+                "send received by a receive posted before the attach (not modelled)",
+                boundary.sends_to_earlier_recvs,
+            ),
+            (
+                "send not received by the end of the capture",
+                boundary.unreceived_sends,
+            ),
+            (
+                "receive matched by timing alone: the capture ended before the job",
+                boundary.recvs_by_timing,
+            ),
+            (
+                "wildcard receive without a visible status after an attach (unmatched)",
+                unplaced,
+            ),
+        ] {
+            if n > 0 {
+                *self.anomalies.entry(what.to_string()).or_default() += n;
+            }
+        }
+        boundary.sends_to_earlier_recvs + boundary.unreceived_sends
     }
 
     /// Events queued until their receives are matched (or, before every rank is known,
@@ -377,6 +431,7 @@ impl Capture {
             }
             self.start(sink);
         }
+        let unmatched_after_attach = self.align();
         let mut tgids: Vec<u32> = self.procs.keys().copied().collect();
         tgids.sort_by_key(|t| self.procs[t].rank);
         let mut summary = Summary::default();
@@ -403,7 +458,7 @@ impl Capture {
             summary.procs.push(self.proc_info(rank, tgid));
             summary.stats.push(stats);
         }
-        summary.unmatched_sends = self.matcher.unmatched_sends();
+        summary.unmatched_sends = self.matcher.unmatched_sends() + unmatched_after_attach;
         summary.measured_seconds = self.clock.measured_seconds();
         let end = self.clock.end();
         summary.teardown_seconds =
@@ -466,9 +521,23 @@ impl Capture {
         let stack = p.calls.entry(rec.tid).or_default();
         let nested = !stack.is_empty() || p.exited;
         if !nested && !init && before_init {
-            // Attached after MPI_Init: the model starts here.
-            self.past_init.insert(rec.tgid, rec.ts_ns);
-            p.untimed(rec.tid, rec.cpu_ns);
+            // Attached after MPI_Init: the model starts at the attach, each thread with the
+            // CPU it used since (here, if the attach was not seen).
+            match self.attaches.remove(&rec.tgid) {
+                Some(threads) => {
+                    let at = threads.iter().map(|&(_, ts, _)| ts).min();
+                    self.past_init.insert(rec.tgid, at.unwrap_or(rec.ts_ns));
+                    for (tid, _, cpu) in threads {
+                        p.attached(tid, cpu);
+                    }
+                }
+                None => {
+                    self.past_init.insert(rec.tgid, rec.ts_ns);
+                    p.untimed(rec.tid, rec.cpu_ns);
+                }
+            }
+            p.mid_run = true;
+            self.matcher.attached_mid_run();
         }
         let entry = (!nested).then(|| call::decode_entry(&p.abi, rec.fn_id, &rec.args, mem));
         let mut open = OpenCall {
@@ -594,7 +663,8 @@ impl Capture {
             | Some(Entry::SendRecv { .. }) => {
                 let status = p.abi.statuses(mem).first().copied();
                 if let Some(id) = open.posted {
-                    self.receive(rec.tgid, tid, open.cpu_ns, cpu, &[(id, status)]);
+                    let at = (rec.tgid, tid, rec.ts_ns);
+                    self.receive(at, open.cpu_ns, cpu, &[(id, status)]);
                 }
             }
             Some(Entry::Complete {
@@ -615,6 +685,7 @@ impl Capture {
                     Vec::new()
                 };
                 let mut recvs = Vec::new();
+                let mut earlier = 0;
                 for (i, h) in requests.iter().enumerate() {
                     let done = match how {
                         Completion::All => true,
@@ -623,12 +694,23 @@ impl Capture {
                     if !done {
                         continue;
                     }
-                    if let Some(Request::Recv(id)) = p.requests.remove(h) {
-                        recvs.push((id, statuses.get(i).copied()));
+                    match p.requests.remove(h) {
+                        Some(Request::Recv(id)) => recvs.push((id, statuses.get(i).copied())),
+                        Some(_) => {}
+                        None if p.mid_run && *h != p.abi.request_null() => earlier += 1,
+                        None => {}
                     }
                 }
+                if earlier > 0 {
+                    *self
+                        .anomalies
+                        .entry(
+                            "request made before the attach completed (not modelled)".to_string(),
+                        )
+                        .or_default() += earlier;
+                }
                 if !recvs.is_empty() {
-                    self.receive(rec.tgid, tid, open.cpu_ns, cpu, &recvs);
+                    self.receive((rec.tgid, tid, rec.ts_ns), open.cpu_ns, cpu, &recvs);
                 }
             }
             Some(Entry::Collective { .. }) => {
@@ -697,6 +779,7 @@ impl Capture {
                 tag: send.tag,
             },
             bytes,
+            rec.ts_ns,
         );
         p.emit(rec.tid, rec.cpu_ns, EventKind::Send { msg, bytes });
     }
@@ -729,11 +812,10 @@ impl Capture {
     }
 
     /// Emits the `RecvStart` (at `entry_cpu`) and one pending `RecvEnd` per completed receive
-    /// (at `exit_cpu`), then completes them in the matcher with their statuses.
+    /// (at `exit_cpu`), then completes them in the matcher with their statuses, at `ts`.
     fn receive(
         &mut self,
-        tgid: u32,
-        tid: u32,
+        (tgid, tid, ts): (u32, u32, u64),
         entry_cpu: u64,
         exit_cpu: u64,
         recvs: &[(RecvId, Option<Status>)],
@@ -748,7 +830,7 @@ impl Capture {
             self.recv_slots.insert(id, (tgid, slot));
         }
         for &(id, status) in recvs {
-            self.matcher.complete(id, status);
+            self.matcher.complete(id, status, ts);
         }
     }
 

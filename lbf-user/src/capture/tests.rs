@@ -627,7 +627,10 @@ fn processes_without_mpi_calls_are_not_ranks_and_ids_follow_ranks() {
 #[test]
 fn open_mpi_handles_statuses_and_datatypes() {
     let world = 0x7f00_1234_5000;
-    let abi = Abi::OpenMpi(OpenMpi { comm_world: world });
+    let abi = Abi::OpenMpi(OpenMpi {
+        comm_world: world,
+        request_null: 0x5000,
+    });
     let table = HashMap::from([(100, (abi, Some(0), 2)), (101, (abi, Some(1), 2))]);
     let mut run = Run {
         capture: Capture::new(Box::new(FakeInspector(table)), "h"),

@@ -35,11 +35,22 @@
 //! before the attach (`i + d < 0`; not a dependency of anything seen, so the model has none),
 //! and sends taken by receives posted before the attach (`j < d`), which the model does not
 //! see completed.
+//!
+//! Collectives have the same problem: the n-th collective on a communicator is numbered by
+//! each member from its own attach, and a member that was inside one at the attach sees one
+//! fewer. By the end of the job every member has made the same collectives, so counted from
+//! the end they agree ([`AttachedCollectives`]): each member's last collective seen is the
+//! same instance. An instance some member entered before the attach is incomplete in the
+//! capture and left out of the model (its events carry their CPU as `Keepalive`s), counted.
+//! A capture that ended before the job aligns them the same way, which assumes that each
+//! member's last collective seen is the same instance (it can be one apart if the capture
+//! stopped while one member had entered a collective the others had not); this is counted.
 
 use std::collections::HashMap;
 
 use super::ids;
-use super::matching::{Envelope, Matched, RecvId};
+use super::matching::{CommId, Envelope, Matched, RecvId};
+use crate::event::{CollId, CollOp, EventKind};
 
 /// A send seen on an envelope numbered from an attach.
 #[derive(Clone, Copy, Debug)]
@@ -157,6 +168,123 @@ fn offset(sends: &[Send], recvs: &[Recv]) -> i64 {
         .map(|(i, r)| entered.partition_point(|&t| t <= r.ts) as i64 - i as i64 - 1)
         .min()
         .unwrap_or(i64::MAX)
+}
+
+/// A collective one member entered after the attach: the queue slots of its events.
+#[derive(Clone, Copy, Debug)]
+struct Part {
+    /// The `CollStart`'s slot.
+    start: u64,
+    /// The `CollEnd`'s slot, once the member left.
+    end: Option<u64>,
+    op: CollOp,
+    size: u32,
+    bytes: u64,
+}
+
+/// A collective event of a member, once its instance is known: the member's process, the
+/// slot, and what the event is (`Keepalive` for an instance entered before the attach).
+pub type Settled = (u32, u64, EventKind);
+
+/// The collectives of processes attached while running, until
+/// [`AttachedCollectives::align`] numbers them (see the module documentation).
+#[derive(Debug, Default)]
+pub struct AttachedCollectives {
+    /// Per communicator, per member process, its collectives in order.
+    comms: HashMap<CommId, HashMap<u32, Vec<Part>>>,
+    /// Where the collective a member is in (by its provisional id) is kept.
+    open: HashMap<(u32, CollId), (CommId, usize)>,
+}
+
+impl AttachedCollectives {
+    /// Member `member` entered a collective `(op, size, bytes)` on `comm` (its provisional
+    /// id `coll`), whose `CollStart` waits in `slot`.
+    pub fn enter(
+        &mut self,
+        comm: CommId,
+        member: u32,
+        coll: CollId,
+        slot: u64,
+        (op, size, bytes): (CollOp, u32, u64),
+    ) {
+        let parts = self
+            .comms
+            .entry(comm)
+            .or_default()
+            .entry(member)
+            .or_default();
+        parts.push(Part {
+            start: slot,
+            end: None,
+            op,
+            size,
+            bytes,
+        });
+        self.open.insert((member, coll), (comm, parts.len() - 1));
+    }
+
+    /// Member `member` left collective `coll`; its `CollEnd` waits in `slot`.
+    pub fn leave(&mut self, member: u32, coll: CollId, slot: u64) {
+        let Some((comm, k)) = self.open.remove(&(member, coll)) else {
+            return;
+        };
+        if let Some(part) = self
+            .comms
+            .get_mut(&comm)
+            .and_then(|m| m.get_mut(&member))
+            .and_then(|parts| parts.get_mut(k))
+        {
+            part.end = Some(slot);
+        }
+    }
+
+    /// Numbers every collective from the end (see the module documentation) and forgets them
+    /// all: the events to settle, how many instances were left out as entered before the
+    /// attach, and how many were modelled.
+    pub fn align(&mut self) -> (Vec<Settled>, u64, u64) {
+        let mut settled = Vec::new();
+        let (mut partial, mut modelled) = (0, 0);
+        self.open.clear();
+        for (comm, members) in self.comms.drain() {
+            let size = members
+                .values()
+                .flatten()
+                .map(|p| p.size)
+                .max()
+                .unwrap_or(0);
+            // Instances every member saw: the last `complete` of each.
+            let complete = if members.len() < size as usize {
+                0
+            } else {
+                members.values().map(Vec::len).min().unwrap_or(0)
+            };
+            let most = members.values().map(Vec::len).max().unwrap_or(0);
+            partial += (most - complete) as u64;
+            modelled += complete as u64;
+            for (member, parts) in members {
+                for (k, part) in parts.iter().enumerate() {
+                    let from_end = parts.len() - k;
+                    let kinds = if from_end > complete {
+                        (EventKind::Keepalive, EventKind::Keepalive)
+                    } else {
+                        let coll = ids::collective(comm, (from_end as u64).wrapping_neg());
+                        let start = EventKind::CollStart {
+                            coll,
+                            op: part.op,
+                            size: part.size,
+                            bytes: part.bytes,
+                        };
+                        (start, EventKind::CollEnd { coll })
+                    };
+                    settled.push((member, part.start, kinds.0));
+                    if let Some(end) = part.end {
+                        settled.push((member, end, kinds.1));
+                    }
+                }
+            }
+        }
+        (settled, partial, modelled)
+    }
 }
 
 #[cfg(test)]

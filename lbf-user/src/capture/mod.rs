@@ -80,6 +80,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use lbf_common::{mpi, Record, RecordKind, MEM_BYTES};
 
+use self::alignment::AttachedCollectives;
 use self::call::{Completion, Entry, Peer, RecvArgs, SendArgs, Status};
 use self::comms::Comms;
 use self::library::Abi;
@@ -87,7 +88,7 @@ use self::matching::{Envelope, Matcher, Pattern, RecvId};
 use self::process::{LocalComm, OpenCall, Process, Request};
 use self::procfs::ProcessInspector;
 use self::timeline::RunClock;
-use crate::event::{CollOp, Event, EventKind, ProcInfo};
+use crate::event::{CollId, CollOp, Event, EventKind, ProcInfo};
 
 pub use self::library::Library;
 pub use self::live::CaptureSink;
@@ -223,6 +224,8 @@ pub struct Capture {
     last_finalize: Option<u64>,
     /// The `Attach` records of each process not inspected yet: (thread, time, CPU clock).
     attaches: HashMap<u32, Vec<(u32, u64, u64)>>,
+    /// Collectives of processes attached while running, numbered when the capture ends.
+    attached_colls: AttachedCollectives,
     anomalies: BTreeMap<String, u64>,
 }
 
@@ -244,6 +247,7 @@ impl Capture {
             past_init: HashMap::new(),
             last_finalize: None,
             attaches: HashMap::new(),
+            attached_colls: AttachedCollectives::default(),
             anomalies: BTreeMap::new(),
         }
     }
@@ -318,7 +322,11 @@ impl Capture {
         for m in self.matcher.take_matched() {
             if let Some((tgid, slot)) = self.recv_slots.remove(&m.recv) {
                 if let Some(p) = self.procs.get_mut(&tgid) {
-                    p.fill(slot, m.msg, m.bytes.unwrap_or(0));
+                    p.fill(
+                        slot,
+                        EventKind::RecvEnd { msg: m.msg },
+                        m.bytes.unwrap_or(0),
+                    );
                     touched.push(tgid);
                 }
                 if m.bytes.is_none() {
@@ -338,6 +346,12 @@ impl Capture {
         let ended = self.procs.values().all(|p| p.exited);
         let (boundary, unplaced) = self.matcher.align(ended);
         self.settle_matched(&mut Vec::new());
+        let (settled, partial, colls) = self.attached_colls.align();
+        for (tgid, slot, kind) in settled {
+            if let Some(p) = self.procs.get_mut(&tgid) {
+                p.fill(slot, kind, 0);
+            }
+        }
         for (what, n) in [
             (
                 "receive of a message sent before the attach (no dependency)",
@@ -358,6 +372,14 @@ impl Capture {
             (
                 "wildcard receive without a visible status after an attach (unmatched)",
                 unplaced,
+            ),
+            (
+                "collective entered by a member before the attach (not modelled)",
+                partial,
+            ),
+            (
+                "collective aligned by count alone: the capture ended before the job",
+                if ended { 0 } else { colls },
             ),
         ] {
             if n > 0 {
@@ -713,16 +735,10 @@ impl Capture {
                     self.receive((rec.tgid, tid, rec.ts_ns), open.cpu_ns, cpu, &recvs);
                 }
             }
-            Some(Entry::Collective { .. }) => {
-                if let Some(coll) = open.coll {
-                    p.emit(tid, cpu, EventKind::CollEnd { coll });
-                }
-            }
+            Some(Entry::Collective { .. }) => self.leave_collective(rec.tgid, tid, cpu, open.coll),
             Some(Entry::CommCreate { .. }) => {
-                if let Some(coll) = open.coll {
-                    p.emit(tid, cpu, EventKind::CollEnd { coll });
-                }
                 let handle = p.abi.handles(mem).first().copied();
+                self.leave_collective(rec.tgid, tid, cpu, open.coll);
                 if let (Some((parent, seq)), Some(handle)) = (open.creation, handle) {
                     if let Some(created) = self.comms.leave_creation(parent, seq, rec.tgid) {
                         let p = self.procs.get_mut(&rec.tgid).expect("looked up above");
@@ -826,7 +842,7 @@ impl Capture {
             .expect("caller looked up the process");
         p.emit_recv_start(tid, entry_cpu);
         for &(id, _) in recvs {
-            let slot = p.emit_pending_recv(tid, exit_cpu);
+            let slot = p.emit_pending(tid, exit_cpu);
             self.recv_slots.insert(id, (tgid, slot));
         }
         for &(id, status) in recvs {
@@ -854,17 +870,35 @@ impl Capture {
         let seq = p.collectives.entry(local.id).or_default();
         let coll = ids::collective(local.id, *seq);
         *seq += 1;
-        p.emit(
-            rec.tid,
-            rec.cpu_ns,
-            EventKind::CollStart {
+        if p.mid_run && self.local_ranks.is_none() {
+            // Numbered from the end of the capture (see `alignment`).
+            let slot = p.emit_pending(rec.tid, rec.cpu_ns);
+            self.attached_colls
+                .enter(local.id, rec.tgid, coll, slot, (op, size, bytes));
+        } else {
+            let start = EventKind::CollStart {
                 coll,
                 op,
                 size,
                 bytes,
-            },
-        );
+            };
+            p.emit(rec.tid, rec.cpu_ns, start);
+        }
         Some(coll)
+    }
+
+    /// Emits the `CollEnd` of collective `coll` (if it was modelled) of thread `tid` of
+    /// `tgid`, whose clock reads `cpu`.
+    fn leave_collective(&mut self, tgid: u32, tid: u32, cpu: u64, coll: Option<CollId>) {
+        let (Some(coll), Some(p)) = (coll, self.procs.get_mut(&tgid)) else {
+            return;
+        };
+        if p.mid_run && self.local_ranks.is_none() {
+            let slot = p.emit_pending(tid, cpu);
+            self.attached_colls.leave(tgid, coll, slot);
+        } else {
+            p.emit(tid, cpu, EventKind::CollEnd { coll });
+        }
     }
 }
 

@@ -168,24 +168,26 @@ impl Process {
         self.push(tid, at, Some(EventKind::RecvStart));
     }
 
-    /// Queues a `RecvEnd` whose message is not known yet; returns its slot for [`Self::fill`].
-    pub fn emit_pending_recv(&mut self, tid: u32, cpu_at: u64) -> u64 {
+    /// Queues an event not known yet (a `RecvEnd` whose message is not matched, a collective
+    /// event of a process attached while running whose instance is not known); returns its
+    /// slot for [`Self::fill`].
+    pub fn emit_pending(&mut self, tid: u32, cpu_at: u64) -> u64 {
         self.wait_start = None;
         self.push(tid, cpu_at, None)
     }
 
-    /// Completes the pending `RecvEnd` in `slot` with message `msg` of `bytes`.
-    pub fn fill(&mut self, slot: u64, msg: u64, bytes: u64) {
+    /// Makes the pending event in `slot` `kind`, moving `bytes` (for statistics).
+    pub fn fill(&mut self, slot: u64, kind: EventKind, bytes: u64) {
         if let Some(s) = slot
             .checked_sub(self.queue_base)
             .and_then(|i| self.queue.get_mut(i as usize))
         {
-            s.kind = Some(EventKind::RecvEnd { msg });
+            s.kind = Some(kind);
             s.bytes = bytes;
         }
     }
 
-    /// Turns every pending `RecvEnd` into a `Keepalive` carrying its CPU; returns how many.
+    /// Turns every pending event into a `Keepalive` carrying its CPU; returns how many.
     pub fn abandon_pending(&mut self) -> u64 {
         let mut n = 0;
         for s in self.queue.iter_mut().filter(|s| s.kind.is_none()) {

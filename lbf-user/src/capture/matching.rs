@@ -150,6 +150,9 @@ pub struct Matcher {
     attached: Attached,
     /// Wildcard receives without a visible status on a capture attached mid-run.
     unplaced: u64,
+    /// Sends and receives after an attach whose envelope has an end on another host: they
+    /// keep the numbering from the attach.
+    unaligned: u64,
 }
 
 impl Matcher {
@@ -182,6 +185,9 @@ impl Matcher {
         let start = self.from_attach && fresh && local;
         if start {
             self.attached.start(*env);
+        }
+        if self.from_attach && !local {
+            self.unaligned += 1;
         }
         start
     }
@@ -256,10 +262,12 @@ impl Matcher {
     }
 
     /// Matches the receives of the envelopes numbered from an attach (see [`alignment`]);
-    /// `ended`: the capture saw every process to its end. Returns what it could not pair, and
-    /// the wildcard receives it could not place.
-    pub fn align(&mut self, ended: bool) -> (Boundary, u64) {
-        (self.attached.align(ended, &mut self.matched), self.unplaced)
+    /// `ended`: the capture saw every process to its end. Returns what it could not pair, the
+    /// wildcard receives it could not place, and the sends and receives with an end on another
+    /// host, which it numbered from the attach.
+    pub fn align(&mut self, ended: bool) -> (Boundary, u64, u64) {
+        let boundary = self.attached.align(ended, &mut self.matched);
+        (boundary, self.unplaced, self.unaligned)
     }
 
     /// Local sends whose receive has not resolved.

@@ -50,13 +50,16 @@
 //!   MPICH); completions beyond are lost (counted).
 //! - Persistent requests, one-sided and neighbourhood calls, intercommunicators are not handled.
 //! - There are no periodic `Keepalive`s: the records only come at MPI calls.
-//! - Attaching to a running job (`lbf-trace -p`) misses what was in flight: a receive already
-//!   waiting returns without its entry (dropped, counted), and a message sent before the
-//!   attach may be received after it. Messages are numbered per envelope from the attach on,
-//!   by the sender among its sends and by the receiver among its receives, so either shifts
-//!   the receiver's numbering against the sender's: later receives are matched to the wrong
-//!   sends (measured: a 2-rank MPICH token ring attached mid-run was predicted 25-53 % short).
-//!   `lbf-trace` says so when it attaches. Tracing from the job's start is exact.
+//! - Attaching to a running job (`lbf-trace -p`): a call in progress at the attach is not seen
+//!   (its return probe was never armed), nor is a request made before it. Both sides of a
+//!   message count from their own attach, so their counts differ by what was in flight; the
+//!   receives are matched when the capture ends, exactly if the job ended, else by timing
+//!   alone ([`alignment`]), and collectives are numbered from the end alike. The model of an
+//!   attached rank starts at the attach, each thread with the CPU it used since (an `Attach`
+//!   record per thread carries its clock then). What could not be paired is counted. A node
+//!   capture of some ranks (cluster mode) aligns only the messages between its own ranks:
+//!   messages to or from other hosts and collectives keep the numbering from the attach
+//!   (each host sees one side only), and are counted as such.
 
 pub mod alignment;
 pub mod call;
@@ -344,7 +347,7 @@ impl Capture {
     /// seen took.
     fn align(&mut self) -> u64 {
         let ended = self.procs.values().all(|p| p.exited);
-        let (boundary, unplaced) = self.matcher.align(ended);
+        let (boundary, unplaced, unaligned) = self.matcher.align(ended);
         self.settle_matched(&mut Vec::new());
         let (settled, partial, colls) = self.attached_colls.align();
         for (tgid, slot, kind) in settled {
@@ -372,6 +375,10 @@ impl Capture {
             (
                 "wildcard receive without a visible status after an attach (unmatched)",
                 unplaced,
+            ),
+            (
+                "message end to or from another host after an attach: numbered from the attach",
+                unaligned,
             ),
             (
                 "collective entered by a member before the attach (not modelled)",
@@ -870,6 +877,12 @@ impl Capture {
         let seq = p.collectives.entry(local.id).or_default();
         let coll = ids::collective(local.id, *seq);
         *seq += 1;
+        if p.mid_run && self.local_ranks.is_some() {
+            note(
+                &mut self.anomalies,
+                "collective after an attach on a node capture: numbered from the attach",
+            );
+        }
         if p.mid_run && self.local_ranks.is_none() {
             // Numbered from the end of the capture (see `alignment`).
             let slot = p.emit_pending(rec.tid, rec.cpu_ns);

@@ -176,18 +176,21 @@ impl Matcher {
     /// Whether `env` is numbered from an attach; starts numbering it so if it is new, between
     /// processes of this capture, and the capture attached mid-run.
     fn numbered_from_attach(&mut self, env: &Envelope) -> bool {
+        if !self.from_attach {
+            return false;
+        }
         if self.attached.has(env) {
             return true;
         }
         let fresh = !self.sent.contains_key(env) && !self.received.contains_key(env);
         let local = is_local(&self.local_world, env.comm, env.src)
             && is_local(&self.local_world, env.comm, env.dst);
-        let start = self.from_attach && fresh && local;
+        if !local {
+            self.unaligned += 1;
+        }
+        let start = fresh && local;
         if start {
             self.attached.start(*env);
-        }
-        if self.from_attach && !local {
-            self.unaligned += 1;
         }
         start
     }

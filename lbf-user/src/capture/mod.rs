@@ -389,9 +389,7 @@ impl Capture {
                 if ended { 0 } else { colls },
             ),
         ] {
-            if n > 0 {
-                *self.anomalies.entry(what.to_string()).or_default() += n;
-            }
+            count(&mut self.anomalies, what, n);
         }
         boundary.sends_to_earlier_recvs + boundary.unreceived_sends
     }
@@ -730,14 +728,11 @@ impl Capture {
                         None => {}
                     }
                 }
-                if earlier > 0 {
-                    *self
-                        .anomalies
-                        .entry(
-                            "request made before the attach completed (not modelled)".to_string(),
-                        )
-                        .or_default() += earlier;
-                }
+                count(
+                    &mut self.anomalies,
+                    "request made before the attach completed (not modelled)",
+                    earlier,
+                );
                 if !recvs.is_empty() {
                     self.receive((rec.tgid, tid, rec.ts_ns), open.cpu_ns, cpu, &recvs);
                 }
@@ -917,7 +912,14 @@ impl Capture {
 
 /// Counts one occurrence of anomaly `what`.
 fn note(anomalies: &mut BTreeMap<String, u64>, what: &str) {
-    *anomalies.entry(what.to_string()).or_default() += 1;
+    count(anomalies, what, 1);
+}
+
+/// Counts `n` occurrences of anomaly `what` (none: nothing noted).
+fn count(anomalies: &mut BTreeMap<String, u64>, what: &str, n: u64) {
+    if n > 0 {
+        *anomalies.entry(what.to_string()).or_default() += n;
+    }
 }
 
 #[cfg(test)]

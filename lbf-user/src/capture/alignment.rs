@@ -364,4 +364,41 @@ mod tests {
         let (_, b) = align(&[1, 2], &[], true);
         assert_eq!(b.sends_to_earlier_recvs, 2);
     }
+
+    /// Members counted from the end: the member that was inside a collective at the attach
+    /// saw one fewer, and the others' first is left out; a communicator one member never used
+    /// after the attach has no complete instance.
+    #[test]
+    fn collectives_are_numbered_from_the_end() {
+        let mut c = AttachedCollectives::default();
+        let barrier = (CollOp::Barrier, 2, 0);
+        // Member 10 saw 3 collectives on communicator 5, member 11 two (slots 0, 1, ...).
+        for (member, n) in [(10, 3), (11, 2)] {
+            for k in 0..n {
+                c.enter(5, member, k, 2 * k, barrier);
+                c.leave(member, k, 2 * k + 1);
+            }
+        }
+        c.enter(6, 10, 0, 100, barrier);
+        let (settled, partial, modelled) = c.align();
+        assert_eq!((partial, modelled), (2, 2));
+        let kind = |member: u32, slot: u64| {
+            settled
+                .iter()
+                .find(|s| s.0 == member && s.1 == slot)
+                .map(|s| s.2)
+                .unwrap()
+        };
+        assert_eq!(kind(10, 0), EventKind::Keepalive);
+        assert_eq!(kind(10, 1), EventKind::Keepalive);
+        assert_eq!(kind(10, 2), kind(11, 0), "the first instance both saw");
+        assert_eq!(kind(10, 5), kind(11, 3));
+        assert_ne!(kind(10, 2), kind(10, 4));
+        assert!(matches!(kind(10, 4), EventKind::CollStart { size: 2, .. }));
+        assert_eq!(
+            kind(10, 100),
+            EventKind::Keepalive,
+            "member 11 never used 6"
+        );
+    }
 }

@@ -53,6 +53,12 @@ pub enum RecordKind {
     /// reservation per call instead of two); user space splits it (`lbf-user`'s
     /// `probe::decode`), so record consumers only ever see `CallEntry` and `CallExit`.
     CallPair = 7,
+    /// Tracing of a running thread began here: written by user space (never by the kernel
+    /// side) for each thread of a process it starts tracing, when it seeds the thread's CPU
+    /// clock. `ts_ns` is when, `cpu_ns` the clock then (the CPU the thread used before it was
+    /// traced); `args` are 0. It comes before every other record of its thread, so that the
+    /// CPU a thread uses from the attach to its first probed call is known.
+    Attach = 8,
 }
 
 impl RecordKind {
@@ -66,6 +72,7 @@ impl RecordKind {
             5 => Self::CallExit,
             6 => Self::Syscall,
             7 => Self::CallPair,
+            8 => Self::Attach,
             _ => return None,
         })
     }

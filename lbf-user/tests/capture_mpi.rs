@@ -6,69 +6,23 @@
 mod traced;
 
 use lbf::capture::procfs::ProcFs;
-use lbf::capture::{Capture, CaptureSink, EventLog, Library};
-use lbf::probe;
+use lbf::capture::{Capture, CaptureSink, EventLog};
 use traced::{
-    can_trace, check_accounts, check_prediction, timed, trace, workload_built_by, Measured, Traced,
+    can_trace, check_accounts, check_prediction, probe_mpi, timed, trace, workload_built_by,
+    Measured, Mpi, Traced,
 };
-
-/// An installed MPI implementation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mpi {
-    OpenMpi,
-    Mpich,
-}
-
-impl Mpi {
-    /// The name Debian's compiler wrapper and launcher carry (`mpicc.NAME`, `mpirun.NAME`).
-    fn name(self) -> &'static str {
-        match self {
-            Mpi::OpenMpi => "openmpi",
-            Mpi::Mpich => "mpich",
-        }
-    }
-
-    /// The shell command that runs `np` ranks of `program args`.
-    fn launch(self, np: u32, program: &str, args: &str) -> String {
-        match self {
-            Mpi::OpenMpi => format!(
-                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-                 mpirun.openmpi --oversubscribe --bind-to none -np {np} {program} {args}"
-            ),
-            Mpi::Mpich => format!("mpirun.mpich -n {np} {program} {args}"),
-        }
-    }
-
-    /// How much a waiting rank loads its core (see docs/targets.md): MPICH polls flat out;
-    /// Open MPI, told it is oversubscribed, yields the CPU while it polls.
-    fn spin(self) -> f64 {
-        match self {
-            Mpi::OpenMpi => 0.0,
-            Mpi::Mpich => 1.0,
-        }
-    }
-}
 
 /// Runs workload `name` with `np` ranks and `args` under the tracer with the MPI capture.
 fn run(mpi: Mpi, name: &str, np: u32, args: &str) -> Traced {
     let cc = format!("mpicc.{}", mpi.name());
     let bin = workload_built_by(&cc, "mpi", name, &[]);
     let command = mpi.launch(np, &bin.display().to_string(), args);
-    let prepare = |tracer: &mut probe::Tracer| {
-        for path in probe::installed_mpi_libraries().expect("finding MPI libraries") {
-            if let Some(lib) = Library::from_path(&path.to_string_lossy()) {
-                tracer
-                    .attach_mpi_library(&path, &lib.fn_reads())
-                    .expect("attaching");
-            }
-        }
-    };
     let capture = Capture::new(Box::new(ProcFs::new()), "localhost");
     let sink = CaptureSink::new(capture, EventLog::default());
     trace(
         &format!("{name}-{}", mpi.name()),
         &command,
-        prepare,
+        probe_mpi,
         sink,
         |sink| {
             let (log, summary) = sink.into_parts();

@@ -50,14 +50,18 @@
 //!   MPICH); completions beyond are lost (counted).
 //! - Persistent requests, one-sided and neighbourhood calls, intercommunicators are not handled.
 //! - There are no periodic `Keepalive`s: the records only come at MPI calls.
-//! - Attaching to a running job (`lbf-trace -p`) misses what was in flight: a receive already
-//!   waiting returns without its entry (dropped, counted), and a message sent before the
-//!   attach may be received after it. Messages are numbered per envelope from the attach on,
-//!   by the sender among its sends and by the receiver among its receives, so either shifts
-//!   the receiver's numbering against the sender's: later receives are matched to the wrong
-//!   sends (measured: a 2-rank MPICH token ring attached mid-run was predicted 25-53 % short).
-//!   `lbf-trace` says so when it attaches. Tracing from the job's start is exact.
+//! - Attaching to a running job (`lbf-trace -p`): a call in progress at the attach is not seen
+//!   (its return probe was never armed), nor is a request made before it. Both sides of a
+//!   message count from their own attach, so their counts differ by what was in flight; the
+//!   receives are matched when the capture ends, exactly if the job ended, else by timing
+//!   alone ([`alignment`]), and collectives are numbered from the end alike. The model of an
+//!   attached rank starts at the attach, each thread with the CPU it used since (an `Attach`
+//!   record per thread carries its clock then). What could not be paired is counted. A node
+//!   capture of some ranks (cluster mode) aligns only the messages between its own ranks:
+//!   messages to or from other hosts and collectives keep the numbering from the attach
+//!   (each host sees one side only), and are counted as such.
 
+pub mod alignment;
 pub mod call;
 pub mod comms;
 pub mod ids;
@@ -79,6 +83,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use lbf_common::{mpi, Record, RecordKind, MEM_BYTES};
 
+use self::alignment::AttachedCollectives;
 use self::call::{Completion, Entry, Peer, RecvArgs, SendArgs, Status};
 use self::comms::Comms;
 use self::library::Abi;
@@ -87,7 +92,7 @@ use self::process::{LocalComm, OpenCall, Process, Request};
 use self::procfs::ProcessInspector;
 use self::sockets::channels::{EndClosed, StreamOp};
 use self::timeline::RunClock;
-use crate::event::{CollOp, Event, EventKind, ProcId, ProcInfo};
+use crate::event::{CollId, CollOp, Event, EventKind, ProcId, ProcInfo};
 
 pub use self::library::Library;
 pub use self::live::CaptureSink;
@@ -161,7 +166,8 @@ pub struct ProcStats {
     /// CPU before `MPI_Init` returned and inside `MPI_Finalize`: start-up and teardown, which
     /// no event carries. The model of a rank runs from `MPI_Init`'s return (see
     /// [`ProcInfo::start_ns`]) to `MPI_Finalize`'s entry; what comes before and after is taken
-    /// as measured.
+    /// as measured. A rank attached while running is modelled from the attach: the CPU it
+    /// used before is in neither figure.
     pub untimed_cpu_ns: u64,
 }
 
@@ -235,6 +241,10 @@ pub struct Capture {
     past_init: HashMap<u32, u64>,
     /// The latest `MPI_Finalize` entry: where the model of the job ends.
     last_finalize: Option<u64>,
+    /// The `Attach` records of each process not inspected yet: (thread, time, CPU clock).
+    attaches: HashMap<u32, Vec<(u32, u64, u64)>>,
+    /// Collectives of processes attached while running, numbered when the capture ends.
+    attached_colls: AttachedCollectives,
     anomalies: BTreeMap<String, u64>,
 }
 
@@ -255,6 +265,8 @@ impl Capture {
             clock: RunClock::default(),
             past_init: HashMap::new(),
             last_finalize: None,
+            attaches: HashMap::new(),
+            attached_colls: AttachedCollectives::default(),
             anomalies: BTreeMap::new(),
         }
     }
@@ -275,7 +287,14 @@ impl Capture {
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::CallEntry) => self.entry(rec),
             Some(RecordKind::CallExit) => self.exit(rec),
+            Some(RecordKind::Attach) => {
+                self.attaches
+                    .entry(rec.tgid)
+                    .or_default()
+                    .push((rec.tid, rec.ts_ns, rec.cpu_ns));
+            }
             Some(RecordKind::Exit) => {
+                self.attaches.remove(&rec.tgid);
                 if let Some(p) = self.procs.get_mut(&rec.tgid) {
                     if !p.exited {
                         p.exited = true;
@@ -291,20 +310,7 @@ impl Capture {
             }
         }
         let mut touched = vec![rec.tgid];
-        for m in self.matcher.take_matched() {
-            if let Some((tgid, slot)) = self.recv_slots.remove(&m.recv) {
-                if let Some(p) = self.procs.get_mut(&tgid) {
-                    p.fill(slot, m.msg, m.bytes.unwrap_or(0));
-                    touched.push(tgid);
-                }
-                if m.bytes.is_none() {
-                    note(
-                        &mut self.anomalies,
-                        "message from another host of unknown size (status not visible)",
-                    );
-                }
-            }
-        }
+        self.settle_matched(&mut touched);
         if !self.started {
             let all_past_init = self
                 .rank_owner
@@ -327,6 +333,81 @@ impl Capture {
                 p.flush(sink);
             }
         }
+    }
+
+    /// Fills the `RecvEnd`s of the receives the matcher matched since the last call; adds
+    /// their processes to `touched`.
+    fn settle_matched(&mut self, touched: &mut Vec<u32>) {
+        for m in self.matcher.take_matched() {
+            if let Some((tgid, slot)) = self.recv_slots.remove(&m.recv) {
+                if let Some(p) = self.procs.get_mut(&tgid) {
+                    p.fill(
+                        slot,
+                        EventKind::RecvEnd { msg: m.msg },
+                        m.bytes.unwrap_or(0),
+                    );
+                    touched.push(tgid);
+                }
+                if m.bytes.is_none() {
+                    note(
+                        &mut self.anomalies,
+                        "message from another host of unknown size (status not visible)",
+                    );
+                }
+            }
+        }
+    }
+
+    /// Matches the messages of envelopes numbered from an attach, now that the capture ends
+    /// (see [`alignment`]), and counts what it could not pair; returns the sends no receive
+    /// seen took.
+    fn align(&mut self) -> u64 {
+        let ended = self.procs.values().all(|p| p.exited);
+        let (boundary, unplaced, unaligned) = self.matcher.align(ended);
+        self.settle_matched(&mut Vec::new());
+        let (settled, partial, colls) = self.attached_colls.align();
+        for (tgid, slot, kind) in settled {
+            if let Some(p) = self.procs.get_mut(&tgid) {
+                p.fill(slot, kind, 0);
+            }
+        }
+        for (what, n) in [
+            (
+                "receive of a message sent before the attach (no dependency)",
+                boundary.recvs_of_earlier_sends,
+            ),
+            (
+                "send received by a receive posted before the attach (not modelled)",
+                boundary.sends_to_earlier_recvs,
+            ),
+            (
+                "send not received by the end of the capture",
+                boundary.unreceived_sends,
+            ),
+            (
+                "receive matched by timing alone: the capture ended before the job",
+                boundary.recvs_by_timing,
+            ),
+            (
+                "wildcard receive without a visible status after an attach (unmatched)",
+                unplaced,
+            ),
+            (
+                "message end to or from another host after an attach: numbered from the attach",
+                unaligned,
+            ),
+            (
+                "collective entered by a member before the attach (not modelled)",
+                partial,
+            ),
+            (
+                "collective aligned by count alone: the capture ended before the job",
+                if ended { 0 } else { colls },
+            ),
+        ] {
+            count(&mut self.anomalies, what, n);
+        }
+        boundary.sends_to_earlier_recvs + boundary.unreceived_sends
     }
 
     /// Events queued until their receives are matched (or, before every rank is known,
@@ -393,6 +474,7 @@ impl Capture {
             }
             self.start(sink);
         }
+        let unmatched_after_attach = self.align();
         let mut tgids: Vec<u32> = self.procs.keys().copied().collect();
         tgids.sort_by_key(|t| self.procs[t].rank);
         let mut summary = Summary::default();
@@ -419,7 +501,7 @@ impl Capture {
             summary.procs.push(self.proc_info(rank, tgid));
             summary.stats.push(stats);
         }
-        summary.unmatched_sends = self.matcher.unmatched_sends();
+        summary.unmatched_sends = self.matcher.unmatched_sends() + unmatched_after_attach;
         summary.measured_seconds = self.clock.measured_seconds();
         let end = self.clock.end();
         summary.teardown_seconds =
@@ -482,9 +564,23 @@ impl Capture {
         let stack = p.calls.entry(rec.tid).or_default();
         let nested = !stack.is_empty() || p.exited;
         if !nested && !init && before_init {
-            // Attached after MPI_Init: the model starts here.
-            self.past_init.insert(rec.tgid, rec.ts_ns);
-            p.untimed(rec.tid, rec.cpu_ns);
+            // Attached after MPI_Init: the model starts at the attach, each thread with the
+            // CPU it used since (here, if the attach was not seen).
+            match self.attaches.remove(&rec.tgid) {
+                Some(threads) => {
+                    let at = threads.iter().map(|&(_, ts, _)| ts).min();
+                    self.past_init.insert(rec.tgid, at.unwrap_or(rec.ts_ns));
+                    for (tid, _, cpu) in threads {
+                        p.attached(tid, cpu);
+                    }
+                }
+                None => {
+                    self.past_init.insert(rec.tgid, rec.ts_ns);
+                    p.untimed(rec.tid, rec.cpu_ns);
+                }
+            }
+            p.mid_run = true;
+            self.matcher.attached_mid_run();
         }
         let entry = (!nested).then(|| call::decode_entry(&p.abi, rec.fn_id, &rec.args, mem));
         let mut open = OpenCall {
@@ -610,7 +706,8 @@ impl Capture {
             | Some(Entry::SendRecv { .. }) => {
                 let status = p.abi.statuses(mem).first().copied();
                 if let Some(id) = open.posted {
-                    self.receive(rec.tgid, tid, open.cpu_ns, cpu, &[(id, status)]);
+                    let at = (rec.tgid, tid, rec.ts_ns);
+                    self.receive(at, open.cpu_ns, cpu, &[(id, status)]);
                 }
             }
             Some(Entry::Complete {
@@ -631,6 +728,7 @@ impl Capture {
                     Vec::new()
                 };
                 let mut recvs = Vec::new();
+                let mut earlier = 0;
                 for (i, h) in requests.iter().enumerate() {
                     let done = match how {
                         Completion::All => true,
@@ -639,24 +737,26 @@ impl Capture {
                     if !done {
                         continue;
                     }
-                    if let Some(Request::Recv(id)) = p.requests.remove(h) {
-                        recvs.push((id, statuses.get(i).copied()));
+                    match p.requests.remove(h) {
+                        Some(Request::Recv(id)) => recvs.push((id, statuses.get(i).copied())),
+                        Some(_) => {}
+                        None if p.mid_run && *h != p.abi.request_null() => earlier += 1,
+                        None => {}
                     }
                 }
+                count(
+                    &mut self.anomalies,
+                    "request made before the attach completed (not modelled)",
+                    earlier,
+                );
                 if !recvs.is_empty() {
-                    self.receive(rec.tgid, tid, open.cpu_ns, cpu, &recvs);
+                    self.receive((rec.tgid, tid, rec.ts_ns), open.cpu_ns, cpu, &recvs);
                 }
             }
-            Some(Entry::Collective { .. }) => {
-                if let Some(coll) = open.coll {
-                    p.emit(tid, cpu, EventKind::CollEnd { coll });
-                }
-            }
+            Some(Entry::Collective { .. }) => self.leave_collective(rec.tgid, tid, cpu, open.coll),
             Some(Entry::CommCreate { .. }) => {
-                if let Some(coll) = open.coll {
-                    p.emit(tid, cpu, EventKind::CollEnd { coll });
-                }
                 let handle = p.abi.handles(mem).first().copied();
+                self.leave_collective(rec.tgid, tid, cpu, open.coll);
                 if let (Some((parent, seq)), Some(handle)) = (open.creation, handle) {
                     if let Some(created) = self.comms.leave_creation(parent, seq, rec.tgid) {
                         let p = self.procs.get_mut(&rec.tgid).expect("looked up above");
@@ -713,6 +813,7 @@ impl Capture {
                 tag: send.tag,
             },
             bytes,
+            rec.ts_ns,
         );
         p.emit(rec.tid, rec.cpu_ns, EventKind::Send { msg, bytes });
     }
@@ -745,11 +846,10 @@ impl Capture {
     }
 
     /// Emits the `RecvStart` (at `entry_cpu`) and one pending `RecvEnd` per completed receive
-    /// (at `exit_cpu`), then completes them in the matcher with their statuses.
+    /// (at `exit_cpu`), then completes them in the matcher with their statuses, at `ts`.
     fn receive(
         &mut self,
-        tgid: u32,
-        tid: u32,
+        (tgid, tid, ts): (u32, u32, u64),
         entry_cpu: u64,
         exit_cpu: u64,
         recvs: &[(RecvId, Option<Status>)],
@@ -760,11 +860,11 @@ impl Capture {
             .expect("caller looked up the process");
         p.emit_recv_start(tid, entry_cpu);
         for &(id, _) in recvs {
-            let slot = p.emit_pending_recv(tid, exit_cpu);
+            let slot = p.emit_pending(tid, exit_cpu);
             self.recv_slots.insert(id, (tgid, slot));
         }
         for &(id, status) in recvs {
-            self.matcher.complete(id, status);
+            self.matcher.complete(id, status, ts);
         }
     }
 
@@ -788,23 +888,54 @@ impl Capture {
         let seq = p.collectives.entry(local.id).or_default();
         let coll = ids::collective(local.id, *seq);
         *seq += 1;
-        p.emit(
-            rec.tid,
-            rec.cpu_ns,
-            EventKind::CollStart {
+        if p.mid_run && self.local_ranks.is_some() {
+            note(
+                &mut self.anomalies,
+                "collective after an attach on a node capture: numbered from the attach",
+            );
+        }
+        if p.mid_run && self.local_ranks.is_none() {
+            // Numbered from the end of the capture (see `alignment`).
+            let slot = p.emit_pending(rec.tid, rec.cpu_ns);
+            self.attached_colls
+                .enter(local.id, rec.tgid, coll, slot, (op, size, bytes));
+        } else {
+            let start = EventKind::CollStart {
                 coll,
                 op,
                 size,
                 bytes,
-            },
-        );
+            };
+            p.emit(rec.tid, rec.cpu_ns, start);
+        }
         Some(coll)
+    }
+
+    /// Emits the `CollEnd` of collective `coll` (if it was modelled) of thread `tid` of
+    /// `tgid`, whose clock reads `cpu`.
+    fn leave_collective(&mut self, tgid: u32, tid: u32, cpu: u64, coll: Option<CollId>) {
+        let (Some(coll), Some(p)) = (coll, self.procs.get_mut(&tgid)) else {
+            return;
+        };
+        if p.mid_run && self.local_ranks.is_none() {
+            let slot = p.emit_pending(tid, cpu);
+            self.attached_colls.leave(tgid, coll, slot);
+        } else {
+            p.emit(tid, cpu, EventKind::CollEnd { coll });
+        }
     }
 }
 
 /// Counts one occurrence of anomaly `what`.
 fn note(anomalies: &mut BTreeMap<String, u64>, what: &str) {
-    *anomalies.entry(what.to_string()).or_default() += 1;
+    count(anomalies, what, 1);
+}
+
+/// Counts `n` occurrences of anomaly `what` (none: nothing noted).
+fn count(anomalies: &mut BTreeMap<String, u64>, what: &str, n: u64) {
+    if n > 0 {
+        *anomalies.entry(what.to_string()).or_default() += n;
+    }
 }
 
 #[cfg(test)]

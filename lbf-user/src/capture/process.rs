@@ -77,10 +77,15 @@ pub struct Process {
     pub collectives: HashMap<CommId, u64>,
     /// Whether its `Exit` event is queued; later calls are ignored.
     pub exited: bool,
+    /// Whether it was traced from the middle of its run (attached after `MPI_Init`).
+    pub mid_run: bool,
     /// Totals over the events handed to the sink.
     pub stats: ProcStats,
     /// CPU clock of each thread at this process's previous event.
     cpu_base: HashMap<u32, u64>,
+    /// CPU clock of each thread when tracing began, for a process attached while running,
+    /// until the thread's first event.
+    attach_cpu: HashMap<u32, u64>,
     /// CPU clock at the entry of an `MPI_Probe` whose wait the next receive continues.
     wait_start: Option<u64>,
     queue: VecDeque<Slot>,
@@ -100,8 +105,10 @@ impl Process {
             creations: HashMap::new(),
             collectives: HashMap::new(),
             exited: false,
+            mid_run: false,
             stats: ProcStats::default(),
             cpu_base: HashMap::new(),
+            attach_cpu: HashMap::new(),
             wait_start: None,
             queue: VecDeque::new(),
             queue_base: 0,
@@ -134,9 +141,25 @@ impl Process {
     /// `MPI_Init` returns, or teardown inside `MPI_Finalize`. It is counted in
     /// [`ProcStats::untimed_cpu_ns`], not in any event.
     pub fn untimed(&mut self, tid: u32, cpu_at: u64) {
-        let base = self.cpu_base.entry(tid).or_insert(0);
-        self.stats.untimed_cpu_ns += cpu_at.saturating_sub(*base);
+        let base = self.cpu_base(tid);
+        let before = cpu_at.saturating_sub(*base);
         *base = (*base).max(cpu_at);
+        self.stats.untimed_cpu_ns += before;
+    }
+
+    /// Thread `tid`'s CPU clock read `cpu_at` when tracing began (the process was attached
+    /// while running): the model of the thread starts there, and what it used before is in
+    /// no event and no statistic.
+    pub fn attached(&mut self, tid: u32, cpu_at: u64) {
+        self.attach_cpu.insert(tid, cpu_at);
+    }
+
+    /// Thread `tid`'s CPU clock at this process's previous event; for its first, the clock
+    /// when tracing began (0 for a thread traced from its start).
+    fn cpu_base(&mut self, tid: u32) -> &mut u64 {
+        self.cpu_base
+            .entry(tid)
+            .or_insert_with(|| self.attach_cpu.remove(&tid).unwrap_or(0))
     }
 
     /// Queues a `RecvStart` at `cpu_at`, or where an `MPI_Probe` began waiting.
@@ -145,24 +168,26 @@ impl Process {
         self.push(tid, at, Some(EventKind::RecvStart));
     }
 
-    /// Queues a `RecvEnd` whose message is not known yet; returns its slot for [`Self::fill`].
-    pub fn emit_pending_recv(&mut self, tid: u32, cpu_at: u64) -> u64 {
+    /// Queues an event not known yet (a `RecvEnd` whose message is not matched, a collective
+    /// event of a process attached while running whose instance is not known); returns its
+    /// slot for [`Self::fill`].
+    pub fn emit_pending(&mut self, tid: u32, cpu_at: u64) -> u64 {
         self.wait_start = None;
         self.push(tid, cpu_at, None)
     }
 
-    /// Completes the pending `RecvEnd` in `slot` with message `msg` of `bytes`.
-    pub fn fill(&mut self, slot: u64, msg: u64, bytes: u64) {
+    /// Makes the pending event in `slot` `kind`, moving `bytes` (for statistics).
+    pub fn fill(&mut self, slot: u64, kind: EventKind, bytes: u64) {
         if let Some(s) = slot
             .checked_sub(self.queue_base)
             .and_then(|i| self.queue.get_mut(i as usize))
         {
-            s.kind = Some(EventKind::RecvEnd { msg });
+            s.kind = Some(kind);
             s.bytes = bytes;
         }
     }
 
-    /// Turns every pending `RecvEnd` into a `Keepalive` carrying its CPU; returns how many.
+    /// Turns every pending event into a `Keepalive` carrying its CPU; returns how many.
     pub fn abandon_pending(&mut self) -> u64 {
         let mut n = 0;
         for s in self.queue.iter_mut().filter(|s| s.kind.is_none()) {
@@ -198,7 +223,7 @@ impl Process {
     }
 
     fn push(&mut self, tid: u32, cpu_at: u64, kind: Option<EventKind>) -> u64 {
-        let base = self.cpu_base.entry(tid).or_insert(0);
+        let base = self.cpu_base(tid);
         let cpu_ns = cpu_at.saturating_sub(*base);
         *base = (*base).max(cpu_at);
         self.queue.push_back(Slot {

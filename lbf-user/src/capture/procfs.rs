@@ -109,9 +109,9 @@ fn parse_maps(maps: &str) -> Vec<Mapping> {
 /// Inspects processes through `/proc`. Symbol lookups are cached per file.
 #[derive(Default)]
 pub struct ProcFs {
-    /// File -> `(st_value, absolute)` of `ompi_mpi_comm_world` if the file defines it;
+    /// (file, symbol) -> `(st_value, absolute)` of the symbol if the file defines it;
     /// `absolute` for non-PIE executables, whose symbol values are addresses.
-    comm_world_symbols: HashMap<PathBuf, Option<(u64, bool)>>,
+    symbols: HashMap<(PathBuf, &'static str), Option<(u64, bool)>>,
 }
 
 impl ProcFs {
@@ -120,15 +120,16 @@ impl ProcFs {
         Self::default()
     }
 
-    /// `ompi_mpi_comm_world`'s value in the object at `path` (seen through process `tgid`'s
-    /// root, for mount namespaces), if that object defines it.
-    fn comm_world_symbol(
+    /// `symbol`'s value in the object at `path` (seen through process `tgid`'s root, for
+    /// mount namespaces), if that object defines it.
+    fn symbol(
         &mut self,
         tgid: u32,
         path: &str,
+        symbol: &'static str,
     ) -> Result<Option<(u64, bool)>, InspectError> {
         let file = PathBuf::from(format!("/proc/{tgid}/root{path}"));
-        if let Some(&found) = self.comm_world_symbols.get(&file) {
+        if let Some(&found) = self.symbols.get(&(file.clone(), symbol)) {
             return Ok(found);
         }
         let err = |reason: String| InspectError { tgid, reason };
@@ -139,21 +140,23 @@ impl ProcFs {
         let absolute = elf.kind() == object::ObjectKind::Executable;
         let found = elf
             .dynamic_symbols()
-            .find(|s| s.is_definition() && s.name() == Ok(openmpi::COMM_WORLD_SYMBOL))
+            .find(|s| s.is_definition() && s.name() == Ok(symbol))
             .map(|s| (s.address(), absolute));
-        self.comm_world_symbols.insert(file, found);
+        self.symbols.insert((file, symbol), found);
         Ok(found)
     }
 
-    /// The address of `MPI_COMM_WORLD` in Open MPI process `tgid`: where the dynamic linker
-    /// bound `ompi_mpi_comm_world`. It searches the executable first: a PIE compiled by GCC
-    /// refers to the library's data through a copy relocation, so the object then lives in
-    /// the executable's `.bss`, not in `libmpi.so`.
-    fn open_mpi_comm_world(
+    /// The address of Open MPI's object `symbol` in process `tgid` (a predefined handle such
+    /// as `MPI_COMM_WORLD` is one's address): where the dynamic linker bound it. It searches
+    /// the executable first: a PIE compiled by GCC refers to the library's data through a
+    /// copy relocation, so the object then lives in the executable's `.bss`, not in
+    /// `libmpi.so`.
+    fn open_mpi_object(
         &mut self,
         tgid: u32,
         mappings: &[Mapping],
         library: &Mapping,
+        symbol: &'static str,
     ) -> Result<u64, InspectError> {
         let exe = std::fs::read_link(format!("/proc/{tgid}/exe")).ok();
         let exe_mapping = exe.and_then(|exe| {
@@ -163,7 +166,7 @@ impl ProcFs {
         for mapping in exe_mapping.into_iter().chain([library]) {
             // Shared objects and PIEs are linked at address 0: a symbol's value is its offset
             // from where the first (offset 0) segment is mapped.
-            if let Some((value, absolute)) = self.comm_world_symbol(tgid, &mapping.path)? {
+            if let Some((value, absolute)) = self.symbol(tgid, &mapping.path, symbol)? {
                 return Ok(if absolute {
                     value
                 } else {
@@ -174,9 +177,8 @@ impl ProcFs {
         Err(InspectError {
             tgid,
             reason: format!(
-                "neither its executable nor {} defines {}",
+                "neither its executable nor {} defines {symbol}",
                 library.path,
-                openmpi::COMM_WORLD_SYMBOL
             ),
         })
     }
@@ -205,7 +207,18 @@ impl ProcessInspector for ProcFs {
         Ok(match library {
             Library::Mpich => Abi::Mpich(Mpich),
             Library::OpenMpi => Abi::OpenMpi(OpenMpi {
-                comm_world: self.open_mpi_comm_world(tgid, &mappings, mapping)?,
+                comm_world: self.open_mpi_object(
+                    tgid,
+                    &mappings,
+                    mapping,
+                    openmpi::COMM_WORLD_SYMBOL,
+                )?,
+                request_null: self.open_mpi_object(
+                    tgid,
+                    &mappings,
+                    mapping,
+                    openmpi::REQUEST_NULL_SYMBOL,
+                )?,
             }),
         })
     }

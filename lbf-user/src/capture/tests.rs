@@ -124,6 +124,11 @@ impl Run {
         self.leave(rank, mpi::RECV, cpu.1, status);
     }
 
+    /// The tracer started tracing running rank `rank`, whose clock read `cpu`.
+    fn attach(&mut self, rank: u32, cpu: u64) {
+        self.record(RecordKind::Attach, rank, 0, cpu, &[], &[]);
+    }
+
     fn finalize(&mut self, rank: u32, cpu: u64) {
         self.enter(rank, mpi::FINALIZE, cpu, &[], &[]);
         self.leave(rank, mpi::FINALIZE, cpu, &[]);
@@ -627,7 +632,10 @@ fn processes_without_mpi_calls_are_not_ranks_and_ids_follow_ranks() {
 #[test]
 fn open_mpi_handles_statuses_and_datatypes() {
     let world = 0x7f00_1234_5000;
-    let abi = Abi::OpenMpi(OpenMpi { comm_world: world });
+    let abi = Abi::OpenMpi(OpenMpi {
+        comm_world: world,
+        request_null: 0x5000,
+    });
     let table = HashMap::from([(100, (abi, Some(0), 2)), (101, (abi, Some(1), 2))]);
     let mut run = Run {
         capture: Capture::new(Box::new(FakeInspector(table)), "h"),
@@ -683,4 +691,91 @@ fn unmatched_receive_becomes_keepalive_and_missing_exit_is_added() {
     assert_eq!(p0.last().unwrap().1, EventKind::Exit);
     assert_eq!(summary.unmatched_recvs, 1);
     assert!(!summary.anomalies.is_empty());
+}
+
+/// Attached to a token ring while rank 1 waits in a receive (not seen) and rank 0 computes:
+/// rank 0's first send goes to that receive, so rank 1's first receive seen takes rank 0's
+/// second send; each rank's first event carries the CPU since the attach. A barrier rank 0
+/// was inside at the attach is left out; the next one is modelled.
+#[test]
+fn attached_mid_run_aligns_at_the_end_and_counts_cpu_from_the_attach() {
+    let mut run = Run::mpich(2);
+    run.attach(0, 5_000);
+    run.attach(1, 7_000);
+    // Rank 0 leaves the barrier it was in at the attach (not seen); rank 1 enters and leaves
+    // it. Both then enter the next.
+    run.enter(1, mpi::BARRIER, 7_100, &[WORLD], &[]);
+    run.leave(1, mpi::BARRIER, 7_200, &[]);
+    run.send(0, 6_000, 4, 1, 7);
+    run.enter(0, mpi::BARRIER, 6_100, &[WORLD], &[]);
+    run.enter(1, mpi::BARRIER, 7_300, &[WORLD], &[]);
+    run.leave(0, mpi::BARRIER, 6_200, &[]);
+    run.leave(1, mpi::BARRIER, 7_400, &[]);
+    run.send(1, 8_000, 4, 0, 7);
+    run.send(0, 10_000, 4, 1, 7);
+    run.recv(1, (8_100, 12_000), 0, 7, &[]);
+    run.recv(0, (10_100, 13_000), 1, 7, &[]);
+    run.finalize(0, 14_000);
+    run.finalize(1, 15_000);
+    let (log, summary) = run.finish();
+    let p0 = of(&log, 0);
+    let p1 = of(&log, 1);
+    assert_eq!(
+        p0[0],
+        (
+            1_000,
+            EventKind::Send {
+                msg: msg(0, 1, 7, 0),
+                bytes: 16
+            }
+        ),
+        "the CPU from the attach is work"
+    );
+    assert!(matches!(p0[1], (100, EventKind::CollStart { size: 2, .. })));
+    assert!(matches!(p1[0], (100, EventKind::Keepalive)));
+    assert!(matches!(p1[2], (100, EventKind::CollStart { .. })));
+    assert_eq!(collective_of(&p0[1].1), collective_of(&p1[2].1));
+    assert_eq!(
+        p1.iter()
+            .find(|e| matches!(e.1, EventKind::RecvEnd { .. }))
+            .map(|e| e.1),
+        Some(EventKind::RecvEnd {
+            msg: msg(0, 1, 7, 1)
+        }),
+        "rank 1's receive takes rank 0's second send"
+    );
+    assert_eq!(
+        p0.iter()
+            .find(|e| matches!(e.1, EventKind::RecvEnd { .. }))
+            .map(|e| e.1),
+        Some(EventKind::RecvEnd {
+            msg: msg(1, 0, 7, 0)
+        })
+    );
+    // The CPU before the attach is in no figure.
+    assert_eq!(summary.stats[0].cpu_ns, 14_000 - 5_000);
+    assert_eq!(summary.stats[0].untimed_cpu_ns, 0);
+    assert_eq!(
+        log.procs[1].start_ns, 1_000,
+        "the model starts at the attach"
+    );
+    let counted = |what: &str| summary.anomalies.get(what).copied();
+    assert_eq!(
+        counted("send received by a receive posted before the attach (not modelled)"),
+        Some(1)
+    );
+    assert_eq!(
+        counted("collective entered by a member before the attach (not modelled)"),
+        Some(1)
+    );
+    assert_eq!(summary.anomalies.len(), 2, "{:?}", summary.anomalies);
+    assert_eq!(summary.unmatched_sends, 1);
+}
+
+/// The collective instance of a `CollStart` or `CollEnd`.
+fn collective_of(kind: &EventKind) -> Option<u64> {
+    match *kind {
+        EventKind::CollStart { coll, .. } | EventKind::CollEnd { coll } => Some(coll),
+        _ => None,
+    }
 }

@@ -229,7 +229,12 @@ impl SocketCapture {
                 }
                 self.roster.exit(tgid, rec.tid, rec.cpu_ns, &mut self.clock);
             }
-            Some(RecordKind::CallEntry | RecordKind::CallExit | RecordKind::CallPair) => {}
+            Some(
+                RecordKind::CallEntry
+                | RecordKind::CallExit
+                | RecordKind::CallPair
+                | RecordKind::Attach,
+            ) => {}
             None => note(&mut self.anomalies, "record of unknown kind"),
         }
     }

@@ -698,7 +698,12 @@ impl Capture {
             },
             bytes,
         );
-        p.emit(rec.tid, rec.cpu_ns, EventKind::Send { msg, bytes });
+        let kind = EventKind::Send {
+            msg,
+            bytes,
+            rendezvous: false,
+        };
+        p.emit(rec.tid, rec.cpu_ns, kind);
     }
 
     /// Posts a receive for matching; `None` if it moves nothing or cannot be placed.

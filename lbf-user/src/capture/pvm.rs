@@ -409,8 +409,15 @@ impl PvmCapture {
             let p = self.member(rec.tgid);
             p.stats.sends += 1;
             p.stats.send_bytes += bytes;
-            p.timeline
-                .emit(rec.tid, rec.cpu_ns, EventKind::Send { msg, bytes });
+            p.timeline.emit(
+                rec.tid,
+                rec.cpu_ns,
+                EventKind::Send {
+                    msg,
+                    bytes,
+                    rendezvous: false,
+                },
+            );
             self.queues.entry(dst).or_default().push_back(Pending {
                 msg,
                 src,

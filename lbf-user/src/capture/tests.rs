@@ -211,7 +211,8 @@ fn blocking_ping_pong_cpu_split_into_work_and_waiting() {
             50,
             EventKind::Send {
                 msg: msg(0, 1, 0, 0),
-                bytes: 16
+                bytes: 16,
+                rendezvous: false,
             }
         )
     );
@@ -467,7 +468,8 @@ fn sendrecv_ring_and_probe() {
             10,
             EventKind::Send {
                 msg: msg(1, 0, 9, 0),
-                bytes: 16
+                bytes: 16,
+                rendezvous: false,
             }
         )
     );

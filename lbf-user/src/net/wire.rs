@@ -18,7 +18,9 @@ pub const MAX_FRAME_BYTES: usize = 16 << 20;
 /// acknowledgement) are negligible, small enough that a batch is a fraction of a second.
 pub const BATCH_EVENTS: usize = 8192;
 
-/// Kind codes of `Batch.proc_kind`'s low three bits.
+/// Bits of `Batch.proc_kind` below the process: the event's kind code.
+const KIND_BITS: u32 = 4;
+/// Kind codes of `Batch.proc_kind`'s low [`KIND_BITS`] bits.
 const SEND: u32 = 0;
 const RECV_START: u32 = 1;
 const RECV_END: u32 = 2;
@@ -26,6 +28,10 @@ const COLL_START: u32 = 3;
 const COLL_END: u32 = 4;
 const KEEPALIVE: u32 = 5;
 const EXIT: u32 = 6;
+/// A send by rendezvous (`EventKind::Send` with `rendezvous`).
+const SEND_RENDEZVOUS: u32 = 7;
+const RECV_POST: u32 = 8;
+const SEND_END: u32 = 9;
 
 /// Accumulates events into the columns of a [`Batch`].
 #[derive(Default)]
@@ -38,15 +44,31 @@ impl BatchBuilder {
     pub fn push(&mut self, event: &Event) {
         let b = &mut self.batch;
         let code = match event.kind {
-            EventKind::Send { msg, bytes } => {
+            EventKind::Send {
+                msg,
+                bytes,
+                rendezvous,
+            } => {
                 b.id.push(msg);
                 b.bytes.push(bytes);
-                SEND
+                if rendezvous {
+                    SEND_RENDEZVOUS
+                } else {
+                    SEND
+                }
             }
             EventKind::RecvStart => RECV_START,
             EventKind::RecvEnd { msg } => {
                 b.id.push(msg);
                 RECV_END
+            }
+            EventKind::RecvPost { msg } => {
+                b.id.push(msg);
+                RECV_POST
+            }
+            EventKind::SendEnd { msg } => {
+                b.id.push(msg);
+                SEND_END
             }
             EventKind::CollStart {
                 coll,
@@ -66,7 +88,7 @@ impl BatchBuilder {
             EventKind::Keepalive => KEEPALIVE,
             EventKind::Exit => EXIT,
         };
-        b.proc_kind.push(event.proc << 3 | code);
+        b.proc_kind.push(event.proc << KIND_BITS | code);
         b.cpu_ns.push(event.cpu_ns);
     }
 
@@ -112,7 +134,7 @@ pub fn decode_events(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Vec
         (batch.id.iter(), batch.bytes.iter(), batch.coll_shape.iter());
     let mut events = Vec::with_capacity(n);
     for (i, (&pk, &cpu_ns)) in batch.proc_kind.iter().zip(&batch.cpu_ns).enumerate() {
-        let proc = pk >> 3;
+        let proc = pk >> KIND_BITS;
         if !owns(proc) {
             return Err(format!(
                 "batch {}, event {i}: process {proc} is not one this node announced",
@@ -120,13 +142,16 @@ pub fn decode_events(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Vec
             ));
         }
         let mut id = || ids.next().copied().ok_or_else(|| short("id"));
-        let kind = match pk & 7 {
-            SEND => EventKind::Send {
+        let kind = match pk & ((1 << KIND_BITS) - 1) {
+            code @ (SEND | SEND_RENDEZVOUS) => EventKind::Send {
                 msg: id()?,
                 bytes: *bytes.next().ok_or_else(|| short("bytes"))?,
+                rendezvous: code == SEND_RENDEZVOUS,
             },
             RECV_START => EventKind::RecvStart,
             RECV_END => EventKind::RecvEnd { msg: id()? },
+            RECV_POST => EventKind::RecvPost { msg: id()? },
+            SEND_END => EventKind::SendEnd { msg: id()? },
             COLL_START => {
                 let coll = id()?;
                 let bytes = *bytes.next().ok_or_else(|| short("bytes"))?;
@@ -226,9 +251,17 @@ mod tests {
             EventKind::Send {
                 msg: u64::MAX,
                 bytes: 7,
+                rendezvous: false,
+            },
+            EventKind::Send {
+                msg: 5,
+                bytes: 1 << 20,
+                rendezvous: true,
             },
             EventKind::RecvStart,
+            EventKind::RecvPost { msg: 3 },
             EventKind::RecvEnd { msg: 3 },
+            EventKind::SendEnd { msg: 5 },
             EventKind::CollStart {
                 coll: 9,
                 op: CollOp::Reduce,
@@ -284,7 +317,11 @@ mod tests {
             builder.push(&Event {
                 proc: (i % 4) as u32,
                 cpu_ns: 50_000 + i,
-                kind: EventKind::Send { msg: i, bytes: 64 },
+                kind: EventKind::Send {
+                    msg: i,
+                    bytes: 64,
+                    rendezvous: false,
+                },
             });
         }
         let len = builder.take().encoded_len();

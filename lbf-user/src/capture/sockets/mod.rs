@@ -510,6 +510,7 @@ impl SocketCapture {
                         .map(|p| EventKind::Send {
                             msg: p.msg,
                             bytes: p.bytes,
+                            rendezvous: false,
                         })
                         .collect();
                     (token, kinds)

@@ -249,7 +249,7 @@ fn check_eager_limit(mpi: Mpi, setup: Setup, environ: &[u8]) {
         .find(|&b| !limits.rendezvous(Route::SameHost, SendMode::Standard, b))
         .expect("an eager size");
     let sizes = [last_eager, last_eager + 1];
-    let args = format!("0 0 {} {}", sizes[0], sizes[1]);
+    let args = format!("0 0 eager:{} eager:{}", sizes[0], sizes[1]);
     let t = run_with(mpi, "rendezvous", 2, &args, setup);
     check_accounts(&t, 2, |c| c.num("rank") as usize);
     check_rendezvous(&t.log.events);

@@ -136,6 +136,8 @@ pub(super) struct Sim {
     /// Per process: its receives posted (`RecvPost`) and not yet answered, with the origin of
     /// each post; they are answered at the process's next wait (see [`rendezvous`]).
     posts: Vec<Vec<(MsgId, u64)>>,
+    /// How many receives `posts` holds in all: a wait looks at its process's only if any.
+    unanswered: usize,
     colls: FxHashMap<CollId, Collective>,
     sink: Option<Box<dyn ScheduleSink>>,
     /// Per node: when the current running slices began (for timelines).
@@ -208,6 +210,7 @@ impl Sim {
             msgs: FxHashMap::default(),
             sends: FxHashMap::default(),
             posts: vec![Vec::new(); num_procs],
+            unanswered: 0,
             colls: FxHashMap::default(),
             sink: None,
         })
@@ -509,6 +512,7 @@ impl Sim {
             EventKind::RecvStart | EventKind::Keepalive => Ok(true),
             EventKind::RecvPost { msg } => {
                 self.posts[p].push((msg, q.origin));
+                self.unanswered += 1;
                 Ok(true)
             }
             EventKind::RecvEnd { msg } => self.await_message(p, msg, q.origin),
@@ -572,15 +576,7 @@ impl Sim {
             None => None,
         };
         match arrival {
-            Some(t) if t <= self.now => {
-                self.receive(p, msg);
-                Ok(true)
-            }
-            Some(t) => {
-                self.start_wait(p, State::WaitMsg);
-                self.wake_at(p, t);
-                Ok(false)
-            }
+            Some(t) => Ok(self.arrives(p, msg, t)),
             None => {
                 let awaited = Msg::Awaited {
                     by: p as ProcId,
@@ -591,6 +587,19 @@ impl Sim {
                 Ok(false)
             }
         }
+    }
+
+    /// Process `p`, at the recv_end of `msg`, receives it now if it arrives by now (returns
+    /// true), else waits until it arrives at `t`.
+    #[inline]
+    fn arrives(&mut self, p: usize, msg: MsgId, t: f64) -> bool {
+        if t <= self.now {
+            self.receive(p, msg);
+            return true;
+        }
+        self.start_wait(p, State::WaitMsg);
+        self.wake_at(p, t);
+        false
     }
 
     /// Process `p` consumes `msg`, which has arrived.

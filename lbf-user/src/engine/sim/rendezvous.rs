@@ -94,16 +94,17 @@ impl Sim {
     /// now. Inlined: mostly there are none.
     #[inline]
     pub(super) fn answer_posts(&mut self, p: usize) -> SimResult<()> {
-        if self.posts[p].is_empty() {
+        if self.unanswered == 0 {
             return Ok(());
         }
         self.answer_posts_now(p)
     }
 
-    /// [`Sim::answer_posts`] when there are posts.
+    /// [`Sim::answer_posts`] when some process has posts.
     #[cold]
     fn answer_posts_now(&mut self, p: usize) -> SimResult<()> {
         let mut posts = std::mem::take(&mut self.posts[p]);
+        self.unanswered -= posts.len();
         for &(msg, origin) in &posts {
             let by = p as ProcId;
             match self.msgs.get(&msg) {
@@ -138,8 +139,8 @@ impl Sim {
         match self.msgs.get(&msg) {
             Some(&Msg::Requested { at, bytes, from }) => {
                 // Not answered yet: the recv_end answers it.
-                self.transfer(msg, from as usize, p, at, self.now, bytes);
-                self.await_message(p, msg, origin)
+                let arrival = self.transfer(msg, from as usize, p, at, self.now, bytes);
+                Ok(self.arrives(p, msg, arrival))
             }
             Some(&Msg::Posted { by, at }) if by as usize == p => {
                 let awaited = Msg::Awaited { by, posted: at };
@@ -192,7 +193,10 @@ impl Sim {
         if !self.sends.is_empty() {
             self.sends.retain(|_, c| c.from as usize != p);
         }
-        self.posts[p] = Vec::new();
+        if self.unanswered > 0 {
+            self.unanswered -= self.posts[p].len();
+            self.posts[p] = Vec::new();
+        }
     }
 
     /// The transfer of `msg` (`bytes`, from `from` to `to`), sent at `sent` and answered at

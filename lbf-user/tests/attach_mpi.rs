@@ -17,7 +17,7 @@ use lbf::capture::{Capture, CaptureSink, EventLog, Summary};
 use lbf::event::{Event, EventKind, MsgId};
 use traced::{
     can_trace, check_accounts, check_prediction, probe_mpi, timed, trace_attaching,
-    workload_built_by, Attach, Measured, Mpi, Traced,
+    workload_built_by, Attach, Measured, Mpi, Setup, Traced,
 };
 
 /// The boundary effects an attach may report (see `lbf::capture::alignment`), besides the
@@ -59,7 +59,7 @@ fn run(mpi: Mpi, name: &str, args: &str) -> (Traced, Traced) {
     };
     trace_attaching(
         &format!("attach-{name}-{}", mpi.name()),
-        &mpi.launch(2, &bin.display().to_string(), args),
+        &mpi.launch(2, &bin.display().to_string(), args, Setup::default()),
         probe_mpi,
         &attach,
         capture(),

@@ -13,6 +13,7 @@
 
 use lbf_common::{mpi, FnReads, MemRead, ARG_WORDS, MAX_FNS};
 
+use super::eager::SendMode;
 use super::library::Abi;
 use crate::event::CollOp;
 
@@ -109,6 +110,8 @@ pub enum Entry {
         send: SendArgs,
         /// `MPI_Isend` and friends.
         nonblocking: bool,
+        /// Standard, synchronous or buffered.
+        mode: SendMode,
     },
     /// `MPI_Recv` or `MPI_Irecv`; the status or request is read at exit.
     Recv {
@@ -196,10 +199,12 @@ pub fn decode_entry(abi: &Abi, fn_id: u16, args: &[u64; ARG_WORDS], mem: &[u8]) 
         mpi::SEND | mpi::SSEND | mpi::BSEND | mpi::RSEND => Entry::Send {
             send: send(abi.comm_handle(arg(5))),
             nonblocking: false,
+            mode: send_mode(fn_id),
         },
         mpi::ISEND | mpi::ISSEND | mpi::IBSEND | mpi::IRSEND => Entry::Send {
             send: send(abi.comm_handle(arg(5))),
             nonblocking: true,
+            mode: send_mode(fn_id),
         },
         mpi::RECV | mpi::IRECV => Entry::Recv {
             recv: RecvArgs {
@@ -270,6 +275,15 @@ pub fn decode_entry(abi: &Abi, fn_id: u16, args: &[u64; ARG_WORDS], mem: &[u8]) 
             comm: abi.handles(mem).first().copied(),
         },
         _ => Entry::Other,
+    }
+}
+
+/// The mode of send function `fn_id`: ready sends go as standard ones.
+fn send_mode(fn_id: u16) -> SendMode {
+    match fn_id {
+        mpi::SSEND | mpi::ISSEND => SendMode::Synchronous,
+        mpi::BSEND | mpi::IBSEND => SendMode::Buffered,
+        _ => SendMode::Standard,
     }
 }
 

@@ -13,7 +13,7 @@
 //! identities among the ones in flight to share 64 bits.
 
 use super::matching::{CommId, Envelope};
-use crate::event::{CollId, MsgId};
+use crate::event::{CollId, EventKind, MsgId};
 
 /// `MPI_COMM_WORLD`'s id.
 pub const WORLD: CommId = 0;
@@ -76,6 +76,27 @@ pub fn pvm_barrier(group: &str, seq: u64) -> CollId {
 /// node is named). Each numbers its messages from 1 on its own.
 pub fn local_message(origin: &str, k: u64) -> MsgId {
     hash(Domain::LocalMessage, &with_name(origin, &[k]))
+}
+
+/// `kind` with its message id (if it has one) made unique in the job as numbered by `origin`
+/// ([`local_message`]).
+pub fn job_wide(kind: EventKind, origin: &str) -> EventKind {
+    let id = |msg| local_message(origin, msg);
+    match kind {
+        EventKind::Send {
+            msg,
+            bytes,
+            rendezvous,
+        } => EventKind::Send {
+            msg: id(msg),
+            bytes,
+            rendezvous,
+        },
+        EventKind::RecvPost { msg } => EventKind::RecvPost { msg: id(msg) },
+        EventKind::RecvEnd { msg } => EventKind::RecvEnd { msg: id(msg) },
+        EventKind::SendEnd { msg } => EventKind::SendEnd { msg: id(msg) },
+        other => other,
+    }
 }
 
 /// `name`'s bytes as words (little-endian, the last one zero-padded), its length, then `rest`:

@@ -13,11 +13,12 @@
 //!
 //! | call | events |
 //! | --- | --- |
-//! | `MPI_Send` family, `MPI_Isend` family | `Send` at entry (CPU inside a blocking send, e.g. a rendezvous, counts as work) |
+//! | `MPI_Send` family, `MPI_Isend` family | `Send` at entry, flagged `rendezvous` when the message waits for its receive ([`eager`]); an eager blocking send's CPU inside counts as work |
+//! | `MPI_Send` family, by rendezvous | also `SendEnd` at exit: the CPU inside is waiting |
 //! | `MPI_Recv` | `RecvStart` at entry, `RecvEnd` at exit |
-//! | `MPI_Irecv` | nothing; the receive is posted (for matching order) at the call |
-//! | `MPI_Wait*` / `MPI_Test*` completing receives | `RecvStart` at entry, one `RecvEnd` per receive at exit; nothing if no receive completed |
-//! | `MPI_Sendrecv*` | `Send` at entry, `RecvStart`, `RecvEnd` at exit |
+//! | `MPI_Irecv` | `RecvPost` at entry (its message filled in once the receive is matched); the receive is posted for matching order |
+//! | `MPI_Wait*` / `MPI_Test*` completing receives or rendezvous sends | `RecvStart` at entry, one `RecvEnd` per receive and one `SendEnd` per rendezvous send at exit; nothing if none completed |
+//! | `MPI_Sendrecv*` | `Send` at entry, `RecvStart`, `RecvEnd` (and `SendEnd` if by rendezvous) at exit |
 //! | `MPI_Probe` | the next `RecvStart` is moved back to the probe's entry |
 //! | collectives, `MPI_Comm_dup`/`split` | `CollStart` at entry, `CollEnd` at exit |
 //! | `MPI_Finalize` | `Exit` at exit (or at process exit without it) |
@@ -48,6 +49,10 @@
 //!
 //! - Wait/test calls see at most as many requests as fit in a record (32 for Open MPI, 64 for
 //!   MPICH); completions beyond are lost (counted).
+//! - An `MPI_Irecv`'s `RecvPost` holds back the process's later events until the receive is
+//!   completed and matched. A receive never completed (its request freed or cancelled, its
+//!   completion beyond a record's requests) drops its post when its request handle is
+//!   reused, when the process ends, or at the end of the capture (counted).
 //! - Persistent requests, one-sided and neighbourhood calls, intercommunicators are not handled.
 //! - There are no periodic `Keepalive`s: the records only come at MPI calls.
 //! - Attaching to a running job (`lbf-trace -p`): a call in progress at the attach is not seen
@@ -64,6 +69,7 @@
 pub mod alignment;
 pub mod call;
 pub mod comms;
+pub mod eager;
 pub mod ids;
 pub mod library;
 pub mod live;
@@ -86,13 +92,14 @@ use lbf_common::{mpi, Record, RecordKind, MEM_BYTES};
 use self::alignment::AttachedCollectives;
 use self::call::{Completion, Entry, Peer, RecvArgs, SendArgs, Status};
 use self::comms::Comms;
+use self::eager::{Route, SendMode};
 use self::library::Abi;
 use self::matching::{Envelope, Matcher, Pattern, RecvId};
 use self::process::{LocalComm, OpenCall, Process, Request};
 use self::procfs::ProcessInspector;
 use self::sockets::channels::{EndClosed, StreamOp};
 use self::timeline::RunClock;
-use crate::event::{CollId, CollOp, Event, EventKind, ProcId, ProcInfo};
+use crate::event::{CollId, CollOp, Event, EventKind, MsgId, ProcId, ProcInfo};
 
 pub use self::library::Library;
 pub use self::live::CaptureSink;
@@ -161,7 +168,7 @@ pub struct ProcStats {
     pub collectives: u64,
     /// CPU over all events.
     pub cpu_ns: u64,
-    /// CPU on `RecvEnd` and `CollEnd` events: waiting inside MPI.
+    /// CPU on `RecvEnd`, `SendEnd` and `CollEnd` events: waiting inside MPI.
     pub wait_ns: u64,
     /// CPU before `MPI_Init` returned and inside `MPI_Finalize`: start-up and teardown, which
     /// no event carries. The model of a rank runs from `MPI_Init`'s return (see
@@ -185,7 +192,7 @@ impl ProcStats {
                 self.wait_ns += cpu_ns;
             }
             EventKind::CollStart { .. } => self.collectives += 1,
-            EventKind::CollEnd { .. } => self.wait_ns += cpu_ns,
+            EventKind::CollEnd { .. } | EventKind::SendEnd { .. } => self.wait_ns += cpu_ns,
             _ => {}
         }
     }
@@ -234,6 +241,8 @@ pub struct Capture {
     comms: Comms,
     /// Where each pending `RecvEnd` waits: (tgid, slot).
     recv_slots: HashMap<RecvId, (u32, u64)>,
+    /// Where each pending `RecvPost` (of an `MPI_Irecv`) waits: (tgid, slot).
+    post_slots: HashMap<RecvId, (u32, u64)>,
     /// When the run started and ended, and when each process started.
     clock: RunClock,
     /// When each process's `MPI_Init` returned, or when it was first seen past it (attached
@@ -262,6 +271,7 @@ impl Capture {
             matcher: Matcher::new(),
             comms: Comms::new(),
             recv_slots: HashMap::new(),
+            post_slots: HashMap::new(),
             clock: RunClock::default(),
             past_init: HashMap::new(),
             last_finalize: None,
@@ -300,6 +310,7 @@ impl Capture {
                         p.exited = true;
                         p.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
                         note(&mut self.anomalies, "rank exited without MPI_Finalize");
+                        self.abandon_posts(rec.tgid);
                     }
                 }
             }
@@ -339,6 +350,11 @@ impl Capture {
     /// their processes to `touched`.
     fn settle_matched(&mut self, touched: &mut Vec<u32>) {
         for m in self.matcher.take_matched() {
+            if let Some((tgid, slot)) = self.post_slots.remove(&m.recv) {
+                if let Some(p) = self.procs.get_mut(&tgid) {
+                    p.fill(slot, EventKind::RecvPost { msg: m.msg }, 0);
+                }
+            }
             if let Some((tgid, slot)) = self.recv_slots.remove(&m.recv) {
                 if let Some(p) = self.procs.get_mut(&tgid) {
                     p.fill(
@@ -479,6 +495,7 @@ impl Capture {
         tgids.sort_by_key(|t| self.procs[t].rank);
         let mut summary = Summary::default();
         for tgid in tgids {
+            self.abandon_posts(tgid);
             let p = self.procs.get_mut(&tgid).expect("listed process");
             summary.unmatched_recvs += p.abandon_pending();
             if !p.exited {
@@ -528,7 +545,8 @@ impl Capture {
             if let Some(size) = launch.and_then(|l| l.size) {
                 self.comms.set_size(comms::WORLD, size);
             }
-            self.procs.insert(tgid, Process::new(abi, None));
+            let eager = self.inspector.eager_limits(tgid, abi.library());
+            self.procs.insert(tgid, Process::new(abi, eager, None));
             if let Some(l) = launch {
                 self.claim_rank(tgid, l.rank);
             }
@@ -590,12 +608,20 @@ impl Capture {
             posted: None,
             coll: None,
             creation: None,
+            rendezvous: None,
         };
         match entry {
-            Some(Entry::Send { send, .. }) => self.send(rec, &send),
-            Some(Entry::Recv { recv, .. }) => open.posted = self.post(rec.tgid, &recv),
+            Some(Entry::Send { send, mode, .. }) => open.rendezvous = self.send(rec, &send, mode),
+            Some(Entry::Recv { recv, nonblocking }) => {
+                open.posted = self.post(rec.tgid, &recv);
+                if let (true, Some(id)) = (nonblocking, open.posted) {
+                    let p = self.procs.get_mut(&rec.tgid).expect("inspected above");
+                    let slot = p.emit_pending_post(rec.tid, rec.cpu_ns);
+                    self.post_slots.insert(id, (rec.tgid, slot));
+                }
+            }
             Some(Entry::SendRecv { send, recv }) => {
-                self.send(rec, &send);
+                open.rendezvous = self.send(rec, &send, SendMode::Standard);
                 open.posted = self.post(rec.tgid, &recv);
             }
             Some(Entry::Probe) => p.probe_wait(rec.cpu_ns),
@@ -604,6 +630,7 @@ impl Capture {
                 p.exited = true;
                 p.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
                 self.last_finalize = Some(self.last_finalize.unwrap_or(0).max(rec.ts_ns));
+                self.abandon_posts(rec.tgid);
             }
             Some(Entry::Collective { comm, op, bytes }) => {
                 let comm = comm.unwrap_or(p.abi.world());
@@ -687,17 +714,21 @@ impl Capture {
                     (None, _) => {}
                 }
             }
-            Some(Entry::Send { nonblocking, .. }) => {
-                if let (true, Some(&h)) = (nonblocking, p.abi.handles(mem).first()) {
-                    p.requests.insert(h, Request::Send);
+            Some(Entry::Send { nonblocking, .. }) => match (nonblocking, open.rendezvous) {
+                (true, rendezvous) => {
+                    if let Some(&h) = p.abi.handles(mem).first() {
+                        self.new_request(rec.tgid, h, Request::Send(rendezvous));
+                    }
                 }
-            }
+                (false, Some(msg)) => p.emit(tid, cpu, EventKind::SendEnd { msg }),
+                (false, None) => {}
+            },
             Some(Entry::Recv {
                 nonblocking: true, ..
             }) => {
                 if let Some(&h) = p.abi.handles(mem).first() {
-                    p.requests
-                        .insert(h, open.posted.map_or(Request::Null, Request::Recv));
+                    let request = open.posted.map_or(Request::Null, Request::Recv);
+                    self.new_request(rec.tgid, h, request);
                 }
             }
             Some(Entry::Recv {
@@ -705,9 +736,11 @@ impl Capture {
             })
             | Some(Entry::SendRecv { .. }) => {
                 let status = p.abi.statuses(mem).first().copied();
-                if let Some(id) = open.posted {
+                let recvs: Vec<_> = open.posted.map(|id| (id, status)).into_iter().collect();
+                let sends: Vec<_> = open.rendezvous.into_iter().collect();
+                if !recvs.is_empty() || !sends.is_empty() {
                     let at = (rec.tgid, tid, rec.ts_ns);
-                    self.receive(at, open.cpu_ns, cpu, &[(id, status)]);
+                    self.complete(at, open.cpu_ns, cpu, &recvs, &sends);
                 }
             }
             Some(Entry::Complete {
@@ -727,7 +760,7 @@ impl Capture {
                 } else {
                     Vec::new()
                 };
-                let mut recvs = Vec::new();
+                let (mut recvs, mut sends) = (Vec::new(), Vec::new());
                 let mut earlier = 0;
                 for (i, h) in requests.iter().enumerate() {
                     let done = match how {
@@ -739,6 +772,7 @@ impl Capture {
                     }
                     match p.requests.remove(h) {
                         Some(Request::Recv(id)) => recvs.push((id, statuses.get(i).copied())),
+                        Some(Request::Send(Some(msg))) => sends.push(msg),
                         Some(_) => {}
                         None if p.mid_run && *h != p.abi.request_null() => earlier += 1,
                         None => {}
@@ -749,8 +783,9 @@ impl Capture {
                     "request made before the attach completed (not modelled)",
                     earlier,
                 );
-                if !recvs.is_empty() {
-                    self.receive((rec.tgid, tid, rec.ts_ns), open.cpu_ns, cpu, &recvs);
+                if !recvs.is_empty() || !sends.is_empty() {
+                    let at = (rec.tgid, tid, rec.ts_ns);
+                    self.complete(at, open.cpu_ns, cpu, &recvs, &sends);
                 }
             }
             Some(Entry::Collective { .. }) => self.leave_collective(rec.tgid, tid, cpu, open.coll),
@@ -773,18 +808,19 @@ impl Capture {
         }
     }
 
-    /// Emits a `Send` for `send` at the entry `rec` and registers it for matching.
-    fn send(&mut self, rec: &Record, send: &SendArgs) {
+    /// Emits a `Send` for `send` (in `mode`) at the entry `rec` and registers it for
+    /// matching. Returns its message if it goes by rendezvous.
+    fn send(&mut self, rec: &Record, send: &SendArgs, mode: SendMode) -> Option<MsgId> {
         let p = self
             .procs
             .get_mut(&rec.tgid)
             .expect("caller inspected the process");
         let dst = match send.dest {
-            Peer::Null => return,
+            Peer::Null => return None,
             Peer::Rank(r) => r,
             Peer::Any => {
                 note(&mut self.anomalies, "send to an invalid rank");
-                return;
+                return None;
             }
         };
         let Some(LocalComm {
@@ -796,7 +832,7 @@ impl Capture {
                 &mut self.anomalies,
                 "send on a communicator whose rank is unknown",
             );
-            return;
+            return None;
         };
         let bytes = send.bytes.unwrap_or_else(|| {
             note(
@@ -805,6 +841,14 @@ impl Capture {
             );
             0
         });
+        let route = match (&self.local_ranks, comm) {
+            _ if dst == src => Route::Itself,
+            (None, _) => Route::SameHost,
+            (Some(ranks), comms::WORLD) if ranks.contains(&dst) => Route::SameHost,
+            (Some(_), comms::WORLD) => Route::OtherHost,
+            (Some(_), _) => Route::Unknown,
+        };
+        let rendezvous = p.eager.rendezvous(route, mode, bytes);
         let msg = self.matcher.send(
             Envelope {
                 comm,
@@ -815,7 +859,50 @@ impl Capture {
             bytes,
             rec.ts_ns,
         );
-        p.emit(rec.tid, rec.cpu_ns, EventKind::Send { msg, bytes });
+        let kind = EventKind::Send {
+            msg,
+            bytes,
+            rendezvous,
+        };
+        p.emit(rec.tid, rec.cpu_ns, kind);
+        rendezvous.then_some(msg)
+    }
+
+    /// Process `tgid`'s MPI returned request handle `h` for `request`. A receive that had the
+    /// handle before was never seen to complete (freed, cancelled, or its completion lost):
+    /// its post is dropped.
+    fn new_request(&mut self, tgid: u32, h: u64, request: Request) {
+        let Some(p) = self.procs.get_mut(&tgid) else {
+            return;
+        };
+        if let Some(Request::Recv(old)) = p.requests.insert(h, request) {
+            if let Some((_, slot)) = self.post_slots.remove(&old) {
+                p.abandon_post(slot);
+                note(&mut self.anomalies, "receive posted and never completed");
+            }
+        }
+    }
+
+    /// Process `tgid` ends: the posts of its receives not completed are dropped.
+    fn abandon_posts(&mut self, tgid: u32) {
+        let Some(p) = self.procs.get_mut(&tgid) else {
+            return;
+        };
+        let mut dropped = 0;
+        self.post_slots.retain(|_, &mut (owner, slot)| {
+            let keep = owner != tgid;
+            if !keep {
+                p.abandon_post(slot);
+                dropped += 1;
+            }
+            keep
+        });
+        if dropped > 0 {
+            *self
+                .anomalies
+                .entry("receive posted and never completed".into())
+                .or_default() += dropped;
+        }
     }
 
     /// Posts a receive for matching; `None` if it moves nothing or cannot be placed.
@@ -845,14 +932,16 @@ impl Capture {
         }))
     }
 
-    /// Emits the `RecvStart` (at `entry_cpu`) and one pending `RecvEnd` per completed receive
-    /// (at `exit_cpu`), then completes them in the matcher with their statuses, at `ts`.
-    fn receive(
+    /// Emits the `RecvStart` (at `entry_cpu`), one pending `RecvEnd` per completed receive
+    /// and one `SendEnd` per completed rendezvous send (at `exit_cpu`), then completes the
+    /// receives in the matcher with their statuses, at `ts`.
+    fn complete(
         &mut self,
         (tgid, tid, ts): (u32, u32, u64),
         entry_cpu: u64,
         exit_cpu: u64,
         recvs: &[(RecvId, Option<Status>)],
+        sends: &[MsgId],
     ) {
         let p = self
             .procs
@@ -862,6 +951,9 @@ impl Capture {
         for &(id, _) in recvs {
             let slot = p.emit_pending(tid, exit_cpu);
             self.recv_slots.insert(id, (tgid, slot));
+        }
+        for &msg in sends {
+            p.emit(tid, exit_cpu, EventKind::SendEnd { msg });
         }
         for &(id, status) in recvs {
             self.matcher.complete(id, status, ts);

@@ -2,16 +2,19 @@
 //! CPU clocks, and the queue of its events not yet handed to the sink.
 //!
 //! Events must leave in process order with their message ids known, so an event whose
-//! message is not matched yet (a `RecvEnd`) holds back the ones after it. The queue therefore
-//! only grows while a receive of this process is unmatched.
+//! message is not matched yet (a `RecvEnd`, or the `RecvPost` of an `MPI_Irecv`) holds back
+//! the ones after it. The queue therefore only grows while a receive of this process is
+//! unmatched: from an `MPI_Irecv` to its completion, and from a receive's completion until
+//! its send is seen.
 
 use std::collections::{HashMap, VecDeque};
 
 use super::call::Entry;
+use super::eager::EagerLimits;
 use super::library::Abi;
 use super::matching::{CommId, RecvId};
 use super::{EventSink, ProcStats};
-use crate::event::{CollId, Event, EventKind};
+use crate::event::{CollId, Event, EventKind, MsgId};
 
 /// A call entered and not yet returned.
 #[derive(Clone, Debug)]
@@ -28,13 +31,17 @@ pub struct OpenCall {
     pub coll: Option<CollId>,
     /// The communicator creation entered: (parent, sequence number).
     pub creation: Option<(CommId, u32)>,
+    /// The message this call sent by rendezvous, if any: a blocking send completes it at
+    /// its exit, a nonblocking one hands it to its request.
+    pub rendezvous: Option<MsgId>,
 }
 
 /// What a live request handle stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Request {
-    /// A nonblocking send (its message was emitted at the call).
-    Send,
+    /// A nonblocking send (its message was emitted at the call), with the message if it went
+    /// by rendezvous (its completion is then an event).
+    Send(Option<MsgId>),
     /// A nonblocking receive.
     Recv(RecvId),
     /// An operation that moves nothing (`MPI_PROC_NULL` peer).
@@ -57,6 +64,8 @@ struct Slot {
     kind: Option<EventKind>,
     /// Bytes of the matched message, for statistics.
     bytes: u64,
+    /// Whether the slot is a receive's post (else, while `kind` is `None`, its end).
+    post: bool,
 }
 
 /// One traced MPI process.
@@ -65,6 +74,8 @@ pub struct Process {
     pub abi: Abi,
     /// Its world rank (its process id in the trace), once known.
     pub rank: Option<u32>,
+    /// Which of its sends go by rendezvous.
+    pub eager: EagerLimits,
     /// Open calls per thread, innermost last.
     pub calls: HashMap<u32, Vec<OpenCall>>,
     /// Live request handles.
@@ -94,11 +105,12 @@ pub struct Process {
 }
 
 impl Process {
-    /// A process using `abi` whose rank may already be known.
-    pub fn new(abi: Abi, rank: Option<u32>) -> Self {
+    /// A process using `abi` with eager limits `eager`, whose rank may already be known.
+    pub fn new(abi: Abi, eager: EagerLimits, rank: Option<u32>) -> Self {
         Process {
             abi,
             rank,
+            eager,
             calls: HashMap::new(),
             requests: HashMap::new(),
             comms: HashMap::new(),
@@ -176,25 +188,45 @@ impl Process {
         self.push(tid, cpu_at, None)
     }
 
+    /// Queues the `RecvPost` of a receive whose message is not known yet; returns its slot
+    /// for [`Self::fill`].
+    pub fn emit_pending_post(&mut self, tid: u32, cpu_at: u64) -> u64 {
+        let slot = self.push(tid, cpu_at, None);
+        self.queue.back_mut().expect("just pushed").post = true;
+        slot
+    }
+
     /// Makes the pending event in `slot` `kind`, moving `bytes` (for statistics).
     pub fn fill(&mut self, slot: u64, kind: EventKind, bytes: u64) {
-        if let Some(s) = slot
-            .checked_sub(self.queue_base)
-            .and_then(|i| self.queue.get_mut(i as usize))
-        {
+        if let Some(s) = self.slot(slot) {
             s.kind = Some(kind);
             s.bytes = bytes;
         }
     }
 
-    /// Turns every pending event into a `Keepalive` carrying its CPU; returns how many.
+    /// Gives up on the pending post in `slot` (its receive will never be completed): it
+    /// becomes a `Keepalive` carrying its CPU.
+    pub fn abandon_post(&mut self, slot: u64) {
+        if let Some(s) = self.slot(slot).filter(|s| s.kind.is_none()) {
+            s.kind = Some(EventKind::Keepalive);
+        }
+    }
+
+    /// Turns every pending event into a `Keepalive` carrying its CPU; returns how many
+    /// receives (their ends) were pending.
     pub fn abandon_pending(&mut self) -> u64 {
         let mut n = 0;
         for s in self.queue.iter_mut().filter(|s| s.kind.is_none()) {
             s.kind = Some(EventKind::Keepalive);
-            n += 1;
+            n += u64::from(!s.post);
         }
         n
+    }
+
+    /// The queued event at absolute index `slot`, if it is still queued.
+    fn slot(&mut self, slot: u64) -> Option<&mut Slot> {
+        slot.checked_sub(self.queue_base)
+            .and_then(|i| self.queue.get_mut(i as usize))
     }
 
     /// Hands the queued events that are complete, in order, to `sink` (once the rank is known).
@@ -204,6 +236,7 @@ impl Process {
             cpu_ns,
             kind: Some(kind),
             bytes,
+            ..
         }) = self.queue.front()
         {
             self.stats.count(cpu_ns, &kind, bytes);
@@ -230,6 +263,7 @@ impl Process {
             cpu_ns,
             kind,
             bytes: 0,
+            post: false,
         });
         self.queue_base + self.queue.len() as u64 - 1
     }

@@ -1,6 +1,7 @@
 //! What the capture needs to know about a live process that its records do not say: which
-//! MPI library it mapped (and, for Open MPI, where `MPI_COMM_WORLD` is), and the rank its
-//! launcher gave it. [`ProcFs`] answers from `/proc`; tests answer with fixed values.
+//! MPI library it mapped (and, for Open MPI, where `MPI_COMM_WORLD` is), the rank its
+//! launcher gave it, and the eager limits its library's configuration sets. [`ProcFs`]
+//! answers from `/proc`; tests answer with fixed values.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -8,6 +9,7 @@ use std::path::PathBuf;
 
 use object::{Object, ObjectSymbol};
 
+use super::eager::EagerLimits;
 use super::library::{Abi, Library};
 use super::mpich::Mpich;
 use super::openmpi::{self, OpenMpi};
@@ -44,7 +46,16 @@ pub trait ProcessInspector {
     fn abi(&mut self, tgid: u32) -> Result<Abi, InspectError>;
     /// The world rank the launcher put in the environment of `tgid`, if any.
     fn launch_rank(&mut self, tgid: u32) -> Option<LaunchRank>;
+    /// The eager limits of process `tgid`, which uses `library`: the library's defaults
+    /// unless its environment changes them.
+    fn eager_limits(&mut self, tgid: u32, library: Library) -> EagerLimits {
+        let _ = tgid;
+        EagerLimits::default_of(library)
+    }
 }
+
+/// The soname prefix of UCX's protocol library, which MPICH's `ch4:ucx` device maps.
+const UCX_SONAME: &str = "libucp.so";
 
 /// Environment variables that carry the world rank and size, per launcher: Open MPI's ORTE
 /// and PMIx, MPICH's Hydra (PMI).
@@ -225,6 +236,18 @@ impl ProcessInspector for ProcFs {
 
     fn launch_rank(&mut self, tgid: u32) -> Option<LaunchRank> {
         launch_rank_from_environ(&std::fs::read(format!("/proc/{tgid}/environ")).ok()?)
+    }
+
+    fn eager_limits(&mut self, tgid: u32, library: Library) -> EagerLimits {
+        let environ = std::fs::read(format!("/proc/{tgid}/environ")).unwrap_or_default();
+        let maps = std::fs::read_to_string(format!("/proc/{tgid}/maps")).unwrap_or_default();
+        let ucx = parse_maps(&maps).iter().any(|m| {
+            m.path
+                .rsplit('/')
+                .next()
+                .is_some_and(|name| name.starts_with(UCX_SONAME))
+        });
+        EagerLimits::of(library, &environ, ucx)
     }
 }
 

@@ -551,7 +551,15 @@ impl PvmCapture {
             let p = self.member(tgid);
             p.stats.sends += 1;
             p.stats.send_bytes += bytes;
-            p.timeline.emit(tid, cpu_ns, EventKind::Send { msg, bytes });
+            p.timeline.emit(
+                tid,
+                cpu_ns,
+                EventKind::Send {
+                    msg,
+                    bytes,
+                    rendezvous: false,
+                },
+            );
             if self.both_ends_here(src, dst) {
                 self.queues.entry(dst).or_default().push_back(Pending {
                     msg,

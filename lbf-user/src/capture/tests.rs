@@ -216,7 +216,8 @@ fn blocking_ping_pong_cpu_split_into_work_and_waiting() {
             50,
             EventKind::Send {
                 msg: msg(0, 1, 0, 0),
-                bytes: 16
+                bytes: 16,
+                rendezvous: false,
             }
         )
     );
@@ -351,27 +352,21 @@ fn waitany_completes_out_of_order_and_test_without_completion_is_work() {
     }
     let (log, summary) = run.finish();
     assert_matched(&log);
-    let p0 = of(&log, 0);
-    assert_eq!(p0[0], (40, EventKind::RecvStart));
+    let (from1, from2) = (msg(1, 0, 5, 0), msg(2, 0, 5, 0));
+    // Each MPI_Irecv posts its receive where it was called; the 1 ns inside the first and
+    // the test's CPU are work, carried to the next event.
     assert_eq!(
-        p0[1],
-        (
-            30,
-            EventKind::RecvEnd {
-                msg: msg(2, 0, 5, 0)
-            }
-        ),
+        of(&log, 0),
+        vec![
+            (10, EventKind::RecvPost { msg: from1 }),
+            (2, EventKind::RecvPost { msg: from2 }),
+            (28, EventKind::RecvStart),
+            (30, EventKind::RecvEnd { msg: from2 }),
+            (20, EventKind::RecvStart),
+            (5, EventKind::RecvEnd { msg: from1 }),
+            (105, EventKind::Exit),
+        ],
         "rank 2's message first"
-    );
-    assert_eq!(p0[2], (20, EventKind::RecvStart));
-    assert_eq!(
-        p0[3],
-        (
-            5,
-            EventKind::RecvEnd {
-                msg: msg(1, 0, 5, 0)
-            }
-        )
     );
     assert_eq!(summary.stats[0].recvs, 2);
 }
@@ -417,26 +412,26 @@ fn waitall_uses_statuses_for_any_source() {
     }
     let (log, summary) = run.finish();
     assert_matched(&log);
+    // Request 0xa got rank 2's message (status), 0xb rank 1's; each post names it.
+    let (from1, from2) = (msg(1, 0, 3, 0), msg(2, 0, 3, 0));
     let p0 = of(&log, 0);
-    // Request 0xa got rank 2's message (status), 0xb rank 1's.
-    assert_eq!(p0[1], (39, EventKind::RecvStart));
     assert_eq!(
-        p0[2],
-        (
-            40,
-            EventKind::RecvEnd {
-                msg: msg(2, 0, 3, 0)
-            }
-        )
-    );
-    assert_eq!(
-        p0[3],
-        (
-            0,
-            EventKind::RecvEnd {
-                msg: msg(1, 0, 3, 0)
-            }
-        )
+        p0[..6],
+        [
+            (10, EventKind::RecvPost { msg: from2 }),
+            (0, EventKind::RecvPost { msg: from1 }),
+            (
+                1,
+                EventKind::Send {
+                    msg: msg(0, 1, 3, 0),
+                    bytes: 12,
+                    rendezvous: false
+                }
+            ),
+            (39, EventKind::RecvStart),
+            (40, EventKind::RecvEnd { msg: from2 }),
+            (0, EventKind::RecvEnd { msg: from1 }),
+        ]
     );
     assert_eq!(summary.stats[0].sends, 1);
 }
@@ -472,7 +467,8 @@ fn sendrecv_ring_and_probe() {
             10,
             EventKind::Send {
                 msg: msg(1, 0, 9, 0),
-                bytes: 16
+                bytes: 16,
+                rendezvous: false,
             }
         )
     );
@@ -726,7 +722,8 @@ fn attached_mid_run_aligns_at_the_end_and_counts_cpu_from_the_attach() {
             1_000,
             EventKind::Send {
                 msg: msg(0, 1, 7, 0),
-                bytes: 16
+                bytes: 16,
+                rendezvous: false
             }
         ),
         "the CPU from the attach is work"
@@ -778,4 +775,117 @@ fn collective_of(kind: &EventKind) -> Option<u64> {
         EventKind::CollStart { coll, .. } | EventKind::CollEnd { coll } => Some(coll),
         _ => None,
     }
+}
+
+/// MPICH sends more than 8255 bytes to a rank of its host by rendezvous: the send's CPU
+/// inside is waiting, on a `SendEnd` at its exit. A smaller send stays eager.
+#[test]
+fn large_blocking_sends_go_by_rendezvous_and_end_at_their_return() {
+    let mut run = Run::mpich(2);
+    run.init(0, 0);
+    run.init(1, 0);
+    // 2064 ints = 8256 bytes, one above MPICH's eager limit on one host.
+    run.enter(0, mpi::SEND, 100, &[0, 2064, INT, 1, 0, WORLD], &[]);
+    run.leave(0, mpi::SEND, 130, &[]);
+    run.recv(1, (20, 40), 0, 0, &status(0, 0, 8256));
+    run.send(0, 150, 2063, 1, 1);
+    run.recv(1, (50, 60), 0, 1, &status(0, 1, 8252));
+    for r in 0..2 {
+        run.finalize(r, 200);
+    }
+    let (log, summary) = run.finish();
+    assert_matched(&log);
+    let big = msg(0, 1, 0, 0);
+    assert_eq!(
+        of(&log, 0)[..3],
+        [
+            (
+                100,
+                EventKind::Send {
+                    msg: big,
+                    bytes: 8256,
+                    rendezvous: true
+                }
+            ),
+            (30, EventKind::SendEnd { msg: big }),
+            (
+                20,
+                EventKind::Send {
+                    msg: msg(0, 1, 1, 0),
+                    bytes: 8252,
+                    rendezvous: false
+                }
+            ),
+        ]
+    );
+    assert_eq!(summary.stats[0].wait_ns, 30);
+    // The receiver posts its blocking receive at its entry, as before: no RecvPost.
+    assert_eq!(of(&log, 1)[0], (20, EventKind::RecvStart));
+}
+
+/// A synchronous send waits for its receive at any size; a nonblocking rendezvous send is
+/// completed by the wait that returns its request: the wait's entry starts a wait, its exit
+/// ends the send.
+#[test]
+fn synchronous_and_nonblocking_rendezvous_sends_end_where_they_complete() {
+    let mut run = Run::mpich(2);
+    run.init(0, 0);
+    run.init(1, 0);
+    run.enter(0, mpi::SSEND, 10, &[0, 1, INT, 1, 0, WORLD], &[]);
+    run.leave(0, mpi::SSEND, 20, &[]);
+    run.enter(0, mpi::ISEND, 30, &[0, 5000, INT, 1, 1, WORLD, 0x2000], &[]);
+    run.leave(0, mpi::ISEND, 31, &handles(&[0xc]));
+    run.enter(0, mpi::WAIT, 50, &[0x2000, 0x3000], &handles(&[0xc]));
+    run.leave(0, mpi::WAIT, 90, &[]);
+    run.recv(1, (5, 6), 0, 0, &status(0, 0, 4));
+    run.recv(1, (7, 8), 0, 1, &status(0, 1, 20000));
+    for r in 0..2 {
+        run.finalize(r, 100);
+    }
+    let (log, _) = run.finish();
+    assert_matched(&log);
+    let (sync, big) = (msg(0, 1, 0, 0), msg(0, 1, 1, 0));
+    let sent = |msg, bytes| EventKind::Send {
+        msg,
+        bytes,
+        rendezvous: true,
+    };
+    assert_eq!(
+        of(&log, 0),
+        vec![
+            (10, sent(sync, 4)),
+            (10, EventKind::SendEnd { msg: sync }),
+            (10, sent(big, 20000)),
+            (20, EventKind::RecvStart),
+            (40, EventKind::SendEnd { msg: big }),
+            (10, EventKind::Exit),
+        ]
+    );
+}
+
+/// The post of an `MPI_Irecv` never completed (its request freed) is dropped when its
+/// handle comes back for another request: it must not hold the process's events back.
+#[test]
+fn a_receive_never_completed_drops_its_post_when_its_handle_is_reused() {
+    let mut run = Run::mpich(2);
+    run.init(0, 0);
+    run.init(1, 0);
+    run.enter(0, mpi::IRECV, 10, &[0, 1, INT, 1, 5, WORLD, 0x2000], &[]);
+    run.leave(0, mpi::IRECV, 11, &handles(&[0xa]));
+    run.enter(0, mpi::BARRIER, 20, &[WORLD], &[]);
+    run.leave(0, mpi::BARRIER, 21, &[]);
+    let held = run.log.events.iter().filter(|e| e.proc == 0).count();
+    assert_eq!(held, 0, "the pending post holds rank 0's events back");
+    run.enter(0, mpi::IRECV, 30, &[0, 1, INT, 1, 6, WORLD, 0x2000], &[]);
+    run.leave(0, mpi::IRECV, 31, &handles(&[0xa]));
+    let p0 = of(&run.log, 0);
+    assert_eq!(p0[0], (10, EventKind::Keepalive), "the dropped post");
+    assert!(matches!(p0[1].1, EventKind::CollStart { .. }), "{p0:?}");
+    let (_, summary) = run.finish();
+    assert_eq!(
+        summary.anomalies.get("receive posted and never completed"),
+        Some(&2),
+        "{:?}",
+        summary.anomalies
+    );
 }

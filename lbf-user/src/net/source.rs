@@ -11,7 +11,7 @@ use crate::capture::select::Source;
 use crate::capture::sockets::channels::{EndClosed, StreamOp};
 use crate::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use crate::capture::{Capture, CaptureSink, EventSink, Library};
-use crate::event::{Event, EventKind, ProcId, ProcInfo};
+use crate::event::{Event, ProcId, ProcInfo};
 use crate::probe::{self, pvm::ProbedPvmLibrary, Tracer, TracerOptions};
 use crate::trace::{synthetic, TraceReader};
 use anyhow::{bail, Context, Result};
@@ -511,15 +511,9 @@ impl EventSink for Filter {
             self.foreign += 1;
             return;
         };
-        let kind = match (&self.origin, event.kind) {
-            (Some(origin), EventKind::Send { msg, bytes }) => EventKind::Send {
-                msg: ids::local_message(origin, msg),
-                bytes,
-            },
-            (Some(origin), EventKind::RecvEnd { msg }) => EventKind::RecvEnd {
-                msg: ids::local_message(origin, msg),
-            },
-            (_, kind) => kind,
+        let kind = match &self.origin {
+            Some(origin) => ids::job_wide(event.kind, origin),
+            None => event.kind,
         };
         if let Some(out) = self.out.as_mut() {
             out.push(&Event {

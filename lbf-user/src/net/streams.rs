@@ -31,7 +31,7 @@ use crate::capture::sockets::channels::{
     Channels, Direction, EndClosed, Endpoint, Outcome, Role, StreamOp,
 };
 use crate::capture::timeline::{Item, Timeline};
-use crate::event::{Event, EventKind, ProcId};
+use crate::event::{Event, ProcId};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -236,7 +236,11 @@ impl StreamMatcher {
                 continue;
             };
             self.tokens.remove(&(p.proc, p.slot));
-            let kinds = o.events().into_iter().map(job_wide).collect();
+            let kinds = o
+                .events()
+                .into_iter()
+                .map(|k| ids::job_wide(k, ""))
+                .collect();
             if let Some(t) = self.held.get_mut(&p.proc) {
                 t.settle(p.slot, kinds);
                 touched.insert(p.proc);
@@ -295,21 +299,6 @@ fn drain_into(t: &mut Timeline, proc: ProcId, all: bool, out: &mut Vec<Event>) {
             out.push(Event { proc, cpu_ns, kind });
         }
     });
-}
-
-/// `kind` with its message id made unique in the job: the builder's matcher numbers its
-/// messages from 1, as every node's capture does.
-fn job_wide(kind: EventKind) -> EventKind {
-    match kind {
-        EventKind::Send { msg, bytes } => EventKind::Send {
-            msg: ids::local_message("", msg),
-            bytes,
-        },
-        EventKind::RecvEnd { msg } => EventKind::RecvEnd {
-            msg: ids::local_message("", msg),
-        },
-        other => other,
-    }
 }
 
 /// The address of a connection's end (only TCP ends are matched between hosts).

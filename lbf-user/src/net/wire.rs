@@ -23,7 +23,9 @@ pub const MAX_FRAME_BYTES: usize = 16 << 20;
 /// acknowledgement) are negligible, small enough that a batch is a fraction of a second.
 pub const BATCH_EVENTS: usize = 8192;
 
-/// Kind codes of `Batch.proc_kind`'s low three bits.
+/// Bits of `Batch.proc_kind` below the process: the event's kind code.
+const KIND_BITS: u32 = 4;
+/// Kind codes of `Batch.proc_kind`'s low [`KIND_BITS`] bits.
 const SEND: u32 = 0;
 const RECV_START: u32 = 1;
 const RECV_END: u32 = 2;
@@ -32,6 +34,10 @@ const COLL_END: u32 = 4;
 const KEEPALIVE: u32 = 5;
 const EXIT: u32 = 6;
 const STREAM: u32 = 7;
+/// A send by rendezvous (`EventKind::Send` with `rendezvous`).
+const SEND_RENDEZVOUS: u32 = 8;
+const RECV_POST: u32 = 9;
+const SEND_END: u32 = 10;
 
 /// One item of a node's stream, in its process's order: an event for the engine, or a send
 /// or receive on a connection between hosts, for the builder to match.
@@ -82,15 +88,31 @@ impl BatchBuilder {
     pub fn push(&mut self, event: &Event) {
         let b = &mut self.batch;
         let code = match event.kind {
-            EventKind::Send { msg, bytes } => {
+            EventKind::Send {
+                msg,
+                bytes,
+                rendezvous,
+            } => {
                 b.id.push(msg);
                 b.bytes.push(bytes);
-                SEND
+                if rendezvous {
+                    SEND_RENDEZVOUS
+                } else {
+                    SEND
+                }
             }
             EventKind::RecvStart => RECV_START,
             EventKind::RecvEnd { msg } => {
                 b.id.push(msg);
                 RECV_END
+            }
+            EventKind::RecvPost { msg } => {
+                b.id.push(msg);
+                RECV_POST
+            }
+            EventKind::SendEnd { msg } => {
+                b.id.push(msg);
+                SEND_END
             }
             EventKind::CollStart {
                 coll,
@@ -110,7 +132,7 @@ impl BatchBuilder {
             EventKind::Keepalive => KEEPALIVE,
             EventKind::Exit => EXIT,
         };
-        b.proc_kind.push(event.proc << 3 | code);
+        b.proc_kind.push(event.proc << KIND_BITS | code);
         b.cpu_ns.push(event.cpu_ns);
     }
 
@@ -120,7 +142,7 @@ impl BatchBuilder {
         let b = &mut self.batch;
         b.stream.push(conn << 1 | u32::from(op.role == Role::Recv));
         b.bytes.push(op.bytes);
-        b.proc_kind.push(proc << 3 | STREAM);
+        b.proc_kind.push(proc << KIND_BITS | STREAM);
         b.cpu_ns.push(cpu_ns);
     }
 
@@ -252,7 +274,7 @@ pub fn decode_batch(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Deco
     );
     let mut events = Vec::with_capacity(n);
     for (i, (&pk, &cpu_ns)) in batch.proc_kind.iter().zip(&batch.cpu_ns).enumerate() {
-        let proc = pk >> 3;
+        let proc = pk >> KIND_BITS;
         if !owns(proc) {
             return Err(format!(
                 "batch {}, event {i}: process {proc} is not one this node announced",
@@ -260,13 +282,16 @@ pub fn decode_batch(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Deco
             ));
         }
         let mut id = || ids.next().copied().ok_or_else(|| short("id"));
-        let kind = match pk & 7 {
-            SEND => EventKind::Send {
+        let kind = match pk & ((1 << KIND_BITS) - 1) {
+            code @ (SEND | SEND_RENDEZVOUS) => EventKind::Send {
                 msg: id()?,
                 bytes: *bytes.next().ok_or_else(|| short("bytes"))?,
+                rendezvous: code == SEND_RENDEZVOUS,
             },
             RECV_START => EventKind::RecvStart,
             RECV_END => EventKind::RecvEnd { msg: id()? },
+            RECV_POST => EventKind::RecvPost { msg: id()? },
+            SEND_END => EventKind::SendEnd { msg: id()? },
             COLL_START => {
                 let coll = id()?;
                 let bytes = *bytes.next().ok_or_else(|| short("bytes"))?;
@@ -286,7 +311,7 @@ pub fn decode_batch(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Deco
             COLL_END => EventKind::CollEnd { coll: id()? },
             KEEPALIVE => EventKind::Keepalive,
             EXIT => EventKind::Exit,
-            _ => {
+            STREAM => {
                 let s = *streams.next().ok_or_else(|| short("stream"))?;
                 let role = if s & 1 == 1 { Role::Recv } else { Role::Send };
                 let op = Box::new(StreamOp {
@@ -296,6 +321,12 @@ pub fn decode_batch(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Deco
                 });
                 events.push(NodeEvent::Stream { proc, cpu_ns, op });
                 continue;
+            }
+            code => {
+                return Err(format!(
+                    "batch {}, event {i}: unknown event kind code {code}",
+                    batch.seq
+                ))
             }
         };
         events.push(NodeEvent::Event(Event { proc, cpu_ns, kind }));
@@ -383,9 +414,17 @@ mod tests {
             EventKind::Send {
                 msg: u64::MAX,
                 bytes: 7,
+                rendezvous: false,
+            },
+            EventKind::Send {
+                msg: 5,
+                bytes: 1 << 20,
+                rendezvous: true,
             },
             EventKind::RecvStart,
+            EventKind::RecvPost { msg: 3 },
             EventKind::RecvEnd { msg: 3 },
+            EventKind::SendEnd { msg: 5 },
             EventKind::CollStart {
                 coll: 9,
                 op: CollOp::Reduce,
@@ -496,7 +535,11 @@ mod tests {
             builder.push(&Event {
                 proc: (i % 4) as u32,
                 cpu_ns: 50_000 + i,
-                kind: EventKind::Send { msg: i, bytes: 64 },
+                kind: EventKind::Send {
+                    msg: i,
+                    bytes: 64,
+                    rendezvous: false,
+                },
             });
         }
         let len = builder.take().encoded_len();

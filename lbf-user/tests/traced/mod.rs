@@ -154,6 +154,8 @@ pub struct Traced {
     pub summary: Summary,
     /// The programs' own accounts.
     pub checks: Vec<Check>,
+    /// What the command printed (standard output and error).
+    pub output: String,
     /// CPU seconds the whole machine used while the command ran (every process, traced or
     /// not), to tell whether other work competed with the run.
     pub machine_cpu_seconds: f64,
@@ -219,6 +221,7 @@ fn run_traced<S: RecordSink>(
         log,
         summary,
         checks: parse_checks(&output),
+        output,
         machine_cpu_seconds,
         own_cpu_seconds,
     }
@@ -240,14 +243,24 @@ impl Mpi {
         }
     }
 
-    /// The shell command that runs `np` ranks of `program args`.
-    pub fn launch(self, np: u32, program: &str, args: &str) -> String {
+    /// The shell command that runs `np` ranks of `program args` as `setup` says.
+    pub fn launch(self, np: u32, program: &str, args: &str, setup: Setup) -> String {
+        let Setup { env, mca, cpus } = setup;
+        let taskset = cpus.map_or(String::new(), |c| format!("taskset -c {c} "));
         match self {
             Mpi::OpenMpi => format!(
-                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-                 mpirun.openmpi --oversubscribe --bind-to none -np {np} {program} {args}"
+                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 {env} {taskset}\
+                 mpirun.openmpi --oversubscribe --bind-to none {mca} -np {np} {program} {args}"
             ),
-            Mpi::Mpich => format!("mpirun.mpich -n {np} {program} {args}"),
+            Mpi::Mpich => format!("{env} {taskset}mpirun.mpich -n {np} {program} {args}"),
+        }
+    }
+
+    /// The library.
+    pub fn library(self) -> Library {
+        match self {
+            Mpi::OpenMpi => Library::OpenMpi,
+            Mpi::Mpich => Library::Mpich,
         }
     }
 
@@ -259,6 +272,17 @@ impl Mpi {
             Mpi::Mpich => 1.0,
         }
     }
+}
+
+/// How an MPI run is launched beyond the defaults.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Setup<'a> {
+    /// Environment variables (`NAME=value ...`) of the launcher and the ranks.
+    pub env: &'a str,
+    /// Open MPI's `--mca` options.
+    pub mca: &'a str,
+    /// The CPUs (a `taskset -c` list) the job runs on; all if `None`.
+    pub cpus: Option<&'a str>,
 }
 
 /// Probes every installed MPI library: how the MPI tests prepare a tracer.
@@ -355,6 +379,7 @@ pub fn trace_attaching<S: RecordSink, A: RecordSink>(
                     log,
                     summary,
                     checks: Vec::new(),
+                    output: String::new(),
                     machine_cpu_seconds: machine_cpu_seconds() - cpu_before,
                     own_cpu_seconds: own_cpu_seconds() - own_before,
                 }
@@ -367,6 +392,7 @@ pub fn trace_attaching<S: RecordSink, A: RecordSink>(
         )
     });
     attached.checks = from_start.checks.clone();
+    attached.output = from_start.output.clone();
     (from_start, attached)
 }
 
@@ -693,20 +719,7 @@ pub fn check_prediction(t: &Traced, spin: f64, measured: Measured) -> Result<(),
             (predict_as_run(t, spin) - first_start, wall as f64 * 1e-9)
         }
     };
-    // The prediction is for the machine as the run had it: with other work competing for
-    // the cores (a busy shared machine), the run is slower than any placement predicts.
-    let ours: f64 = s
-        .stats
-        .iter()
-        .map(|st| (st.cpu_ns + st.untimed_cpu_ns) as f64 * 1e-9)
-        .sum();
-    // The command's processes are in `own` when waited for by it, in `ours` when not (PVM
-    // tasks are pvmd's children): the larger counts, once.
-    let others = machine::others_share(
-        t.machine_cpu_seconds,
-        t.own_cpu_seconds.max(ours),
-        s.measured_seconds,
-    );
+    let (ours, others) = (programs_cpu_seconds(t), competing_share(t));
     let starts: Vec<String> = s
         .procs
         .iter()
@@ -729,6 +742,33 @@ pub fn check_prediction(t: &Traced, spin: f64, measured: Measured) -> Result<(),
         );
         return Ok(());
     }
+    within_tolerance(predicted, measured)
+}
+
+/// CPU seconds the traced programs used, by their events and start-up.
+fn programs_cpu_seconds(t: &Traced) -> f64 {
+    t.summary
+        .stats
+        .iter()
+        .map(|st| (st.cpu_ns + st.untimed_cpu_ns) as f64 * 1e-9)
+        .sum()
+}
+
+/// The share of the machine's CPU that other work used during run `t`. A prediction is for
+/// the machine as the run had it: with other work competing for the cores (a busy shared
+/// machine), the run is slower than any placement predicts.
+pub fn competing_share(t: &Traced) -> f64 {
+    // The command's processes are in `own` when waited for by it, in `ours` when not (PVM
+    // tasks are pvmd's children): the larger counts, once.
+    machine::others_share(
+        t.machine_cpu_seconds,
+        t.own_cpu_seconds.max(programs_cpu_seconds(t)),
+        t.summary.measured_seconds,
+    )
+}
+
+/// `Ok` if `predicted` is within [`TIME_TOLERANCE`] of `measured`, else the miss.
+fn within_tolerance(predicted: f64, measured: f64) -> Result<(), String> {
     if (predicted - measured).abs() <= TIME_TOLERANCE * measured {
         Ok(())
     } else {
@@ -739,11 +779,40 @@ pub fn check_prediction(t: &Traced, spin: f64, measured: Measured) -> Result<(),
     }
 }
 
+/// Checks the "what if" prediction from run `traced` for the configuration of run `other`
+/// (one node of `cores` cores; waiting processes loading it by `spin`) against `other`'s run
+/// time, unless other work competed for the machine during either run.
+pub fn check_what_if(traced: &Traced, cores: u32, spin: f64, other: &Traced) -> Result<(), String> {
+    let predicted = predict_on(traced, cores, spin) + traced.summary.teardown_seconds;
+    let measured = other.summary.measured_seconds;
+    let others = competing_share(traced).max(competing_share(other));
+    eprintln!(
+        "measured {measured:.4} s on {cores} cores, predicted {predicted:.4} s from a run of \
+         {:.4} s (others used up to {:.1} % of the machine)",
+        traced.summary.measured_seconds,
+        others * 100.0
+    );
+    if others > BUSY_MACHINE {
+        eprintln!(
+            "NOT CHECKED: other processes used {:.0} % of the machine's CPU during a run",
+            others * 100.0
+        );
+        return Ok(());
+    }
+    within_tolerance(predicted, measured)
+}
+
 /// The engine's prediction for the configuration the run had: every process on one node
 /// with this machine's cores, starting when it started, messages free (loopback and veth
 /// cost microseconds).
 pub fn predict_as_run(t: &Traced, spin: f64) -> f64 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    predict_on(t, cores, spin)
+}
+
+/// The engine's prediction for run `t` on one node of `cores` cores, each process starting
+/// when it started, messages free.
+pub fn predict_on(t: &Traced, cores: u32, spin: f64) -> f64 {
     let target = Target {
         name: "as run".into(),
         nodes: vec![Node {

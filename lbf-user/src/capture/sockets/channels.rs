@@ -170,6 +170,7 @@ impl Outcome {
                 .map(|p| EventKind::Send {
                     msg: p.msg,
                     bytes: p.bytes,
+                    rendezvous: false,
                 })
                 .collect(),
             Outcome::Recv { msg: Some(msg), .. } => vec![EventKind::RecvEnd { msg: *msg }],

@@ -190,8 +190,22 @@ fn one_send_read_by_two_receives_becomes_two_messages() {
     assert_eq!(
         of(&log, 0),
         vec![
-            (10, Send { msg: 1, bytes: 40 }),
-            (0, Send { msg: 2, bytes: 60 }),
+            (
+                10,
+                Send {
+                    msg: 1,
+                    bytes: 40,
+                    rendezvous: false
+                }
+            ),
+            (
+                0,
+                Send {
+                    msg: 2,
+                    bytes: 60,
+                    rendezvous: false
+                }
+            ),
             (2, Exit)
         ]
     );
@@ -221,7 +235,18 @@ fn sends_read_by_one_receive_travel_with_the_last_one() {
     use EventKind::*;
     assert_eq!(
         of(&log, 0),
-        vec![(1, Keepalive), (1, Send { msg: 1, bytes: 100 }), (0, Exit)]
+        vec![
+            (1, Keepalive),
+            (
+                1,
+                Send {
+                    msg: 1,
+                    bytes: 100,
+                    rendezvous: false
+                }
+            ),
+            (0, Exit)
+        ]
     );
     assert_eq!(
         of(&log, 1),
@@ -247,8 +272,22 @@ fn a_receive_recorded_before_its_send_waits_for_it() {
         of(&log, 1),
         vec![
             (1, Keepalive),
-            (1, Send { msg: 1, bytes: 30 }),
-            (0, Send { msg: 2, bytes: 10 }),
+            (
+                1,
+                Send {
+                    msg: 1,
+                    bytes: 30,
+                    rendezvous: false
+                }
+            ),
+            (
+                0,
+                Send {
+                    msg: 2,
+                    bytes: 10,
+                    rendezvous: false
+                }
+            ),
             (0, Exit)
         ]
     );
@@ -277,7 +316,18 @@ fn datagrams_are_whole_messages() {
     let sends: Vec<_> = of(&log, 0).into_iter().map(|(_, k)| k).collect();
     assert_eq!(
         sends[..2],
-        [Send { msg: 1, bytes: 50 }, Send { msg: 2, bytes: 70 }]
+        [
+            Send {
+                msg: 1,
+                bytes: 50,
+                rendezvous: false
+            },
+            Send {
+                msg: 2,
+                bytes: 70,
+                rendezvous: false
+            }
+        ]
     );
 }
 
@@ -454,7 +504,14 @@ fn a_process_beyond_the_expected_count_is_left_out_and_its_events_counted() {
     assert_eq!(
         of(&s.log, 0),
         vec![
-            (1, Send { msg: 1, bytes: 10 }),
+            (
+                1,
+                Send {
+                    msg: 1,
+                    bytes: 10,
+                    rendezvous: false
+                }
+            ),
             (0, RecvStart),
             (3, Keepalive),
             (2, Exit)
@@ -630,7 +687,17 @@ fn a_connection_stays_while_any_copy_of_either_end_is_open() {
     // The child's 10 bytes are the end of the message of the read of 70.
     assert_eq!(
         of(&s.log, 2),
-        vec![(1, Send { msg: 2, bytes: 10 }), (2, Exit)]
+        vec![
+            (
+                1,
+                Send {
+                    msg: 2,
+                    bytes: 10,
+                    rendezvous: false
+                }
+            ),
+            (2, Exit)
+        ]
     );
     assert_eq!(s.kept_at_end, Kept::default());
 }

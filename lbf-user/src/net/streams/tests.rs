@@ -8,7 +8,7 @@ use crate::capture::sockets::channels::StreamOp;
 use crate::capture::sockets::tests::{call, ends, exit, short_connections_between, Table};
 use crate::capture::sockets::SocketCapture;
 use crate::capture::{EventLog, EventSink};
-use crate::event::ProcInfo;
+use crate::event::{EventKind, ProcInfo};
 use lbf_common::syscalls::nr;
 use lbf_common::Record;
 use std::collections::HashMap;
@@ -128,9 +128,14 @@ fn canonical(events: &[Event]) -> Vec<Vec<(u64, EventKind)>> {
                 *ids.entry(m).or_insert(next)
             };
             let kind = match e.kind {
-                EventKind::Send { msg, bytes } => EventKind::Send {
+                EventKind::Send {
+                    msg,
+                    bytes,
+                    rendezvous,
+                } => EventKind::Send {
                     msg: id(msg),
                     bytes,
+                    rendezvous,
                 },
                 EventKind::RecvEnd { msg } => EventKind::RecvEnd { msg: id(msg) },
                 k => k,
@@ -368,7 +373,15 @@ fn a_send_waits_for_the_other_node_and_its_end_settles_it() {
     assert_eq!(
         out[2..],
         [
-            ev(0, 10, EventKind::Send { msg, bytes: 100 }),
+            ev(
+                0,
+                10,
+                EventKind::Send {
+                    msg,
+                    bytes: 100,
+                    rendezvous: false
+                }
+            ),
             ev(0, 3, EventKind::Exit)
         ]
     );
@@ -488,8 +501,8 @@ fn a_node_matches_local_connections_and_hands_on_those_between_hosts() {
     assert_eq!(
         process_0,
         [
-            "Send { msg: 1, bytes: 100 }",
-            "Send { msg: 2, bytes: 8 }",
+            "Send { msg: 1, bytes: 100, rendezvous: false }",
+            "Send { msg: 2, bytes: 8, rendezvous: false }",
             "Send 50",
             "RecvStart",
             "Recv 20",
@@ -553,7 +566,14 @@ fn a_receiver_closed_before_the_second_of_two_sends_it_read_together() {
     };
     assert_eq!(
         of(1),
-        [EventKind::Keepalive, EventKind::Send { msg, bytes: 1016 }]
+        [
+            EventKind::Keepalive,
+            EventKind::Send {
+                msg,
+                bytes: 1016,
+                rendezvous: false
+            }
+        ]
     );
     assert_eq!(
         (m.view().unmatched_sends, m.view().unmatched_receives),

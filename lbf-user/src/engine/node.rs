@@ -32,6 +32,9 @@ pub(super) struct NodeState {
     finished_top: bool,
     /// Per-process rate for the current load: kept up to date, as it is needed at every step.
     rate: f64,
+    /// The rate for each number of runnable processes while none polls, computed once: the
+    /// rate changes at nearly every step, and on an oversubscribed node it is a division.
+    rates: Vec<f64>,
     /// Load of the waiting processes that poll: the number of polling processes times the
     /// target's spin weight. They share the cores but make no progress.
     polling: f64,
@@ -44,12 +47,16 @@ pub(super) struct NodeState {
 impl NodeState {
     /// A node with nothing runnable, at time 0.
     pub(super) fn new(node: &Node) -> Self {
+        let rates = (0..=node.procs.len())
+            .map(|runnable| rate(node.speed, node.cores, runnable as f64))
+            .collect();
         NodeState {
             cores: node.cores,
             speed: node.speed,
             runnable: BinaryHeap::new(),
             finished_top: false,
             rate: node.speed,
+            rates,
             polling: 0.0,
             virtual_now: 0.0,
             synced_at: 0.0,
@@ -67,12 +74,14 @@ impl NodeState {
     }
 
     /// Recomputes `rate` after the load changed.
+    #[inline]
     fn update_rate(&mut self) {
-        let load = self.len() as f64 + self.polling;
-        self.rate = if load <= self.cores as f64 {
-            self.speed
+        // Without polling the load is the number of runnable processes (`+ 0.0` changes no
+        // number), whose rate is in the table.
+        self.rate = if self.polling == 0.0 {
+            self.rates[self.len()]
         } else {
-            self.speed * self.cores as f64 / load
+            rate(self.speed, self.cores, self.len() as f64 + self.polling)
         };
     }
 
@@ -161,13 +170,22 @@ impl NodeState {
     }
 }
 
+/// Per-process rate on a node of `speed` and `cores` with a load of `load` processes.
+fn rate(speed: f64, cores: u32, load: f64) -> f64 {
+    if load <= cores as f64 {
+        speed
+    } else {
+        speed * cores as f64 / load
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn node(cores: u32, speed: f64) -> NodeState {
         NodeState::new(&Node {
-            procs: vec![],
+            procs: vec![0, 1, 2, 3],
             cores,
             speed,
         })

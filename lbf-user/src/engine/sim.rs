@@ -442,15 +442,15 @@ impl Sim {
             self.nodes[n].join(self.now, p as ProcId, work);
             return false;
         }
-        let t = self.nodes[n].join_alone(self.now, p as ProcId, work);
-        if t >= self.horizon {
+        let Some(t) = self.nodes[n].run_alone(self.now, p as ProcId, work, self.horizon) else {
             self.mark_dirty(n);
             return false;
-        }
+        };
         self.now = t;
         self.reached = self.reached.max(t);
-        self.close_slices(n);
-        self.nodes[n].pop_finished(t);
+        if self.sink.is_some() {
+            self.emit_alone_slice(n, p);
+        }
         true
     }
 
@@ -698,9 +698,18 @@ impl Sim {
         }
     }
 
-    /// Emits the running slices of node `n` up to now, before its runnable set changes.
-    #[inline]
+    /// Emits the running slices of node `n` up to now, before its runnable set changes, if
+    /// there is a sink.
+    #[inline(always)]
     fn close_slices(&mut self, n: usize) {
+        if self.sink.is_some() {
+            self.emit_slices(n);
+        }
+    }
+
+    /// [`Sim::close_slices`] with a sink.
+    #[cold]
+    fn emit_slices(&mut self, n: usize) {
         let Some(sink) = &mut self.sink else { return };
         let start = self.slice_start[n];
         if self.now > start {
@@ -709,6 +718,19 @@ impl Sim {
             for p in node.runnable() {
                 sink.running(p, n, start, self.now, rate);
             }
+        }
+        self.slice_start[n] = self.now;
+    }
+
+    /// [`Sim::close_slices`] at the finish of process `p`, alone on node `n`, which ran ahead
+    /// (see [`NodeState::run_alone`]).
+    #[cold]
+    fn emit_alone_slice(&mut self, n: usize, p: usize) {
+        let Some(sink) = &mut self.sink else { return };
+        let start = self.slice_start[n];
+        if self.now > start {
+            let rate = self.nodes[n].alone_rate();
+            sink.running(p as ProcId, n, start, self.now, rate);
         }
         self.slice_start[n] = self.now;
     }

@@ -289,7 +289,7 @@ impl Engine {
                 origin,
             });
         }
-        self.streams.push(p, streams::Queued { event, origin });
+        self.streams.push(p, streams::Queued::new(&event, origin));
         if event.kind == EventKind::Exit {
             self.streams.close(p);
         }

@@ -310,7 +310,7 @@ impl Capture {
                         p.exited = true;
                         p.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
                         note(&mut self.anomalies, "rank exited without MPI_Finalize");
-                        self.abandon_posts(rec.tgid);
+                        self.abandon_posts(rec.tgid, false);
                     }
                 }
             }
@@ -495,7 +495,7 @@ impl Capture {
         tgids.sort_by_key(|t| self.procs[t].rank);
         let mut summary = Summary::default();
         for tgid in tgids {
-            self.abandon_posts(tgid);
+            self.abandon_posts(tgid, true);
             let p = self.procs.get_mut(&tgid).expect("listed process");
             summary.unmatched_recvs += p.abandon_pending();
             if !p.exited {
@@ -630,7 +630,7 @@ impl Capture {
                 p.exited = true;
                 p.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
                 self.last_finalize = Some(self.last_finalize.unwrap_or(0).max(rec.ts_ns));
-                self.abandon_posts(rec.tgid);
+                self.abandon_posts(rec.tgid, false);
             }
             Some(Entry::Collective { comm, op, bytes }) => {
                 let comm = comm.unwrap_or(p.abi.world());
@@ -883,19 +883,24 @@ impl Capture {
         }
     }
 
-    /// Process `tgid` ends: the posts of its receives not completed are dropped.
-    fn abandon_posts(&mut self, tgid: u32) {
+    /// Process `tgid` ends, or the capture does (`at_end`): the posts of its receives not
+    /// completed are dropped and counted. A post whose receive completed but is not matched
+    /// yet (an attached capture matches when it ends, see [`alignment`]) is kept until the
+    /// capture ends; dropped then, its receive counts as unmatched.
+    fn abandon_posts(&mut self, tgid: u32, at_end: bool) {
         let Some(p) = self.procs.get_mut(&tgid) else {
             return;
         };
+        let completed = &self.recv_slots;
         let mut dropped = 0;
-        self.post_slots.retain(|_, &mut (owner, slot)| {
-            let keep = owner != tgid;
-            if !keep {
-                p.abandon_post(slot);
-                dropped += 1;
+        self.post_slots.retain(|id, &mut (owner, slot)| {
+            let done = completed.contains_key(id);
+            if owner != tgid || (done && !at_end) {
+                return true;
             }
-            keep
+            p.abandon_post(slot);
+            dropped += u64::from(!done);
+            false
         });
         if dropped > 0 {
             *self

@@ -95,7 +95,7 @@ struct Cli {
     /// --pid processes map the PVM library and no MPI library; else MPI (sockets are never
     /// the default). A PVM virtual machine may span hosts (one lbf-node on each), and so may
     /// TCP connections: the builder matches their messages between hosts. The two ends of
-    /// UDP and UNIX sockets must be on this host (docs/cluster.md).
+    /// UNIX sockets must be on this host; UDP datagrams are not matched (docs/cluster.md).
     #[arg(long, value_enum, help_heading = "Live capture")]
     source: Option<Source>,
 

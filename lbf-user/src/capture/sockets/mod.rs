@@ -49,7 +49,8 @@
 //!   host: it matches UNIX and loopback connections itself and hands a TCP connection's
 //!   sends and receives on ([`EventSink::stream_op`]), in their place among the process's
 //!   events, with its ends' closes ([`EventSink::stream_closed`]), for the builder to match
-//!   with the same [`channels`]. UDP is matched per host only.
+//!   with the same [`channels`]. UDP datagrams are not matched there at all (their other
+//!   end may be on another host, which nothing tells).
 
 pub mod channels;
 pub mod descriptors;
@@ -159,7 +160,8 @@ impl SocketCapture {
     /// matched where both ends meet, as a cluster node must: their sends and receives go to
     /// the sink as they are ([`EventSink::stream_op`]), in their place among the process's
     /// events, and each end's close with the bytes it moved ([`EventSink::stream_closed`]).
-    /// UNIX and loopback connections are matched here as usual.
+    /// UNIX and loopback connections are matched here as usual; UDP datagrams are not matched
+    /// (each a `Keepalive`, counted as unmatched and noted).
     pub fn matching_between_hosts(mut self) -> Self {
         self.between_hosts = true;
         self
@@ -528,8 +530,9 @@ impl SocketCapture {
         cpu_at: u64,
     ) {
         let is_udp = is_udp(s.recv);
-        if is_udp {
-            self.note_udp_on_node();
+        if is_udp && self.between_hosts {
+            self.unmatched_datagrams(tgid, tid, Role::Send, sizes, cpu_at);
+            return;
         }
         let to = to_port.filter(|_| is_udp).map(resolve::udp_channel);
         let Some(channel) = to.or(s.send) else {
@@ -572,8 +575,9 @@ impl SocketCapture {
             self.stream_ops(tgid, tid, dir, Role::Recv, sizes, cpu_at);
             return;
         }
-        if is_udp(s.recv) {
-            self.note_udp_on_node();
+        if is_udp(s.recv) && self.between_hosts {
+            self.unmatched_datagrams(tgid, tid, Role::Recv, sizes, cpu_at);
+            return;
         }
         for &bytes in sizes {
             let p = self.member(tgid);
@@ -586,14 +590,27 @@ impl SocketCapture {
         }
     }
 
-    /// Notes a UDP send or receive in a capture matching between hosts: UDP is matched only
-    /// among this host's processes.
-    fn note_udp_on_node(&mut self) {
-        if self.between_hosts {
+    /// UDP datagrams of a capture matching between hosts, sent or received (`role`) by
+    /// thread `tid` of `tgid` when its clock read `cpu_at`: not matched, since their other end
+    /// may be on another host, which nothing here tells (UDP receivers are told apart by port
+    /// alone), and a datagram waiting for a match would hold its process's events until its
+    /// socket closes. Each is a `Keepalive`, counted as unmatched and noted.
+    fn unmatched_datagrams(&mut self, tgid: u32, tid: u32, role: Role, sizes: &[u64], cpu_at: u64) {
+        for &bytes in sizes {
+            match role {
+                Role::Send => self.unmatched_sends += 1,
+                Role::Recv => self.unmatched_recvs += 1,
+            }
+            let p = self.member(tgid);
+            if role == Role::Send {
+                p.stats.sends += 1;
+                p.stats.send_bytes += bytes;
+            }
+            p.timeline.emit(tid, cpu_at, EventKind::Keepalive);
             note(
                 &mut self.anomalies,
-                "UDP datagram: matched only among this host's processes (lbf-node matches \
-                 TCP between hosts, not UDP; one from or to another host stays unmatched)",
+                "UDP datagram not matched (lbf-node matches TCP between hosts, UDP on no host: a \
+                 datagram's other end may be on another host): a Keepalive instead",
             );
         }
     }

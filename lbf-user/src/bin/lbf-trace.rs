@@ -277,12 +277,19 @@ fn run(cli: Cli) -> Result<i32> {
         child = Some(c);
     }
     let end = probe::run(&mut tracer, &mut reader, &mut sink, &STOP)?;
+    // Attached to a running MPI job, a call in progress at the attach returns without its
+    // entry: not a loss but the attach's boundary, counted as such (see the notes).
+    let in_progress = if attaching_to_mpi {
+        end.lost.exit_without_entry
+    } else {
+        0
+    };
     if let Some(trace) = sink.trace {
         let (outputs, summary) = trace.into_parts();
         let summary = summary.expect("the capture loop finishes its sink");
         let measured = Summary {
             measured_seconds: summary.measured_seconds,
-            lost_events: summary.lost_records + summary.lost_events,
+            lost_events: summary.lost_records + summary.lost_events - in_progress,
             teardown_seconds: summary.teardown_seconds,
         };
         if let Some(file) = outputs.file {
@@ -336,11 +343,6 @@ fn run(cli: Cli) -> Result<i32> {
             lost.ringbuf_full
         );
     }
-    let in_progress = if attaching_to_mpi {
-        lost.exit_without_entry
-    } else {
-        0
-    };
     if in_progress > 0 {
         eprintln!(
             "lbf-trace: note: {in_progress} MPI calls were in progress when tracing began: \

@@ -173,6 +173,11 @@ impl Matcher {
         self.from_attach = true;
     }
 
+    /// Whether a process was found running ([`Matcher::attached_mid_run`]).
+    pub fn is_attached_mid_run(&self) -> bool {
+        self.from_attach
+    }
+
     /// Whether `env` is numbered from an attach; starts numbering it so if it is new, between
     /// processes of this capture, and the capture attached mid-run.
     fn numbered_from_attach(&mut self, env: &Envelope) -> bool {

@@ -848,7 +848,10 @@ impl Capture {
             (Some(_), comms::WORLD) => Route::OtherHost,
             (Some(_), _) => Route::Unknown,
         };
-        let rendezvous = p.eager.rendezvous(route, mode, bytes);
+        // Attached mid-run, a receive may have been posted before the attach, unseen: a
+        // send waiting for its post would wait forever in the model, so sends stay eager.
+        let rendezvous =
+            !self.matcher.is_attached_mid_run() && p.eager.rendezvous(route, mode, bytes);
         let msg = self.matcher.send(
             Envelope {
                 comm,

@@ -4,7 +4,9 @@
 //! the attached capture produced must be one the capture from the start produced (the same
 //! call, the same CPU), every message it matched must be the one the capture from the start
 //! matched, every message both ends of which it saw must be matched, and its prediction for
-//! the configuration the job ran in must be within the tolerance of the other capture tests.
+//! the configuration the job ran in must be within the tolerance of the other capture tests,
+//! of the measured time (on an idle machine) and of the capture from the start's prediction
+//! for the same stretch.
 //! Needs root; skips otherwise.
 
 mod traced;
@@ -16,8 +18,8 @@ use lbf::capture::procfs::ProcFs;
 use lbf::capture::{Capture, CaptureSink, EventLog, Summary};
 use lbf::event::{Event, EventKind, MsgId};
 use traced::{
-    can_trace, check_accounts, check_prediction, probe_mpi, timed, trace_attaching,
-    workload_built_by, Attach, Measured, Mpi, Setup, Traced,
+    can_trace, check_accounts, check_prediction, predict_as_run, probe_mpi, timed, trace_attaching,
+    workload_built_by, Attach, Measured, Mpi, Setup, Traced, TIME_TOLERANCE,
 };
 
 /// The boundary effects an attach may report (see `lbf::capture::alignment`), besides the
@@ -196,6 +198,100 @@ fn check_collectives(
     instance.len()
 }
 
+/// The capture from the start, cut where the attached capture's events begin (each rank
+/// leaves there; a receive whose send comes after the cut takes none, a collective not every
+/// member entered before it is left out).
+fn cut_at_attach(
+    full: &Traced,
+    a: &HashMap<u32, Vec<Event>>,
+    at: &HashMap<u32, Vec<usize>>,
+) -> Traced {
+    let before = |rank: &u32| &a[rank][..at[rank][0]];
+    let sent: HashSet<MsgId> = a
+        .keys()
+        .flat_map(before)
+        .filter_map(|e| match e.kind {
+            EventKind::Send { msg, .. } => Some(msg),
+            _ => None,
+        })
+        .collect();
+    let mut entered: HashMap<u64, u32> = HashMap::new();
+    for e in a.keys().flat_map(before) {
+        if let EventKind::CollStart { coll, .. } = e.kind {
+            *entered.entry(coll).or_default() += 1;
+        }
+    }
+    let size: HashMap<u64, u32> = a
+        .values()
+        .flatten()
+        .filter_map(|e| match e.kind {
+            EventKind::CollStart { coll, size, .. } => Some((coll, size)),
+            _ => None,
+        })
+        .collect();
+    let incomplete = |coll: u64| entered.get(&coll) < size.get(&coll);
+    let mut log = EventLog {
+        procs: full.log.procs.clone(),
+        events: Vec::new(),
+    };
+    for &rank in a.keys() {
+        for e in before(&rank) {
+            let kind = match e.kind {
+                EventKind::RecvEnd { msg } if !sent.contains(&msg) => EventKind::Keepalive,
+                EventKind::CollStart { coll, .. } | EventKind::CollEnd { coll }
+                    if incomplete(coll) =>
+                {
+                    EventKind::Keepalive
+                }
+                kind => kind,
+            };
+            log.events.push(Event { kind, ..*e });
+        }
+        log.events.push(Event {
+            proc: rank,
+            cpu_ns: 0,
+            kind: EventKind::Exit,
+        });
+    }
+    Traced {
+        log,
+        summary: full.summary.clone(),
+        checks: Vec::new(),
+        output: String::new(),
+        machine_cpu_seconds: 0.0,
+        own_cpu_seconds: 0.0,
+    }
+}
+
+/// Checks that the attached capture's prediction for the configuration the job ran in is the
+/// capture from the start's for the same stretch: the whole run's less the part before the
+/// attach. Both come from the CPU the ranks used, so unlike a comparison with the measured
+/// time this holds on a busy machine too.
+fn check_model_of_the_tail(mpi: Mpi, full: &Traced, attached: &Traced) {
+    let (a, b) = (per_rank(&full.log), per_rank(&attached.log));
+    let at = correspondence(&a, &b);
+    let tail = predict_as_run(full, mpi.spin())
+        - predict_as_run(&cut_at_attach(full, &a, &at), mpi.spin());
+    let start = attached
+        .summary
+        .procs
+        .iter()
+        .map(|p| p.start_ns)
+        .min()
+        .unwrap_or(0) as f64
+        * 1e-9;
+    let predicted = predict_as_run(attached, mpi.spin()) - start;
+    eprintln!(
+        "attached capture: predicted {predicted:.4} s from the attach, the capture from the start \
+         {tail:.4} s for the same stretch"
+    );
+    assert!(
+        (predicted - tail).abs() <= TIME_TOLERANCE * tail,
+        "the attached capture predicts {predicted:.4} s from the attach, the capture from the \
+         start {tail:.4} s"
+    );
+}
+
 /// Checks the attached capture against the capture from the start: same events and CPU,
 /// the same message for every receive it matched, every message matched whose two ends it
 /// saw, and a receive without its message only for messages sent before its sender's attach;
@@ -332,6 +428,7 @@ fn check(mpi: Mpi, in_flight: bool, (full, attached): (Traced, Traced)) -> Resul
                 > 0,
         "nothing was in flight at the attach: the test did not exercise it"
     );
+    check_model_of_the_tail(mpi, &full, &attached);
     check_prediction(&attached, mpi.spin(), Measured::Capture)
 }
 

@@ -307,8 +307,8 @@ fn check_model_of_the_tail(mpi: Mpi, full: &Traced, attached: &Traced) {
         machine_cpu_seconds: 0.0,
         own_cpu_seconds: 0.0,
     };
-    let tail = predict_as_run(&whole, mpi.spin())
-        - predict_as_run(&cut_at_attach(full, &a, &at), mpi.spin());
+    let spin = mpi.spin(full.summary.procs.len() as u32);
+    let tail = predict_as_run(&whole, spin) - predict_as_run(&cut_at_attach(full, &a, &at), spin);
     let start = attached
         .summary
         .procs
@@ -317,7 +317,7 @@ fn check_model_of_the_tail(mpi: Mpi, full: &Traced, attached: &Traced) {
         .min()
         .unwrap_or(0) as f64
         * 1e-9;
-    let predicted = predict_as_run(attached, mpi.spin()) - start;
+    let predicted = predict_as_run(attached, spin) - start;
     eprintln!(
         "attached capture: predicted {predicted:.4} s from the attach, the capture from the start \
          {tail:.4} s for the same stretch"
@@ -466,7 +466,8 @@ fn check(mpi: Mpi, in_flight: bool, (full, attached): (Traced, Traced)) -> Resul
         "nothing was in flight at the attach: the test did not exercise it"
     );
     check_model_of_the_tail(mpi, &full, &attached);
-    check_prediction(&attached, mpi.spin(), Measured::Capture)
+    let spin = mpi.spin(attached.summary.procs.len() as u32);
+    check_prediction(&attached, spin, Measured::Capture)
 }
 
 macro_rules! attach_tests {

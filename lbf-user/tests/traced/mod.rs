@@ -264,12 +264,15 @@ impl Mpi {
         }
     }
 
-    /// How much a waiting rank loads its core (see docs/targets.md): MPICH polls flat out;
-    /// Open MPI, told it is oversubscribed, yields the CPU while it polls.
-    pub fn spin(self) -> f64 {
+    /// How much a waiting rank of a job of `np` ranks loads its core (see docs/targets.md):
+    /// MPICH polls flat out; Open MPI yields the CPU while it polls only when `mpirun` finds
+    /// more ranks than slots (this machine's cores, whatever `taskset` allows), and polls flat
+    /// out otherwise.
+    pub fn spin(self, np: u32) -> f64 {
+        let slots = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
         match self {
-            Mpi::OpenMpi => 0.0,
-            Mpi::Mpich => 1.0,
+            Mpi::OpenMpi if np > slots => 0.0,
+            Mpi::OpenMpi | Mpi::Mpich => 1.0,
         }
     }
 }

@@ -64,6 +64,16 @@ install_bpf_linker() {
     LLVM_PREFIX=$shim cargo +nightly install --locked bpf-linker --no-default-features --features "llvm-$major"
 }
 
+# The test runner (scripts/test.sh): on this machine kind already; built once otherwise.
+install_nextest() {
+    if cargo nextest --version >/dev/null 2>&1; then
+        log "cargo-nextest present"
+    else
+        log "building cargo-nextest; takes a few minutes"
+        cargo install --locked cargo-nextest
+    fi
+}
+
 mount_tracefs() {
     if [ -e /sys/kernel/tracing/events ]; then
         log "tracefs mounted"
@@ -77,5 +87,6 @@ need_root
 install_apt
 install_rust_src
 install_bpf_linker
+install_nextest
 mount_tracefs
 log "done"

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lbf::capture::{EventLog, Library, Summary};
@@ -24,7 +24,9 @@ use lbf::trace::TraceReader;
 
 #[path = "../machine/mod.rs"]
 mod machine;
+mod watchdog;
 use machine::{machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
+use watchdog::{Watchdog, RUN_LIMIT};
 
 /// One traced run at a time: the machine has 2 cores and the CPU checks need them.
 static TRACING: Mutex<()> = Mutex::new(());
@@ -195,18 +197,26 @@ fn run_traced<S: RecordSink>(
     let mut tracer = Tracer::load(&TracerOptions::default()).expect("loading the eBPF tracer");
     prepare(&mut tracer);
     let mut reader = tracer.records().expect("ring buffer");
-    let mut child =
-        HeldChild::spawn(&["sh".into(), "-c".into(), command.clone()]).expect("spawning");
+    // In a session of its own, so that the watchdog can kill all of it.
+    let argv = ["setsid", "sh", "-c", &command].map(String::from);
+    let mut child = HeldChild::spawn(&argv).expect("spawning");
     tracer.trace_pid(child.pid()).expect("tracing the command");
     child.release().expect("starting the command");
     started(child.pid());
-    let stop = AtomicBool::new(false);
+    let stop = Arc::new(AtomicBool::new(false));
+    let watchdog = Watchdog::start(child.pid(), RUN_LIMIT, stop.clone());
     let (cpu_before, own_before) = (machine_cpu_seconds(), own_cpu_seconds());
     let end = probe::run(&mut tracer, &mut reader, &mut sink, &stop).expect("capturing");
     let machine_cpu_seconds = machine_cpu_seconds() - cpu_before;
     let status = child.wait().expect("waiting for the command");
     let own_cpu_seconds = own_cpu_seconds() - own_before;
     let output = std::fs::read_to_string(&out).expect("reading the program's output");
+    if let Some(processes) = watchdog.finish() {
+        panic!(
+            "`{command}` still ran after {RUN_LIMIT:?} and was killed.\nIts output:\n{output}\n\
+             The machine's processes when it was killed:\n{processes}"
+        );
+    }
     assert_eq!(status, 0, "`{command}` failed:\n{output}");
     // Failed memory reads are allowed: they concern calls of other processes (the PVM
     // console packing strings), and the programs' own counts are checked below.

@@ -46,28 +46,15 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         bail!("validate needs 2 CPUs (it compares a 1-core and a 2-core run)");
     }
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run_cmd(&[cargo, "build".into(), "--release".into(), "--bins".into()])?;
-    let bin = target_dir.join("release");
-    let out = target_dir.join("validate");
+    let bin = release_bins(root)?;
+    let out = output_dir(root);
     let targets = write_targets(&out)?;
     println!(
         "{:<14} {:<8} {:>9} {:>9}  {:>22}  {:>22}",
         "workload", "mpi", "1 core", "2 cores", "1 core -> (err s0, s1)", "2 cores -> (err s0, s1)"
     );
     for mpi in &args.mpi {
-        let progs = out.join(mpi);
-        run_cmd(&[
-            "bash".into(),
-            root.join("tests/workloads/mpi/build.sh")
-                .display()
-                .to_string(),
-            mpi.clone(),
-            progs.display().to_string(),
-        ])?;
+        let progs = build_workloads(root, mpi)?;
         for workload in &args.workloads {
             let mut runs = Vec::new();
             for (label, cpus, _) in CONFIGS {
@@ -92,6 +79,39 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Builds the release binaries; returns the directory they are in.
+pub fn release_bins(root: &Path) -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    run_cmd(&[cargo, "build".into(), "--release".into(), "--bins".into()])?;
+    Ok(target_dir(root).join("release"))
+}
+
+/// Where validation runs keep their traces, targets and programs.
+pub fn output_dir(root: &Path) -> PathBuf {
+    target_dir(root).join("validate")
+}
+
+/// The workspace's target directory.
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+}
+
+/// Builds every MPI workload with `mpi`'s compiler wrapper; returns their directory.
+pub fn build_workloads(root: &Path, mpi: &str) -> Result<PathBuf> {
+    let progs = output_dir(root).join(mpi);
+    run_cmd(&[
+        "bash".into(),
+        root.join("tests/workloads/mpi/build.sh")
+            .display()
+            .to_string(),
+        mpi.into(),
+        progs.display().to_string(),
+    ])?;
+    Ok(progs)
 }
 
 /// The launcher command for 4 ranks of `mpi`, inheriting the CPU set it is started in.
@@ -171,7 +191,7 @@ fn report(
 }
 
 /// The measured run time in the summary line of a trace.
-fn measured(trace: &Path) -> Result<f64> {
+pub fn measured(trace: &Path) -> Result<f64> {
     let text =
         std::fs::read_to_string(trace).with_context(|| format!("reading {}", trace.display()))?;
     let last = text.lines().last().unwrap_or_default();
@@ -183,7 +203,7 @@ fn measured(trace: &Path) -> Result<f64> {
 }
 
 /// `lbf-gag predict TRACE --target TARGET --json`'s predicted seconds.
-fn predict(bin: &Path, trace: &Path, target: &Path) -> Result<f64> {
+pub fn predict(bin: &Path, trace: &Path, target: &Path) -> Result<f64> {
     let out = run_cmd(&[
         bin.join("lbf-gag").display().to_string(),
         "predict".into(),

@@ -10,8 +10,10 @@
 //! the same experiment. Prints the errors against the measured times; asserts nothing. Needs
 //! root, `ip` and `tc`; the machine should be otherwise idle.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
@@ -80,7 +82,7 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
                 cmd.push(program.display().to_string());
                 cmd.push(args.iters.to_string());
                 cmd.push(args.compute_ms.to_string());
-                let result = run_cmd(&cmd);
+                let result = run_patiently(&cmd, &out);
                 ns.throttle(None)?;
                 result.map(|_| trace)
             };
@@ -149,8 +151,7 @@ fn half_round_trips(ns: &Namespace, mpi: &str, program: &Path) -> Result<Vec<(u6
     cmd.push(program.display().to_string());
     cmd.extend(["0".into(), "0".into()]);
     cmd.extend(TABLE_SIZES.map(|b| format!("halfrtt:{b}")));
-    let out = run_cmd(&cmd)?;
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = run_patiently(&cmd, program.parent().unwrap_or(Path::new(".")))?;
     let table: Vec<(u64, f64)> = text
         .lines()
         .filter_map(|l| l.strip_prefix("LBF-PROBE halfrtt_bytes="))
@@ -191,6 +192,102 @@ fn write_target(dir: &Path, mpi: &str, table: &[(u64, f64)]) -> Result<PathBuf> 
     );
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     Ok(path)
+}
+
+/// How long one run may take before it is taken for hung.
+const RUN_LIMIT: Duration = Duration::from_secs(120);
+
+/// Runs of one command before giving up.
+const ATTEMPTS: u32 = 3;
+
+/// Runs `cmd` in a process group of its own, its output in a file of `dir`; returns its
+/// standard output. A run that has not ended within [`RUN_LIMIT`] is killed, group and all,
+/// and run again, up to [`ATTEMPTS`] times: MPICH 4.0 over UCX's TCP transport sometimes
+/// hangs in `MPI_Finalize` here (one rank waits in the launcher's barrier while the other
+/// waits for it to close its UCX connection; 2 runs of about 10).
+fn run_patiently(cmd: &[String], dir: &Path) -> Result<String> {
+    let (program, args) = cmd.split_first().context("an empty command")?;
+    let log = dir.join("run.out");
+    for attempt in 1..=ATTEMPTS {
+        let file = std::fs::File::create(&log).with_context(|| format!("{}", log.display()))?;
+        let mut child = Command::new(program)
+            .args(args)
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .stdin(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .with_context(|| format!("cannot run {program}"))?;
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break Some(status);
+            }
+            if start.elapsed() > RUN_LIMIT {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let output = std::fs::read_to_string(&log).unwrap_or_default();
+        match status {
+            Some(status) if status.success() => return Ok(output),
+            Some(status) => bail!("`{}` failed ({status}):\n{output}", cmd.join(" ")),
+            None => {
+                eprintln!(
+                    "attempt {attempt} of {ATTEMPTS}: `{}` hung for {} s; killed",
+                    cmd.join(" "),
+                    RUN_LIMIT.as_secs()
+                );
+                // Hydra starts its proxy in a session of its own: kill by descent.
+                let mut pids: Vec<String> =
+                    descendants(child.id()).iter().map(u32::to_string).collect();
+                pids.push(format!("-{}", child.id()));
+                let _ = Command::new("kill")
+                    .arg("-KILL")
+                    .arg("--")
+                    .args(&pids)
+                    .output();
+                let _ = child.wait();
+            }
+        }
+    }
+    bail!("`{}` hung {ATTEMPTS} times", cmd.join(" "))
+}
+
+/// The processes descended from `pid`, from `/proc`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let child: u32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            // After the command name, which may hold spaces: state, then the parent.
+            let parent = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((child, parent))
+        })
+        .collect();
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(
+            parents
+                .iter()
+                .filter(|&&(_, parent)| parent == p)
+                .map(|&(c, _)| c),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found
 }
 
 /// A network namespace of this process with its loopback up, deleted on drop.

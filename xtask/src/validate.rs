@@ -33,6 +33,10 @@ pub struct Args {
     /// Milliseconds of computation per iteration passed to each workload.
     #[arg(long, default_value_t = 10)]
     compute_ms: u32,
+    /// The directory of the `lbf-trace` and `lbf-gag` to run (another build's
+    /// `target/release`, to compare); by default this build's, built first.
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
 }
 
 /// The two configurations: a CPU list for `taskset` and the matching target.
@@ -46,7 +50,7 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         bail!("validate needs 2 CPUs (it compares a 1-core and a 2-core run)");
     }
-    let bin = release_bins(root)?;
+    let bin = bin_dir(root, &args.bin_dir)?;
     let out = output_dir(root);
     let targets = write_targets(&out)?;
     println!(
@@ -81,8 +85,12 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// Builds the release binaries; returns the directory they are in.
-pub fn release_bins(root: &Path) -> Result<PathBuf> {
+/// Where the `lbf-trace` and `lbf-gag` to run are: `given` (another build's), else this
+/// build's release binaries, built first.
+pub fn bin_dir(root: &Path, given: &Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(dir) = given {
+        return Ok(dir.clone());
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     run_cmd(&[cargo, "build".into(), "--release".into(), "--bins".into()])?;
     Ok(target_dir(root).join("release"))

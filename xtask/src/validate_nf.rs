@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::cmd::run_cmd;
-use crate::validate::{build_workloads, measured, output_dir, predict, release_bins};
+use crate::validate::{bin_dir, build_workloads, measured, output_dir, predict};
 
 /// Options of `cargo xtask validate-nf`.
 #[derive(clap::Args)]
@@ -50,10 +50,7 @@ const TABLE_SIZES: [u64; 2] = [8, 1 << 20];
 
 /// Runs the experiment for every MPI and prints one row per run.
 pub fn run(root: &Path, args: &Args) -> Result<()> {
-    let bin = match &args.bin_dir {
-        Some(dir) => dir.clone(),
-        None => release_bins(root)?,
-    };
+    let bin = bin_dir(root, &args.bin_dir)?;
     let out = output_dir(root).join("nf");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let ns = Namespace::new()?;

@@ -1,6 +1,6 @@
 //! `cargo xtask validate`: how close lbf's predictions come to real runs on this machine.
 //!
-//! For each MPI and workload, the same 4-rank program runs twice under `lbf-trace`: once with
+//! For each MPI and workload, the same 4-rank (`--np`) program runs twice under `lbf-trace`: once with
 //! every rank on CPU 0 (a one-core "node") and once on CPUs 0-1 (a two-core node). Each trace
 //! predicts both configurations; the prediction for the configuration it ran in checks the
 //! model, the one for the other configuration is the "what if" the tool is for. Errors are
@@ -20,7 +20,7 @@ pub struct Args {
     /// MPI implementations to run (openmpi, mpich).
     #[arg(long, value_delimiter = ',', default_value = "openmpi,mpich")]
     mpi: Vec<String>,
-    /// Workloads of tests/workloads/mpi to run (4 ranks each).
+    /// Workloads of tests/workloads/mpi to run (`--np` ranks each).
     #[arg(
         long,
         value_delimiter = ',',
@@ -33,6 +33,9 @@ pub struct Args {
     /// Milliseconds of computation per iteration passed to each workload.
     #[arg(long, default_value_t = 10)]
     compute_ms: u32,
+    /// Ranks of each run.
+    #[arg(long, default_value_t = 4)]
+    np: u32,
     /// The directory of the `lbf-trace` and `lbf-gag` to run (another build's
     /// `target/release`, to compare); by default this build's, built first.
     #[arg(long)]
@@ -52,7 +55,7 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     }
     let bin = bin_dir(root, &args.bin_dir)?;
     let out = output_dir(root);
-    let targets = write_targets(&out)?;
+    let targets = write_targets(&out, args.np)?;
     println!(
         "{:<14} {:<8} {:>9} {:>9}  {:>22}  {:>22}",
         "workload", "mpi", "1 core", "2 cores", "1 core -> (err s0, s1)", "2 cores -> (err s0, s1)"
@@ -72,7 +75,7 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
                     "-c".into(),
                     cpus.into(),
                 ];
-                cmd.extend(launcher(mpi)?);
+                cmd.extend(launcher(mpi, args.np)?);
                 cmd.push(progs.join(workload).display().to_string());
                 cmd.push(args.iters.to_string());
                 cmd.push(args.compute_ms.to_string());
@@ -122,8 +125,8 @@ pub fn build_workloads(root: &Path, mpi: &str) -> Result<PathBuf> {
     Ok(progs)
 }
 
-/// The launcher command for 4 ranks of `mpi`, inheriting the CPU set it is started in.
-fn launcher(mpi: &str) -> Result<Vec<String>> {
+/// The launcher command for `np` ranks of `mpi`, inheriting the CPU set it is started in.
+fn launcher(mpi: &str, np: u32) -> Result<Vec<String>> {
     let args: &[&str] = match mpi {
         "openmpi" => &[
             "mpirun.openmpi",
@@ -132,16 +135,19 @@ fn launcher(mpi: &str) -> Result<Vec<String>> {
             "--bind-to",
             "none",
             "-np",
-            "4",
         ],
-        "mpich" => &["mpirun.mpich", "-n", "4"],
+        "mpich" => &["mpirun.mpich", "-n"],
         other => bail!("unknown MPI `{other}`; use openmpi or mpich"),
     };
-    Ok(args.iter().map(|s| s.to_string()).collect())
+    let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    args.push(np.to_string());
+    Ok(args)
 }
 
-/// Writes one target file per configuration and spin; returns their paths, configuration-major.
-fn write_targets(dir: &Path) -> Result<Vec<Vec<PathBuf>>> {
+/// Writes one target file per configuration and spin for `np` processes; returns their
+/// paths, configuration-major.
+fn write_targets(dir: &Path, np: u32) -> Result<Vec<Vec<PathBuf>>> {
+    let procs: Vec<u32> = (0..np).collect();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     CONFIGS
         .iter()
@@ -152,7 +158,7 @@ fn write_targets(dir: &Path) -> Result<Vec<Vec<PathBuf>>> {
                     let path = dir.join(format!("{}-spin{spin}.toml", label.replace(' ', "")));
                     let text = format!(
                         "name = \"{label} spin {spin}\"\nspin = {spin}\n\
-                         [[node]]\nprocs = [0, 1, 2, 3]\ncores = {cores}\n"
+                         [[node]]\nprocs = {procs:?}\ncores = {cores}\n"
                     );
                     std::fs::write(&path, text)
                         .with_context(|| format!("writing {}", path.display()))?;

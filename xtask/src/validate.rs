@@ -57,8 +57,14 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     let out = output_dir(root);
     let targets = write_targets(&out, args.np)?;
     println!(
-        "{:<14} {:<8} {:>9} {:>9}  {:>22}  {:>22}",
-        "workload", "mpi", "1 core", "2 cores", "1 core -> (err s0, s1)", "2 cores -> (err s0, s1)"
+        "{:<14} {:<8} {:>9} {:>9}  {:>22}  {:>22}  {:>5}",
+        "workload",
+        "mpi",
+        "1 core",
+        "2 cores",
+        "1 core -> (err s0, s1)",
+        "2 cores -> (err s0, s1)",
+        "load"
     );
     for mpi in &args.mpi {
         let progs = build_workloads(root, mpi)?;
@@ -195,13 +201,23 @@ fn report(
         }
     }
     println!(
-        "{workload:<14} {mpi:<8} {:>8.3}s {:>8.3}s  {}  {}",
+        "{workload:<14} {mpi:<8} {:>8.3}s {:>8.3}s  {}  {}  {:>5}",
         measured[0],
         measured[1],
         cells[..2].join(" "),
-        cells[2..].join(" ")
+        cells[2..].join(" "),
+        load_average()
     );
     Ok(())
+}
+
+/// The machine's load average over the last minute (`/proc/loadavg`), to tell runs on an
+/// otherwise idle machine from runs that competed with other work.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(String::from))
+        .unwrap_or_else(|| "?".into())
 }
 
 /// The measured run time in the summary line of a trace.

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::cmd::run_cmd;
-use crate::validate::{bin_dir, build_workloads, measured, output_dir, predict};
+use crate::validate::{bin_dir, build_workloads, load_average, measured, output_dir, predict};
 
 /// Options of `cargo xtask validate-nf`.
 #[derive(clap::Args)]
@@ -55,8 +55,8 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let ns = Namespace::new()?;
     println!(
-        "{:<8} {:>3} {:>8} {:>8}  {:>24}  {:>24}",
-        "mpi", "run", "fast", "slow", "slow from fast (error)", "slow from slow (error)"
+        "{:<8} {:>3} {:>8} {:>8}  {:>24}  {:>24}  {:>5}",
+        "mpi", "run", "fast", "slow", "slow from fast (error)", "slow from slow (error)", "load"
     );
     for mpi in &args.mpi {
         let program = build_workloads(root, mpi)?.join("rendezvous");
@@ -94,10 +94,11 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
                 ))
             };
             println!(
-                "{mpi:<8} {run:>3} {:>7.3}s {slow_seconds:>7.3}s  {:>24}  {:>24}",
+                "{mpi:<8} {run:>3} {:>7.3}s {slow_seconds:>7.3}s  {:>24}  {:>24}  {:>5}",
                 measured(&fast)?,
                 cell(&fast)?,
-                cell(&slow)?
+                cell(&slow)?,
+                load_average()
             );
         }
     }

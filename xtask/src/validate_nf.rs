@@ -330,7 +330,7 @@ impl Namespace {
             run_cmd(
                 &[
                     "tc", "-n", &self.name, "qdisc", "add", "dev", "lo", "root", "tbf", "rate",
-                    rate, "burst", "256kb", "latency", "400ms",
+                    rate, "burst", "96kb", "latency", "400ms",
                 ]
                 .map(String::from),
             )?;

@@ -3,8 +3,8 @@
 //! counted and measured (its `LBF-CHECK` lines), and a prediction for the configuration it ran
 //! in that is within 10 % of its run time. Messages sent by rendezvous: the capture flags
 //! exactly the sends that waited for their receive (the libraries' eager limits, by default
-//! and as configured), ties them to their receives, and a trace on one core predicts a run on
-//! two and back. Needs root; skips otherwise.
+//! and as configured), ties them to their receives; traces on one core and on two predict
+//! alike, and the one on one core predicts the run on two. Needs root; skips otherwise.
 
 mod traced;
 
@@ -375,11 +375,11 @@ fn check_cores_what_if(mpi: Mpi) {
 }
 
 #[test]
-fn a_trace_on_one_core_predicts_two_and_back_mpich() {
+fn one_and_two_core_traces_agree_and_predict_two_cores_mpich() {
     check_cores_what_if(Mpi::Mpich);
 }
 
 #[test]
-fn a_trace_on_one_core_predicts_two_and_back_openmpi() {
+fn one_and_two_core_traces_agree_and_predict_two_cores_openmpi() {
     check_cores_what_if(Mpi::OpenMpi);
 }

@@ -342,10 +342,10 @@ const TRACED_WHERE_TOLERANCE: f64 = 0.03;
 /// The measurement as a check: the rendezvous workload traced on one core and on two.
 /// Every wait is waiting, whatever the core it ran on, so both traces must give the same
 /// prediction for each configuration (measured 0.0 to 0.5 % apart; before rendezvous, when
-/// the CPU spent waiting inside a send counted as work, 4.7 to 11 % apart); and the trace on one core
-/// must predict the run on two. A prediction for one core is not checked against its run:
-/// there a rank waiting for its send takes about half the core from the one computing, which
-/// `spin` models only up to an equal share (see docs/engine.md).
+/// the CPU spent waiting inside a send counted as work, 4.7 to 11 % apart); and the trace on
+/// one core must predict the run on two. A prediction for one core is not checked against its
+/// run: there a rank waiting for its send takes more than an equal share of the core from the
+/// one computing, which `spin` models only up to an equal share (see docs/engine.md).
 fn check_cores_what_if(mpi: Mpi) {
     if !can_trace() {
         return;

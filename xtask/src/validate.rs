@@ -36,6 +36,11 @@ pub struct Args {
     /// Ranks of each run.
     #[arg(long, default_value_t = 4)]
     np: u32,
+    /// Compare the span from the first process's start to the last exit: the launcher's
+    /// start-up and the library's teardown, which predictions take as measured in the traced
+    /// run, left out of both sides.
+    #[arg(long)]
+    span: bool,
     /// The directory of the `lbf-trace` and `lbf-gag` to run (another build's
     /// `target/release`, to compare); by default this build's, built first.
     #[arg(long)]
@@ -88,7 +93,7 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
                 run_cmd(&cmd)?;
                 runs.push(trace);
             }
-            report(&bin, workload, mpi, &runs, &targets)?;
+            report(&bin, workload, mpi, &runs, &targets, args.span)?;
         }
     }
     Ok(())
@@ -175,22 +180,28 @@ fn write_targets(dir: &Path, np: u32) -> Result<Vec<Vec<PathBuf>>> {
         .collect()
 }
 
-/// Predicts every configuration from every run and prints one row of relative errors.
+/// Predicts every configuration from every run and prints one row of relative errors; of
+/// the spans from the first start to the last exit if `span`.
 fn report(
     bin: &Path,
     workload: &str,
     mpi: &str,
     runs: &[PathBuf],
     targets: &[Vec<PathBuf>],
+    span: bool,
 ) -> Result<()> {
-    let measured: Vec<f64> = runs.iter().map(|t| measured(t)).collect::<Result<_>>()?;
+    let untimed = |trace: &Path| if span { untimed(trace) } else { Ok(0.0) };
+    let measured: Vec<f64> = runs
+        .iter()
+        .map(|t| Ok(measured(t)? - untimed(t)?))
+        .collect::<Result<_>>()?;
     let mut cells = Vec::new();
     for run in runs {
         for (config, spins) in targets.iter().enumerate() {
             let errors: Vec<String> = spins
                 .iter()
                 .map(|target| {
-                    let p = predict(bin, run, target)?;
+                    let p = predict(bin, run, target)? - untimed(run)?;
                     Ok(format!(
                         "{:+.1}%",
                         100.0 * (p - measured[config]) / measured[config]
@@ -230,6 +241,29 @@ pub fn measured(trace: &Path) -> Result<f64> {
     v["summary"]["measured_seconds"]
         .as_f64()
         .with_context(|| format!("{}: no summary line (capture cut short?)", trace.display()))
+}
+
+/// The seconds of a trace that no model predicts: until its first process started (the
+/// header's least `start_ns`) and its teardown (the summary's `teardown_seconds`).
+fn untimed(trace: &Path) -> Result<f64> {
+    let text =
+        std::fs::read_to_string(trace).with_context(|| format!("reading {}", trace.display()))?;
+    let json = |line: Option<&str>| -> Result<serde_json::Value> {
+        serde_json::from_str(line.unwrap_or_default())
+            .with_context(|| format!("{}: a header and a summary", trace.display()))
+    };
+    let (header, summary) = (json(text.lines().next())?, json(text.lines().last())?);
+    let first_start = header["procs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| p["start_ns"].as_u64().unwrap_or(0))
+        .min()
+        .unwrap_or(0);
+    let teardown = summary["summary"]["teardown_seconds"]
+        .as_f64()
+        .unwrap_or(0.0);
+    Ok(first_start as f64 * 1e-9 + teardown)
 }
 
 /// `lbf-gag predict TRACE --target TARGET --json`'s predicted seconds.

@@ -3,8 +3,8 @@
 //! counted and measured (its `LBF-CHECK` lines), and a prediction for the configuration it ran
 //! in that is within 10 % of its run time. Messages sent by rendezvous: the capture flags
 //! exactly the sends that waited for their receive (the libraries' eager limits, by default
-//! and as configured), ties them to their receives, and a trace on one core predicts a run on
-//! two and back. Needs root; skips otherwise.
+//! and as configured), ties them to their receives; traces on one core and on two predict
+//! alike, and each predicts the run on the other. Needs root; skips otherwise.
 
 mod traced;
 
@@ -15,8 +15,8 @@ use lbf::capture::procfs::ProcFs;
 use lbf::capture::{Capture, CaptureSink, EventLog};
 use lbf::event::{Event, EventKind};
 use traced::{
-    can_trace, check_accounts, check_prediction, check_what_if, probe_mpi, timed, trace,
-    workload_built_by, Measured, Mpi, Setup, Traced,
+    can_trace, check_accounts, check_prediction, check_what_if, first_start, predict_on, probe_mpi,
+    timed, trace, workload_built_by, Measured, Mpi, Setup, Traced,
 };
 
 /// Runs workload `name` with `np` ranks and `args` under the tracer with the MPI capture.
@@ -269,14 +269,21 @@ fn eager_limit_over_tcp_openmpi() {
     check_eager_limit(Mpi::OpenMpi, setup, b"OMPI_MCA_btl=tcp,self\0");
 }
 
-/// The issue's measurement as a check: the rendezvous workload traced on one core predicts
-/// its run on two, and traced on two predicts its run on one.
+/// How far apart the predictions for one configuration from runs traced in two others may
+/// be: they differ only by the libraries' CPU outside their waits.
+const TRACED_WHERE_TOLERANCE: f64 = 0.03;
+
+/// The issue's measurement as a check: the rendezvous workload traced on one core and on two.
+/// Every wait is waiting, whatever the core it ran on, so both traces must give the same
+/// prediction for each configuration (measured 0.0 to 0.5 % apart; before rendezvous, when
+/// the CPU spent waiting inside a send counted as work, 4.7 to 11 % apart); the trace on one
+/// core must predict the run on two, and the trace on two the run on one.
 ///
 /// Its compute steps are 40 ms, not the 10 ms of the other workloads: on one core, every
 /// hand-off between the two ranks waits for the scheduler to preempt the rank holding the
 /// core (a ping-pong on one core here takes 4.0 ms one way at any size, against 1 to 122 µs
 /// on two), which the engine's fair sharing leaves out (docs/targets.md). With 10 ms steps
-/// the one-core runs took 11 % longer than predicted, with either library.
+/// the one-core runs took 7 to 11 % longer than predicted.
 fn check_cores_what_if(mpi: Mpi) {
     if !can_trace() {
         return;
@@ -292,17 +299,27 @@ fn check_cores_what_if(mpi: Mpi) {
             t
         };
         let (one, two) = (on("0"), on("0,1"));
-        check_what_if(&one, 2, mpi.spin(2), &two)?;
-        check_what_if(&two, 1, mpi.spin(2), &one)
+        let spin = mpi.spin(2);
+        for cores in [1, 2] {
+            let [a, b] = [&one, &two].map(|t| predict_on(t, cores, spin) - first_start(t));
+            eprintln!("{cores} cores predicted from the run on 1 core: {a:.4} s, on 2: {b:.4} s");
+            assert!(
+                (a - b).abs() <= TRACED_WHERE_TOLERANCE * a.max(b),
+                "{mpi:?}: {cores} cores predicted {a:.4} s from the run on 1 core, {b:.4} s from \
+                 the run on 2"
+            );
+        }
+        check_what_if(&one, 2, spin, &two)?;
+        check_what_if(&two, 1, spin, &one)
     });
 }
 
 #[test]
-fn a_trace_on_one_core_predicts_two_and_back_mpich() {
+fn one_and_two_core_traces_agree_and_predict_each_other_mpich() {
     check_cores_what_if(Mpi::Mpich);
 }
 
 #[test]
-fn a_trace_on_one_core_predicts_two_and_back_openmpi() {
+fn one_and_two_core_traces_agree_and_predict_each_other_openmpi() {
     check_cores_what_if(Mpi::OpenMpi);
 }

@@ -7,6 +7,7 @@ mod build_ebpf;
 mod cmd;
 mod engine_diff;
 mod validate;
+mod validate_nf;
 
 use std::path::{Path, PathBuf};
 
@@ -34,6 +35,10 @@ enum Command {
     /// Trace 4-rank MPI programs on one CPU and on two, predict each configuration from each
     /// run, and print the errors against the measured times (release build, root, 2 CPUs).
     Validate(validate::Args),
+    /// Trace the rendezvous MPI workload over a fast loopback, predict it on a rate-limited
+    /// one with that link's ping-pong table (NF), and print the errors against a run there
+    /// (release build, root).
+    ValidateNf(validate_nf::Args),
     /// Measure cluster mode end to end: events/s from several lbf-node daemons into one
     /// lbf-gag serve on loopback (TLS, journal, acks), and the builder's peak RSS.
     BenchCluster(bench_cluster::Args),
@@ -60,6 +65,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(args) => bench::run(&args)?,
         Command::BenchProbe(args) => bench_probe::run(&workspace_root(), &args)?,
         Command::Validate(args) => validate::run(&workspace_root(), &args)?,
+        Command::ValidateNf(args) => validate_nf::run(&workspace_root(), &args)?,
         Command::BenchCluster(args) => bench_cluster::run(&workspace_root(), &args)?,
         Command::EngineDiff(args) => engine_diff::run(&args)?,
     }

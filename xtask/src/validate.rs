@@ -1,6 +1,6 @@
 //! `cargo xtask validate`: how close lbf's predictions come to real runs on this machine.
 //!
-//! For each MPI and workload, the same 4-rank program runs twice under `lbf-trace`: once with
+//! For each MPI and workload, the same 4-rank (`--np`) program runs twice under `lbf-trace`: once with
 //! every rank on CPU 0 (a one-core "node") and once on CPUs 0-1 (a two-core node). Each trace
 //! predicts both configurations; the prediction for the configuration it ran in checks the
 //! model, the one for the other configuration is the "what if" the tool is for. Errors are
@@ -20,7 +20,7 @@ pub struct Args {
     /// MPI implementations to run (openmpi, mpich).
     #[arg(long, value_delimiter = ',', default_value = "openmpi,mpich")]
     mpi: Vec<String>,
-    /// Workloads of tests/workloads/mpi to run (4 ranks each).
+    /// Workloads of tests/workloads/mpi to run (`--np` ranks each).
     #[arg(
         long,
         value_delimiter = ',',
@@ -33,6 +33,18 @@ pub struct Args {
     /// Milliseconds of computation per iteration passed to each workload.
     #[arg(long, default_value_t = 10)]
     compute_ms: u32,
+    /// Ranks of each run.
+    #[arg(long, default_value_t = 4)]
+    np: u32,
+    /// Compare the span from the first process's start to the last exit: the launcher's
+    /// start-up and the library's teardown, which predictions take as measured in the traced
+    /// run, left out of both sides.
+    #[arg(long)]
+    span: bool,
+    /// The directory of the `lbf-trace` and `lbf-gag` to run (another build's
+    /// `target/release`, to compare); by default this build's, built first.
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
 }
 
 /// The two configurations: a CPU list for `taskset` and the matching target.
@@ -46,28 +58,21 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         bail!("validate needs 2 CPUs (it compares a 1-core and a 2-core run)");
     }
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run_cmd(&[cargo, "build".into(), "--release".into(), "--bins".into()])?;
-    let bin = target_dir.join("release");
-    let out = target_dir.join("validate");
-    let targets = write_targets(&out)?;
+    let bin = bin_dir(root, &args.bin_dir)?;
+    let out = output_dir(root);
+    let targets = write_targets(&out, args.np)?;
     println!(
-        "{:<14} {:<8} {:>9} {:>9}  {:>22}  {:>22}",
-        "workload", "mpi", "1 core", "2 cores", "1 core -> (err s0, s1)", "2 cores -> (err s0, s1)"
+        "{:<14} {:<8} {:>9} {:>9}  {:>22}  {:>22}  {:>5}",
+        "workload",
+        "mpi",
+        "1 core",
+        "2 cores",
+        "1 core -> (err s0, s1)",
+        "2 cores -> (err s0, s1)",
+        "load"
     );
     for mpi in &args.mpi {
-        let progs = out.join(mpi);
-        run_cmd(&[
-            "bash".into(),
-            root.join("tests/workloads/mpi/build.sh")
-                .display()
-                .to_string(),
-            mpi.clone(),
-            progs.display().to_string(),
-        ])?;
+        let progs = build_workloads(root, mpi)?;
         for workload in &args.workloads {
             let mut runs = Vec::new();
             for (label, cpus, _) in CONFIGS {
@@ -81,21 +86,58 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
                     "-c".into(),
                     cpus.into(),
                 ];
-                cmd.extend(launcher(mpi)?);
+                cmd.extend(launcher(mpi, args.np)?);
                 cmd.push(progs.join(workload).display().to_string());
                 cmd.push(args.iters.to_string());
                 cmd.push(args.compute_ms.to_string());
                 run_cmd(&cmd)?;
                 runs.push(trace);
             }
-            report(&bin, workload, mpi, &runs, &targets)?;
+            report(&bin, workload, mpi, &runs, &targets, args.span)?;
         }
     }
     Ok(())
 }
 
-/// The launcher command for 4 ranks of `mpi`, inheriting the CPU set it is started in.
-fn launcher(mpi: &str) -> Result<Vec<String>> {
+/// Where the `lbf-trace` and `lbf-gag` to run are: `given` (another build's), else this
+/// build's release binaries, built first.
+pub fn bin_dir(root: &Path, given: &Option<PathBuf>) -> Result<PathBuf> {
+    if let Some(dir) = given {
+        return Ok(dir.clone());
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    run_cmd(&[cargo, "build".into(), "--release".into(), "--bins".into()])?;
+    Ok(target_dir(root).join("release"))
+}
+
+/// Where validation runs keep their traces, targets and programs.
+pub fn output_dir(root: &Path) -> PathBuf {
+    target_dir(root).join("validate")
+}
+
+/// The workspace's target directory.
+fn target_dir(root: &Path) -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
+}
+
+/// Builds every MPI workload with `mpi`'s compiler wrapper; returns their directory.
+pub fn build_workloads(root: &Path, mpi: &str) -> Result<PathBuf> {
+    let progs = output_dir(root).join(mpi);
+    run_cmd(&[
+        "bash".into(),
+        root.join("tests/workloads/mpi/build.sh")
+            .display()
+            .to_string(),
+        mpi.into(),
+        progs.display().to_string(),
+    ])?;
+    Ok(progs)
+}
+
+/// The launcher command for `np` ranks of `mpi`, inheriting the CPU set it is started in.
+fn launcher(mpi: &str, np: u32) -> Result<Vec<String>> {
     let args: &[&str] = match mpi {
         "openmpi" => &[
             "mpirun.openmpi",
@@ -104,16 +146,19 @@ fn launcher(mpi: &str) -> Result<Vec<String>> {
             "--bind-to",
             "none",
             "-np",
-            "4",
         ],
-        "mpich" => &["mpirun.mpich", "-n", "4"],
+        "mpich" => &["mpirun.mpich", "-n"],
         other => bail!("unknown MPI `{other}`; use openmpi or mpich"),
     };
-    Ok(args.iter().map(|s| s.to_string()).collect())
+    let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    args.push(np.to_string());
+    Ok(args)
 }
 
-/// Writes one target file per configuration and spin; returns their paths, configuration-major.
-fn write_targets(dir: &Path) -> Result<Vec<Vec<PathBuf>>> {
+/// Writes one target file per configuration and spin for `np` processes; returns their
+/// paths, configuration-major.
+fn write_targets(dir: &Path, np: u32) -> Result<Vec<Vec<PathBuf>>> {
+    let procs: Vec<u32> = (0..np).collect();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     CONFIGS
         .iter()
@@ -124,7 +169,7 @@ fn write_targets(dir: &Path) -> Result<Vec<Vec<PathBuf>>> {
                     let path = dir.join(format!("{}-spin{spin}.toml", label.replace(' ', "")));
                     let text = format!(
                         "name = \"{label} spin {spin}\"\nspin = {spin}\n\
-                         [[node]]\nprocs = [0, 1, 2, 3]\ncores = {cores}\n"
+                         [[node]]\nprocs = {procs:?}\ncores = {cores}\n"
                     );
                     std::fs::write(&path, text)
                         .with_context(|| format!("writing {}", path.display()))?;
@@ -135,22 +180,28 @@ fn write_targets(dir: &Path) -> Result<Vec<Vec<PathBuf>>> {
         .collect()
 }
 
-/// Predicts every configuration from every run and prints one row of relative errors.
+/// Predicts every configuration from every run and prints one row of relative errors; of
+/// the spans from the first start to the last exit if `span`.
 fn report(
     bin: &Path,
     workload: &str,
     mpi: &str,
     runs: &[PathBuf],
     targets: &[Vec<PathBuf>],
+    span: bool,
 ) -> Result<()> {
-    let measured: Vec<f64> = runs.iter().map(|t| measured(t)).collect::<Result<_>>()?;
+    let untimed = |trace: &Path| if span { untimed(trace) } else { Ok(0.0) };
+    let measured: Vec<f64> = runs
+        .iter()
+        .map(|t| Ok(measured(t)? - untimed(t)?))
+        .collect::<Result<_>>()?;
     let mut cells = Vec::new();
     for run in runs {
         for (config, spins) in targets.iter().enumerate() {
             let errors: Vec<String> = spins
                 .iter()
                 .map(|target| {
-                    let p = predict(bin, run, target)?;
+                    let p = predict(bin, run, target)? - untimed(run)?;
                     Ok(format!(
                         "{:+.1}%",
                         100.0 * (p - measured[config]) / measured[config]
@@ -161,17 +212,27 @@ fn report(
         }
     }
     println!(
-        "{workload:<14} {mpi:<8} {:>8.3}s {:>8.3}s  {}  {}",
+        "{workload:<14} {mpi:<8} {:>8.3}s {:>8.3}s  {}  {}  {:>5}",
         measured[0],
         measured[1],
         cells[..2].join(" "),
-        cells[2..].join(" ")
+        cells[2..].join(" "),
+        load_average()
     );
     Ok(())
 }
 
+/// The machine's load average over the last minute (`/proc/loadavg`), to tell runs on an
+/// otherwise idle machine from runs that competed with other work.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(String::from))
+        .unwrap_or_else(|| "?".into())
+}
+
 /// The measured run time in the summary line of a trace.
-fn measured(trace: &Path) -> Result<f64> {
+pub fn measured(trace: &Path) -> Result<f64> {
     let text =
         std::fs::read_to_string(trace).with_context(|| format!("reading {}", trace.display()))?;
     let last = text.lines().last().unwrap_or_default();
@@ -182,8 +243,31 @@ fn measured(trace: &Path) -> Result<f64> {
         .with_context(|| format!("{}: no summary line (capture cut short?)", trace.display()))
 }
 
+/// The seconds of a trace that no model predicts: until its first process started (the
+/// header's least `start_ns`) and its teardown (the summary's `teardown_seconds`).
+fn untimed(trace: &Path) -> Result<f64> {
+    let text =
+        std::fs::read_to_string(trace).with_context(|| format!("reading {}", trace.display()))?;
+    let json = |line: Option<&str>| -> Result<serde_json::Value> {
+        serde_json::from_str(line.unwrap_or_default())
+            .with_context(|| format!("{}: a header and a summary", trace.display()))
+    };
+    let (header, summary) = (json(text.lines().next())?, json(text.lines().last())?);
+    let first_start = header["procs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| p["start_ns"].as_u64().unwrap_or(0))
+        .min()
+        .unwrap_or(0);
+    let teardown = summary["summary"]["teardown_seconds"]
+        .as_f64()
+        .unwrap_or(0.0);
+    Ok(first_start as f64 * 1e-9 + teardown)
+}
+
 /// `lbf-gag predict TRACE --target TARGET --json`'s predicted seconds.
-fn predict(bin: &Path, trace: &Path, target: &Path) -> Result<f64> {
+pub fn predict(bin: &Path, trace: &Path, target: &Path) -> Result<f64> {
     let out = run_cmd(&[
         bin.join("lbf-gag").display().to_string(),
         "predict".into(),

@@ -92,7 +92,7 @@ struct Cert {
     after_help = AFTER_HELP,
 )]
 struct Predict {
-    /// The trace (lbf trace format v1, JSON Lines; see docs/trace-format.md).
+    /// The trace (lbf trace format, JSON Lines, version 1 or 2; see docs/trace-format.md).
     trace: PathBuf,
 
     #[command(flatten)]

@@ -116,7 +116,8 @@ struct Cli {
     #[arg(long, default_value_t = TracerOptions::DEFAULT_RINGBUF_BYTES, help_heading = "Live capture")]
     ringbuf_size: u32,
 
-    /// Replay the --procs processes of this trace (lbf trace format v1) instead of capturing.
+    /// Replay the --procs processes of this trace (lbf trace format, version 1 or 2) instead
+    /// of capturing.
     #[arg(long, value_name = "TRACE", help_heading = "Replay")]
     replay: Option<PathBuf>,
 

@@ -84,8 +84,8 @@ struct Cli {
     #[arg(long, value_name = "FILE")]
     raw_dump: Option<PathBuf>,
 
-    /// Write the captured events (one process per MPI rank) as a v1 trace to FILE, for
-    /// `lbf-gag` to replay.
+    /// Write the captured events (one process per MPI rank) as a trace (format version 2) to
+    /// FILE, for `lbf-gag` to replay.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     output: Option<PathBuf>,
 
@@ -566,8 +566,9 @@ impl EventSink for Outputs {
     }
 }
 
-/// Writes captured events to a v1 trace file. The capture announces every rank before the
-/// first event, so the header is written when the first event comes (or at the end).
+/// Writes captured events to a trace file (format version 2). The capture announces every
+/// rank before the first event, so the header is written when the first event comes (or at
+/// the end).
 struct TraceFile {
     path: PathBuf,
     procs: Vec<ProcInfo>,

@@ -27,7 +27,7 @@ pub struct ServeConfig {
     pub journal: PathBuf,
     /// Whether every journal append waits for the disk (power-loss safety, at a cost).
     pub fsync: bool,
-    /// Where to write the merged trace (format v1), if anywhere.
+    /// Where to write the merged trace (trace format version 2), if anywhere.
     pub merged_trace: Option<PathBuf>,
     /// Where to write the final report (JSON), if anywhere.
     pub report: Option<PathBuf>,

@@ -1,4 +1,4 @@
-//! Parsing one line of a v1 trace into an event or the summary.
+//! Parsing one line of a trace (versions 1 and 2) into an event or the summary.
 
 use super::{flat, parse_op, Summary, TraceErrorKind};
 use crate::event::{Event, EventKind, ProcId};

@@ -19,6 +19,8 @@
  *   sends N bytes with MPI_Isend, sleeps 50 ms (no MPI call) and waits; rank 1 prints
  *   `LBF-PROBE sender_bytes=N recv_ms=T`, how long its blocking MPI_Recv took (about 50 if
  *   the data waits for the sender's MPI_Wait).
+ * - `halfrtt:N`: a ping-pong of N bytes with MPI_Send and MPI_Recv, 15 times; rank 0 prints
+ *   `LBF-PROBE halfrtt_bytes=N ns=T`, the least half round trip (a network table's point).
  * Usage: rendezvous ITERS COMPUTE_MS [PROBE...] */
 #include "lbf_check.h"
 
@@ -90,6 +92,28 @@ static void sender_probe(int rank, char *buf, int bytes) {
     }
 }
 
+/* The `halfrtt:N` probe. */
+static void halfrtt_probe(int rank, char *buf, int bytes) {
+    int64_t least = INT64_MAX;
+    for (int i = 0; i < 15 && rank < 2; i++) {
+        int64_t start = work_clock_ns(CLOCK_MONOTONIC);
+        if (rank == 0) {
+            MPI_Send(buf, bytes, MPI_BYTE, 1, 12, MPI_COMM_WORLD);
+            MPI_Recv(buf, bytes, MPI_BYTE, 1, 12, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            lbf_count_send(bytes);
+            lbf_count_recv(bytes);
+        } else {
+            MPI_Recv(buf, bytes, MPI_BYTE, 0, 12, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(buf, bytes, MPI_BYTE, 0, 12, MPI_COMM_WORLD);
+            lbf_count_recv(bytes);
+            lbf_count_send(bytes);
+        }
+        int64_t half = (work_clock_ns(CLOCK_MONOTONIC) - start) / 2;
+        least = half < least ? half : least;
+    }
+    if (rank == 0) printf("LBF-PROBE halfrtt_bytes=%d ns=%lld\n", bytes, (long long)least);
+}
+
 int main(int argc, char **argv) {
     lbf_init(&argc, &argv);
     int rank;
@@ -135,6 +159,8 @@ int main(int argc, char **argv) {
             answer_probe(rank, buf, bytes);
         } else if (sscanf(argv[a], "sender:%d", &bytes) == 1) {
             sender_probe(rank, buf, bytes);
+        } else if (sscanf(argv[a], "halfrtt:%d", &bytes) == 1) {
+            halfrtt_probe(rank, buf, bytes);
         } else {
             fprintf(stderr, "unknown probe %s\n", argv[a]);
             return 1;

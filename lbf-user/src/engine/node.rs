@@ -31,10 +31,10 @@ pub(super) struct NodeState {
     /// Whether the heap's top has finished (see the module's documentation).
     finished_top: bool,
     /// Per-process rate for the current load: kept up to date, as it is needed at every step.
-    rate: f64,
+    rate: Rate,
     /// The rate for each number of runnable processes while none polls, computed once: the
     /// rate changes at nearly every step, and on an oversubscribed node it is a division.
-    rates: Vec<f64>,
+    rates: Vec<Rate>,
     /// Load of the waiting processes that poll: the number of polling processes times the
     /// target's spin weight. They share the cores but make no progress.
     polling: f64,
@@ -48,14 +48,14 @@ impl NodeState {
     /// A node with nothing runnable, at time 0.
     pub(super) fn new(node: &Node) -> Self {
         let rates = (0..=node.procs.len())
-            .map(|runnable| rate(node.speed, node.cores, runnable as f64))
+            .map(|runnable| Rate::new(rate(node.speed, node.cores, runnable as f64)))
             .collect();
         NodeState {
             cores: node.cores,
             speed: node.speed,
             runnable: BinaryHeap::new(),
             finished_top: false,
-            rate: node.speed,
+            rate: Rate::new(node.speed),
             rates,
             polling: 0.0,
             virtual_now: 0.0,
@@ -65,7 +65,7 @@ impl NodeState {
 
     /// Per-process rate with the current number of runnable and polling processes.
     pub(super) fn rate(&self) -> f64 {
-        self.rate
+        self.rate.value
     }
 
     /// Processes runnable now.
@@ -81,19 +81,19 @@ impl NodeState {
 
     /// The rate with `runnable` processes and the current polling load.
     #[inline]
-    fn rate_for(&self, runnable: usize) -> f64 {
+    fn rate_for(&self, runnable: usize) -> Rate {
         // Without polling the load is the number of runnable processes (`+ 0.0` changes no
         // number), whose rate is in the table.
         if self.polling == 0.0 {
             self.rates[runnable]
         } else {
-            rate(self.speed, self.cores, runnable as f64 + self.polling)
+            Rate::new(rate(self.speed, self.cores, runnable as f64 + self.polling))
         }
     }
 
     /// The rate of the node's only process while it is runnable.
     pub(super) fn alone_rate(&self) -> f64 {
-        self.rate_for(1)
+        self.rate_for(1).value
     }
 
     /// Adds `delta` (positive or negative) to the polling load at real time `now`.
@@ -113,7 +113,7 @@ impl NodeState {
     /// Brings the virtual clock up to real time `now`.
     fn sync(&mut self, now: f64) {
         if self.len() > 0 {
-            self.virtual_now += self.rate * (now - self.synced_at);
+            self.virtual_now += self.rate.value * (now - self.synced_at);
         }
         self.synced_at = now;
     }
@@ -158,13 +158,13 @@ impl NodeState {
         self.runnable.clear();
         self.finished_top = false;
         let rate = self.rate_for(1);
-        let t = self.synced_at + (key.time() - self.virtual_now).max(0.0) / rate;
+        let t = self.synced_at + rate.divide((key.time() - self.virtual_now).max(0.0));
         if t >= until {
             self.runnable.push(Reverse(key));
             self.rate = rate;
             return None;
         }
-        self.virtual_now += rate * (t - self.synced_at);
+        self.virtual_now += rate.value * (t - self.synced_at);
         self.synced_at = t;
         self.rate = self.rate_for(0);
         self.virtual_now = self.virtual_now.max(key.time());
@@ -183,7 +183,7 @@ impl NodeState {
     #[inline]
     fn real_time_of(&self, finish: TimeKey) -> f64 {
         let remaining = (finish.time() - self.virtual_now).max(0.0);
-        self.synced_at + remaining / self.rate
+        self.synced_at + self.rate.divide(remaining)
     }
 
     /// Removes the process that finishes first, at real time `now` (its finish time).
@@ -196,6 +196,38 @@ impl NodeState {
         // Snap the clock to the finish time so rounding never leaves a sliver of work behind.
         self.virtual_now = self.virtual_now.max(finish.time());
         finish.id() as ProcId
+    }
+}
+
+/// A rate, and its inverse when dividing by the rate is multiplying by the inverse.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Rate {
+    value: f64,
+    /// `1 / value` if that is exact (`value` is a power of two, most often 1), else 0.
+    inverse: f64,
+}
+
+impl Rate {
+    fn new(value: f64) -> Self {
+        let inverse = 1.0 / value;
+        let power_of_two = value.to_bits() & ((1 << 52) - 1) == 0;
+        let exact = power_of_two && inverse.is_normal() && inverse * value == 1.0;
+        Rate {
+            value,
+            inverse: if exact { inverse } else { 0.0 },
+        }
+    }
+
+    /// `x / value`. Multiplying by an exact inverse rounds the same real number as the
+    /// division, so it gives the same bits; a division is the slowest operation on the way
+    /// from one step to the next, and most nodes run at rate 1.
+    #[inline]
+    fn divide(self, x: f64) -> f64 {
+        if self.inverse != 0.0 {
+            x * self.inverse
+        } else {
+            x / self.value
+        }
     }
 }
 
@@ -277,6 +309,42 @@ mod tests {
             assert_eq!((bits(&a), a.next_finish()), (bits(&b), b.next_finish()));
             now = t;
         }
+    }
+
+    #[test]
+    fn dividing_by_a_rate_is_dividing_by_its_value() {
+        let mut x = 1e-310f64; // from subnormals up
+        let mut rng = 1u64;
+        while x < 1e300 {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1);
+            let x_ = x * (1.0 + (rng >> 11) as f64 / (1u64 << 53) as f64);
+            for value in [
+                1.0,
+                2.0,
+                0.5,
+                16.0,
+                0.75,
+                1.5,
+                3.0,
+                1e-300,
+                2f64.powi(-1000),
+            ] {
+                let rate = Rate::new(value);
+                assert_eq!(
+                    rate.divide(x_).to_bits(),
+                    (x_ / value).to_bits(),
+                    "{x_} / {value}"
+                );
+            }
+            x *= 1.7;
+        }
+        assert_eq!(Rate::new(1.0).inverse, 1.0);
+        assert_eq!(Rate::new(0.75).inverse, 0.0);
+        assert_eq!(
+            Rate::new(2f64.powi(1023)).inverse,
+            0.0,
+            "2^-1023 is subnormal"
+        );
     }
 
     #[test]

@@ -18,7 +18,6 @@
 //! for less work (see `Sim::runs_ahead`).
 
 use std::cmp::Reverse;
-use std::collections::hash_map::Entry;
 use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap;
@@ -26,6 +25,7 @@ use rustc_hash::FxHashMap;
 use super::collective::{self, Collective};
 use super::comm::CachedNetwork;
 use super::min_tree::MinTree;
+use super::msgs::{Msg, MsgTable};
 use super::node::NodeState;
 use super::streams::{Queued, Streams};
 use super::time::TimeKey;
@@ -72,15 +72,6 @@ struct Proc {
     start: f64,
 }
 
-/// A message between its send and its receive.
-#[derive(Debug)]
-enum Msg {
-    /// Sent, not yet received.
-    Sent { at: f64, bytes: u64, from: ProcId },
-    /// A receiver waits for it; not yet sent.
-    Awaited { by: ProcId },
-}
-
 /// The simulation of one target.
 pub(super) struct Sim {
     name: String,
@@ -120,7 +111,7 @@ pub(super) struct Sim {
     starved: usize,
     /// Processes not yet exited.
     live: usize,
-    msgs: FxHashMap<MsgId, Msg>,
+    msgs: MsgTable,
     colls: FxHashMap<CollId, Collective>,
     sink: Option<Box<dyn ScheduleSink>>,
     /// Per node: when the current running slices began (for timelines).
@@ -190,7 +181,7 @@ impl Sim {
             procs,
             starved: num_procs,
             live: num_procs,
-            msgs: FxHashMap::default(),
+            msgs: MsgTable::new(),
             colls: FxHashMap::default(),
             sink: None,
         })
@@ -499,12 +490,18 @@ impl Sim {
             }
             EventKind::CollEnd { coll } => self.await_collective(p, coll, q.origin),
             EventKind::Exit => {
-                self.procs[p].state = State::Exited;
-                self.live -= 1;
-                self.end = self.end.max(self.now);
+                self.exit(p);
                 Ok(false)
             }
         }
+    }
+
+    /// Process `p` exits now.
+    #[cold]
+    fn exit(&mut self, p: usize) {
+        self.procs[p].state = State::Exited;
+        self.live -= 1;
+        self.end = self.end.max(self.now);
     }
 
     /// One-way time of `bytes` from process `from` to process `to` on this target.
@@ -525,35 +522,27 @@ impl Sim {
                 self.wake_at(by as usize, arrival);
                 Ok(())
             }
-            Some(Msg::Sent { .. }) => Err(Box::new(EngineError::DuplicateMessage { msg, origin })),
+            Some(Msg::Sent { .. }) => Err(duplicate(msg, origin)),
         }
     }
 
     /// Process `p` is at the recv_end of `msg`: completes now if the message is there.
     fn await_message(&mut self, p: usize, msg: MsgId, origin: u64) -> SimResult<bool> {
-        // One lookup: a message that has arrived is consumed through its entry.
-        let arrival = match self.msgs.entry(msg) {
-            Entry::Occupied(entry) => match *entry.get() {
-                Msg::Sent { at, bytes, from } => {
-                    let arrival =
-                        at + comm_of(&self.network, &self.node_of, from as usize, p, bytes);
-                    if arrival <= self.now {
-                        entry.remove();
-                        self.report_message(from, p, at, arrival, bytes);
-                        return Ok(true);
-                    }
-                    arrival
-                }
-                Msg::Awaited { .. } => {
-                    return Err(Box::new(EngineError::DuplicateMessage { msg, origin }))
-                }
-            },
-            Entry::Vacant(entry) => {
-                entry.insert(Msg::Awaited { by: p as ProcId });
-                self.start_wait(p, State::WaitMsg);
-                return Ok(false);
-            }
+        let Some(i) = self.msgs.find(msg) else {
+            self.msgs.insert(msg, Msg::Awaited { by: p as ProcId });
+            self.start_wait(p, State::WaitMsg);
+            return Ok(false);
         };
+        let Msg::Sent { at, bytes, from } = self.msgs.at(i) else {
+            return Err(duplicate(msg, origin));
+        };
+        let arrival = at + self.comm(from as usize, p, bytes);
+        if arrival <= self.now {
+            // Consumed through the slot found: one lookup.
+            self.msgs.remove_at(i);
+            self.report_message(from, p, at, arrival, bytes);
+            return Ok(true);
+        }
         self.start_wait(p, State::WaitMsg);
         self.wake_at(p, arrival);
         Ok(false)
@@ -561,7 +550,7 @@ impl Sim {
 
     /// Process `p` consumes `msg`, which has arrived.
     fn receive(&mut self, p: usize, msg: MsgId) {
-        if let Some(Msg::Sent { at, bytes, from }) = self.msgs.remove(&msg) {
+        if let Some(Msg::Sent { at, bytes, from }) = self.msgs.remove(msg) {
             if self.sink.is_some() {
                 let arrived = at + self.comm(from as usize, p, bytes);
                 self.report_message(from, p, at, arrived, bytes);
@@ -603,6 +592,9 @@ impl Sim {
         }
     }
 
+    // Out of line, as are the other collective operations: they are rarer than messages, and
+    // inlined they made the stack frame of every step larger.
+    #[inline(never)]
     fn enter_collective(
         &mut self,
         p: usize,
@@ -663,6 +655,7 @@ impl Sim {
     }
 
     /// Process `p` is at the coll_end of `coll`: leaves now if the collective has ended.
+    #[inline(never)]
     fn await_collective(&mut self, p: usize, coll: CollId, origin: u64) -> SimResult<bool> {
         let Some(c) = self.colls.get_mut(&coll) else {
             return Err(Box::new(EngineError::BadCollective {
@@ -689,6 +682,7 @@ impl Sim {
         }
     }
 
+    #[inline(never)]
     fn leave_collective(&mut self, coll: CollId) {
         if let Some(c) = self.colls.get_mut(&coll) {
             c.departed += 1;
@@ -789,6 +783,12 @@ impl Sim {
             predicted_seconds: self.end,
         })
     }
+}
+
+/// The error for a message sent twice or received twice.
+#[cold]
+fn duplicate(msg: MsgId, origin: u64) -> Box<EngineError> {
+    Box::new(EngineError::DuplicateMessage { msg, origin })
 }
 
 /// One-way time on `network` of `bytes` from `from` to `to`, placed by `node_of`; a free

@@ -70,6 +70,10 @@ struct Proc {
     wait_since: f64,
     /// When the process starts; it does nothing before.
     start: f64,
+    /// The node the target places the process on.
+    node: usize,
+    /// Whether it is alone on its node (see [`Sim::runs_ahead`]).
+    alone: bool,
 }
 
 /// The simulation of one target.
@@ -78,7 +82,6 @@ pub(super) struct Sim {
     network: CachedNetwork,
     /// The target's spin weight: the load a waiting process puts on its node.
     spin: f64,
-    node_of: Vec<usize>,
     nodes: Vec<NodeState>,
     /// Next work completion time of each node, up to date except for the nodes in `dirty`.
     /// A step brings its process's node up to date once it is over (see [`Sim::refresh`]);
@@ -94,8 +97,6 @@ pub(super) struct Sim {
     /// The time of the step being taken: the global order's, or that of a process running
     /// ahead (see [`Sim::runs_ahead`]).
     now: f64,
-    /// Per process: whether it is alone on its node (see [`Sim::runs_ahead`]).
-    alone: Vec<bool>,
     /// Processes alone on their node run ahead at times below this one (see
     /// [`Sim::runs_ahead`]); 0 if they never do.
     horizon: f64,
@@ -143,18 +144,17 @@ impl Sim {
                 PlacementError::Homeless(procs) => format!("process {} is on no node", procs[0]),
             })
         })?;
-        let procs = (0..num_procs)
-            .map(|_| Proc {
+        let procs = node_of
+            .iter()
+            .map(|&node| Proc {
                 state: State::Starved,
                 cursor: 0,
                 last_origin: 0,
                 wait_since: 0.0,
                 start: 0.0,
+                node,
+                alone: target.nodes[node].procs.len() == 1,
             })
-            .collect();
-        let alone = node_of
-            .iter()
-            .map(|&n| target.nodes[n].procs.len() == 1)
             .collect();
         let network = CachedNetwork::new(target.network);
         // Below the horizon, adding the smallest delay between nodes to a time changes it:
@@ -170,10 +170,8 @@ impl Sim {
             name: target.name,
             network,
             spin: target.spin,
-            node_of,
             timers: BinaryHeap::new(),
             now: 0.0,
-            alone,
             horizon,
             ready: Vec::new(),
             reached: 0.0,
@@ -240,7 +238,7 @@ impl Sim {
         } else {
             // The global order stopped when `p` starved: `now` is when it did.
             self.advance_proc(p, streams)?;
-            self.refresh(self.node_of[p]);
+            self.refresh(self.procs[p].node);
         }
         self.run(streams)
     }
@@ -263,7 +261,7 @@ impl Sim {
     /// process follows the global order like any other.
     #[inline]
     fn runs_ahead(&self, p: usize, t: f64) -> bool {
-        self.alone[p] && t < self.horizon
+        self.procs[p].alone && t < self.horizon
     }
 
     /// Waiting process `p` goes on at `t`, or when it started waiting if that is later (which
@@ -299,7 +297,7 @@ impl Sim {
                 (_, Some((tt, p))) => {
                     self.timers.pop();
                     self.wake(tt, p, streams)?;
-                    self.refresh(self.node_of[p]);
+                    self.refresh(self.procs[p].node);
                 }
                 (None, None) => return Err(Box::new(self.deadlock(streams))),
             }
@@ -369,7 +367,7 @@ impl Sim {
         if let Some(sink) = &mut self.sink {
             let since = self.procs[p].wait_since;
             if t > since {
-                sink.waiting(p as ProcId, self.node_of[p], since, t);
+                sink.waiting(p as ProcId, self.procs[p].node, since, t);
             }
         }
         self.report(p, &current.kind);
@@ -427,9 +425,9 @@ impl Sim {
     /// [`Sim::refresh`]).
     #[inline]
     fn start_work(&mut self, p: usize, work: f64) -> bool {
-        let n = self.node_of[p];
+        let Proc { node: n, alone, .. } = self.procs[p];
         self.close_slices(n);
-        if !self.alone[p] {
+        if !alone {
             self.nodes[n].join(self.now, p as ProcId, work);
             return false;
         }
@@ -466,7 +464,7 @@ impl Sim {
     /// Tells the sink, if any, that `p`'s event `kind` happened now.
     fn report(&mut self, p: usize, kind: &EventKind) {
         if let Some(sink) = &mut self.sink {
-            sink.event(p as ProcId, self.node_of[p], self.now, kind);
+            sink.event(p as ProcId, self.procs[p].node, self.now, kind);
         }
     }
 
@@ -506,7 +504,8 @@ impl Sim {
 
     /// One-way time of `bytes` from process `from` to process `to` on this target.
     fn comm(&self, from: usize, to: usize, bytes: u64) -> f64 {
-        comm_of(&self.network, &self.node_of, from, to, bytes)
+        let local = self.procs[from].node == self.procs[to].node;
+        self.network.seconds(local, bytes)
     }
 
     fn send(&mut self, p: usize, msg: MsgId, bytes: u64, origin: u64) -> SimResult<()> {
@@ -585,7 +584,7 @@ impl Sim {
     #[inline]
     fn change_polling(&mut self, p: usize, delta: f64) {
         if self.spin > 0.0 {
-            let n = self.node_of[p];
+            let n = self.procs[p].node;
             self.close_slices(n);
             self.nodes[n].add_polling(self.now, delta);
             self.mark_dirty(n);
@@ -604,7 +603,7 @@ impl Sim {
         bytes: u64,
         origin: u64,
     ) -> SimResult<()> {
-        let (node, now) = (self.node_of[p], self.now);
+        let (node, now) = (self.procs[p].node, self.now);
         let c = self.colls.entry(coll).or_insert_with(|| Collective {
             op,
             size,
@@ -789,10 +788,4 @@ impl Sim {
 #[cold]
 fn duplicate(msg: MsgId, origin: u64) -> Box<EngineError> {
     Box::new(EngineError::DuplicateMessage { msg, origin })
-}
-
-/// One-way time on `network` of `bytes` from `from` to `to`, placed by `node_of`; a free
-/// function so that callers holding a mutable borrow of another field can use it.
-fn comm_of(network: &CachedNetwork, node_of: &[usize], from: usize, to: usize, bytes: u64) -> f64 {
-    network.seconds(node_of[from] == node_of[to], bytes)
 }

@@ -80,6 +80,11 @@ impl MinTree {
         }
     }
 
+    /// The slots that hold a time, in slot order.
+    pub(super) fn occupied(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.leaves).filter(|&i| self.entries[self.leaves + i].time != EMPTY)
+    }
+
     /// The earliest `(time, slot)`, ties going to the lower slot.
     pub(super) fn min(&self) -> Option<(f64, usize)> {
         // With one slot, node 1 is the slot itself.

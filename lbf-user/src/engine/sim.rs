@@ -74,6 +74,8 @@ struct Proc {
     node: usize,
     /// Whether it is alone on its node (see [`Sim::runs_ahead`]).
     alone: bool,
+    /// Its slot on its node (see [`NodeState::join`]).
+    slot: usize,
 }
 
 /// The simulation of one target.
@@ -144,7 +146,8 @@ impl Sim {
                 PlacementError::Homeless(procs) => format!("process {} is on no node", procs[0]),
             })
         })?;
-        let procs = node_of
+        let nodes: Vec<NodeState> = target.nodes.iter().map(NodeState::new).collect();
+        let mut procs: Vec<Proc> = node_of
             .iter()
             .map(|&node| Proc {
                 state: State::Starved,
@@ -154,15 +157,19 @@ impl Sim {
                 start: 0.0,
                 node,
                 alone: target.nodes[node].procs.len() == 1,
+                slot: 0,
             })
             .collect();
+        for (p, slot) in nodes.iter().flat_map(NodeState::slots) {
+            procs[p as usize].slot = slot;
+        }
         let network = CachedNetwork::new(target.network);
         // Below the horizon, adding the smallest delay between nodes to a time changes it:
         // its ulp is at most 2^-52 of it. Half the smallest delay covers the rounding of the
         // tables' interpolation.
         let horizon = network.least_remote_seconds() / 2.0 * 2f64.powi(52);
         Ok(Sim {
-            nodes: target.nodes.iter().map(NodeState::new).collect(),
+            nodes,
             finishes: MinTree::new(target.nodes.len()),
             dirty: Vec::new(),
             is_dirty: vec![false; target.nodes.len()],
@@ -425,13 +432,18 @@ impl Sim {
     /// [`Sim::refresh`]).
     #[inline]
     fn start_work(&mut self, p: usize, work: f64) -> bool {
-        let Proc { node: n, alone, .. } = self.procs[p];
+        let Proc {
+            node: n,
+            alone,
+            slot,
+            ..
+        } = self.procs[p];
         self.close_slices(n);
         if !alone {
-            self.nodes[n].join(self.now, p as ProcId, work);
+            self.nodes[n].join(self.now, slot, work);
             return false;
         }
-        let Some(t) = self.nodes[n].run_alone(self.now, p as ProcId, work, self.horizon) else {
+        let Some(t) = self.nodes[n].run_alone(self.now, work, self.horizon) else {
             self.mark_dirty(n);
             return false;
         };

@@ -218,6 +218,7 @@ impl Sim {
     }
 
     /// The event process `p` works towards or waits at.
+    #[inline]
     fn current<'s>(&self, p: usize, streams: &'s Streams) -> &'s Queued {
         streams
             .get(p, self.procs[p].cursor - 1)
@@ -515,6 +516,7 @@ impl Sim {
     }
 
     /// One-way time of `bytes` from process `from` to process `to` on this target.
+    #[inline]
     fn comm(&self, from: usize, to: usize, bytes: u64) -> f64 {
         let local = self.procs[from].node == self.procs[to].node;
         self.network.seconds(local, bytes)

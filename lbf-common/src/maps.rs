@@ -3,7 +3,7 @@
 //!
 //! The kernel side keeps only what it needs to filter and to stamp records: which processes
 //! are traced, and per traced thread its CPU clock and the entry arguments of its calls until
-//! they return (one map lookup per probe hit finds both). Which library's memory layout a call
+//! they return (kept in the thread's task, [`THREADS`]: one lookup per probe hit finds both). Which library's memory layout a call
 //! is read with comes from the probe's attach cookie (`crate::mpi::cookie`).
 
 /// The ring buffer of [`crate::Record`]s. Its size is set by user space before loading.
@@ -16,7 +16,10 @@ pub const TRACED: &str = "TRACED";
 pub const ADOPT_COMM: &str = "ADOPT_COMM";
 /// Bytes of a task's command name in the kernel (`TASK_COMM_LEN`), the NUL included.
 pub const COMM_BYTES: usize = 16;
-/// Per-thread state (`u32` tid -> [`ThreadState`]) of traced threads.
+/// Per-thread state ([`ThreadState`]) of traced threads: a task-storage map
+/// (`BPF_MAP_TYPE_TASK_STORAGE`), whose values live in the tasks and end with them. The kernel
+/// side finds a thread's state from its task; user space names the thread by a pidfd of it (an
+/// `i32` file descriptor from `pidfd_open(tid, PIDFD_THREAD)`) and cannot list the map.
 pub const THREADS: &str = "THREADS";
 /// Memory reads per library slot and function: an array indexed by
 /// `slot * MAX_FNS + fn_id` of [`crate::FnReads`].
@@ -25,8 +28,12 @@ pub const FN_READS: &str = "FN_READS";
 pub const COUNTERS: &str = "COUNTERS";
 /// The global holding [`KernelOffsets`], set by user space before loading.
 pub const KERNEL_OFFSETS: &str = "KERNEL_OFFSETS";
+/// The global (`u64`) holding the unread bytes in [`EVENTS`] from which a record's submit
+/// wakes the reader: an eighth of the ring buffer, set by user space with its size (the kernel
+/// side would otherwise ask the ring buffer its size at every record, a helper call).
+pub const WAKE_BYTES: &str = "WAKE_BYTES";
 
-/// Maximum number of traced processes and of traced threads.
+/// Maximum number of traced processes.
 pub const MAX_TRACED: u32 = 16384;
 /// Maximum number of system calls (one per thread) in flight at once.
 pub const MAX_IN_FLIGHT: u32 = 16384;
@@ -77,8 +84,8 @@ pub struct DeferredEntry {
 
 /// What the kernel side keeps per traced thread: its CPU clock and its probed calls in flight.
 ///
-/// A probe hit finds it with one lookup by thread id; `tgid` tells a stale entry (a thread id
-/// reused by another process whose exit was not seen) from the caller's own.
+/// A probe hit finds it with one lookup from the current task (see [`THREADS`]), and the
+/// thread's ids in it (no helper call for them).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadState {
@@ -86,8 +93,12 @@ pub struct ThreadState {
     pub clock: ThreadClock,
     /// The thread's group id.
     pub tgid: u32,
-    /// Number of calls in `calls` (innermost last); at most [`MAX_NESTED`].
-    pub depth: u32,
+    /// The thread's id (it changes when a thread other than the group leader executes a new
+    /// program: it takes the leader's id, which the kernel side's exec hook records).
+    pub tid: u32,
+    /// Number of calls in `calls` (innermost last); at most [`MAX_NESTED`]. (A `u64` so that
+    /// the struct has no padding.)
+    pub depth: u64,
     /// The innermost call's entry record, when it is deferred: an entry record without user
     /// memory is written at the call's return, in one ring buffer item with the exit record
     /// ([`crate::RecordKind::CallPair`]), which halves the ring buffer work per call. Any
@@ -100,11 +111,12 @@ pub struct ThreadState {
 }
 
 impl ThreadState {
-    /// The state of a thread of process `tgid` with clock `clock` and no call in flight.
-    pub fn new(tgid: u32, clock: ThreadClock) -> Self {
+    /// The state of thread `tid` of process `tgid` with clock `clock` and no call in flight.
+    pub fn new(tgid: u32, tid: u32, clock: ThreadClock) -> Self {
         Self {
             clock,
             tgid,
+            tid,
             ..Self::default()
         }
     }
@@ -123,41 +135,34 @@ impl ThreadState {
 
 /// Byte offsets of the kernel data the kernel side reads, so that it follows the running
 /// kernel's layouts: classic tracepoint fields (from `/sys/kernel/tracing/events/*/*/format`)
-/// and one `task_struct` field (from the kernel's BTF). The defaults are those of Linux 6.18
-/// (x86-64).
+/// and `task_struct` fields (from the kernel's BTF). The defaults are those of Linux 6.18
+/// (x86-64) where they do not depend on the kernel's configuration.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelOffsets {
-    /// `sched/sched_switch`: `prev_pid`.
-    pub switch_prev_pid: u32,
-    /// `sched/sched_switch`: `next_pid`.
-    pub switch_next_pid: u32,
-    /// `task/task_newtask`: `pid` (the new task's thread id).
-    pub newtask_pid: u32,
-    /// `task/task_newtask`: `clone_flags` (u64).
-    pub newtask_clone_flags: u32,
     /// `sched/sched_process_exec`: `filename` (`__data_loc`).
     pub exec_filename: u32,
     /// `sched/sched_process_exit`: `group_dead` (bool), or [`KernelOffsets::ABSENT`] on
     /// kernels without it (then "the thread with tid == tgid exited" stands for the group).
     pub exit_group_dead: u32,
+    /// `task_struct.pid`: a new task's thread id, read by the `task_newtask` hook (which is
+    /// handed the task).
+    pub task_pid: u32,
     /// `task_struct.se.sum_exec_runtime`: the scheduler's exact on-CPU nanoseconds of a
-    /// thread, up to date when the thread is switched out. [`KernelOffsets::ABSENT`] without
-    /// BTF (then the clock is kept from `sched_switch` times alone).
+    /// thread, up to date when the thread is switched out. [`KernelOffsets::ABSENT`] if
+    /// unknown (then the clock is kept from `sched_switch` times alone).
     pub task_sum_exec_runtime: u32,
 }
 
 impl KernelOffsets {
     /// Marks a field the running kernel does not have.
     pub const ABSENT: u32 = u32::MAX;
-    /// The offsets of Linux 6.18 on x86-64.
+    /// The offsets of Linux 6.18 on x86-64; the `task_struct` ones depend on the kernel's
+    /// configuration, so user space always sets them.
     pub const LINUX_6_18: Self = Self {
-        switch_prev_pid: 24,
-        switch_next_pid: 56,
-        newtask_pid: 8,
-        newtask_clone_flags: 32,
         exec_filename: 8,
         exit_group_dead: 32,
+        task_pid: KernelOffsets::ABSENT,
         task_sum_exec_runtime: KernelOffsets::ABSENT,
     };
 }

@@ -4,7 +4,8 @@
 //!
 //! One file per probe family: `sched` (process filter, lifecycle records, CPU clock), `mpi`
 //! (call entry/exit probes) and `sockets` (system call records for the socket capture).
-//! `maps` holds the shared state, `record` the record writer.
+//! `maps` holds the shared state (`task_storage` the map type of the per-thread state), `record`
+//! the record writer.
 #![no_std]
 #![no_main]
 
@@ -13,6 +14,7 @@ mod mpi;
 mod record;
 mod sched;
 mod sockets;
+mod task_storage;
 
 /// The license the kernel checks before it lets the programs use GPL-only helpers.
 #[unsafe(no_mangle)]

@@ -1,8 +1,8 @@
-//! The maps shared with user space (names, sizes and value types in `lbf_common::maps`) and
-//! the kernel-private template new thread states are copied from.
+//! The maps shared with user space (names, sizes and value types in `lbf_common::maps`).
 
 use aya_ebpf::{
-    macros::map,
+    bindings::task_struct,
+    macros::{btf_map, map},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
 };
 use lbf_common::{
@@ -10,6 +10,8 @@ use lbf_common::{
     maps::{KernelOffsets, ThreadState, COMM_BYTES, MAX_LIBS, MAX_TRACED},
     FnReads, MAX_FNS,
 };
+
+use crate::{record::current_ids, task_storage::TaskStorage};
 
 /// The command name whose executions are traced (`lbf_common::maps::ADOPT_COMM`).
 #[map]
@@ -23,14 +25,11 @@ pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
 #[map]
 pub static TRACED: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TRACED, 0);
 
-/// State (CPU clock, calls in flight) per traced thread id.
-#[map]
-pub static THREADS: HashMap<u32, ThreadState> = HashMap::with_max_entries(MAX_TRACED, 0);
-
-/// One all-zero [`ThreadState`], never written: new entries of [`THREADS`] are copied from it
-/// (a `ThreadState` does not fit the 512-byte eBPF stack with room to spare).
-#[map]
-static NEW_THREAD: Array<ThreadState> = Array::with_max_entries(1, 0);
+/// State (CPU clock, calls in flight) of each traced thread, kept in the thread's task: a
+/// probe finds its thread's state by a pointer walk from the current task instead of a hash
+/// lookup by thread id, and the state ends with the thread.
+#[btf_map]
+pub static THREADS: TaskStorage<ThreadState> = TaskStorage::new();
 
 /// Memory reads per `slot * MAX_FNS + fn_id`.
 #[map]
@@ -45,6 +44,18 @@ pub static COUNTERS: PerCpuArray<u64> =
 #[unsafe(no_mangle)]
 pub static KERNEL_OFFSETS: KernelOffsets = KernelOffsets::LINUX_6_18;
 
+/// Unread bytes in [`EVENTS`] from which a submit wakes the reader
+/// (`lbf_common::maps::WAKE_BYTES`), set before loading; this is a placeholder.
+#[unsafe(no_mangle)]
+pub static WAKE_BYTES: u64 = (1 << 20) / 8;
+
+/// Reads [`WAKE_BYTES`] as set at load time (volatile, so the compiler keeps the load).
+#[inline(always)]
+pub fn wake_bytes() -> u64 {
+    // SAFETY: a plain static the loader patched before load; nothing writes it after.
+    unsafe { core::ptr::read_volatile(&WAKE_BYTES) }
+}
+
 /// Reads [`KERNEL_OFFSETS`] as set at load time (volatile, so the compiler keeps the load).
 #[inline(always)]
 pub fn offsets() -> KernelOffsets {
@@ -58,35 +69,49 @@ pub fn fn_reads(slot: u32, fn_id: u16) -> Option<&'static FnReads> {
     FN_READS.get((slot & (MAX_LIBS - 1)) * MAX_FNS + fn_id as u32)
 }
 
-/// The state of thread `tid` of process `tgid`: its entry in [`THREADS`], or a new one if the
-/// process is traced (a thread whose creation was not seen, or whose entry belonged to an
-/// earlier thread of that id). `None` for threads of untraced processes, and when the map is
-/// full (counted as `NO_CLOCK`).
+/// The state of the running (current) thread: its own, or a new one if its process is traced
+/// (a thread whose creation was not seen). `None` for threads of untraced processes, and when
+/// the state cannot be created (counted as `NO_CLOCK`).
 #[inline(always)]
-pub fn thread_state(tgid: u32, tid: u32) -> Option<*mut ThreadState> {
-    if let Some(state) = THREADS.get_ptr_mut(&tid) {
-        // SAFETY: a map value; only this thread's probes and hooks write it.
-        if unsafe { (*state).tgid } == tgid {
-            return Some(state);
-        }
+pub fn thread_state() -> Option<*mut ThreadState> {
+    if let Some(state) = THREADS.current() {
+        return Some(state);
     }
+    let (tgid, tid) = current_ids();
     if !is_traced(tgid) {
         return None;
     }
-    new_thread_state(tgid, tid)
+    init_thread_state(THREADS.current_or_zeroed(), tgid, tid)
 }
 
-/// Gives thread `tid` of process `tgid` a fresh state (no clock yet, no call in flight),
-/// replacing any it had. `None` (counted as `NO_CLOCK`) when the map is full.
+/// Gives the new task `task` (thread `tid` of process `tgid`) a fresh state: no clock yet, no
+/// call in flight. `None` (counted as `NO_CLOCK`) when it cannot be created.
+///
+/// # Safety
+/// `task` is a task pointer the verifier accepts (see [`TaskStorage::of`]).
 #[inline(always)]
-pub fn new_thread_state(tgid: u32, tid: u32) -> Option<*mut ThreadState> {
-    let state = NEW_THREAD
-        .get(0)
-        .and_then(|zero| THREADS.insert(&tid, zero, 0).ok())
-        .and_then(|()| THREADS.get_ptr_mut(&tid));
+pub unsafe fn new_thread_state(
+    task: *mut task_struct,
+    tgid: u32,
+    tid: u32,
+) -> Option<*mut ThreadState> {
+    // SAFETY: the caller's.
+    init_thread_state(unsafe { THREADS.of_or_zeroed(task) }, tgid, tid)
+}
+
+/// Sets the ids of a just created (zeroed) `state`; counts `NO_CLOCK` if there is none.
+#[inline(always)]
+fn init_thread_state(
+    state: Option<*mut ThreadState>,
+    tgid: u32,
+    tid: u32,
+) -> Option<*mut ThreadState> {
     match state {
-        // SAFETY: the map value just inserted.
-        Some(s) => unsafe { (*s).tgid = tgid },
+        // SAFETY: the task's storage, valid for the program's run.
+        Some(s) => unsafe {
+            (*s).tgid = tgid;
+            (*s).tid = tid;
+        },
         None => count(counter::NO_CLOCK),
     }
     state

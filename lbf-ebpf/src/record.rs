@@ -2,10 +2,10 @@
 //! arguments and the optional user memory read, in an item only as long as that read needs.
 //! Never blocks: a full ring buffer drops the record and counts it.
 
-use core::ffi::c_void;
+use core::{ffi::c_void, mem::MaybeUninit};
 
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE},
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns,
         gen::{bpf_probe_read_user, bpf_ringbuf_reserve, bpf_ringbuf_submit},
@@ -15,10 +15,11 @@ use aya_ebpf::{
 use lbf_common::{
     counter,
     maps::{DeferredEntry, ThreadClock, ThreadState},
-    MemRead, Record, RecordKind, ARG_WORDS, MEM_BYTES, RECORD_HEAD_BYTES, SHORT_MEM_BYTES,
+    GlobalPtr, MemRead, Record, RecordKind, ARG_WORDS, MEM_BYTES, RECORD_HEAD_BYTES,
+    SHORT_MEM_BYTES,
 };
 
-use crate::maps::{add, count, current_sum_exec_runtime, EVENTS, THREADS};
+use crate::maps::{add, count, current_sum_exec_runtime, wake_bytes, EVENTS, THREADS};
 
 /// The calling thread's ids: `(tgid, tid)`.
 #[inline(always)]
@@ -27,11 +28,11 @@ pub fn current_ids() -> (u32, u32) {
     ((id >> 32) as u32, id as u32)
 }
 
-/// The running (current) thread `tid`'s cumulative on-CPU nanoseconds at `now`, from its
-/// state's clock ([`clock_at`]). Without a state: `sum_exec_runtime`, or 0; counted.
+/// The running (current) thread's cumulative on-CPU nanoseconds at `now`, from its state's
+/// clock ([`clock_at`]). Without a state: `sum_exec_runtime`, or 0; counted.
 #[inline(always)]
-pub fn cpu_now(tid: u32, now: u64) -> u64 {
-    cpu_of(THREADS.get_ptr_mut(&tid), now)
+pub fn cpu_now(now: u64) -> u64 {
+    cpu_of(THREADS.current(), now)
 }
 
 /// [`cpu_now`] with the thread's state (if it has one) at hand.
@@ -97,11 +98,21 @@ pub struct UserRead {
 
 impl UserRead {
     /// The read `read` asks for, taking the pointer and the element count from `args` (the
-    /// call's entry arguments); the length is capped at [`MEM_BYTES`]. `None` if it asks for
-    /// none, or for none here: nothing is mapped in the first page, so pointers there (0 is
-    /// NULL, Open MPI's `MPI_STATUS_IGNORE`; 1 is MPICH's) mean "no data", not a failed read.
+    /// call's entry arguments), or for [`MemRead::FROM_GLOBAL`] the pointer `global` leads to
+    /// from the probed function's address `func_ip()`; the length is capped at [`MEM_BYTES`].
+    /// `None` if it asks for none, or for none here: nothing is mapped in the first page, so
+    /// pointers there (0 is NULL, Open MPI's `MPI_STATUS_IGNORE`; 1 is MPICH's) mean "no
+    /// data", not a failed read.
     #[inline(always)]
-    pub fn plan(read: &MemRead, args: &[u64; ARG_WORDS]) -> Option<Self> {
+    pub fn plan(
+        read: &MemRead,
+        global: &GlobalPtr,
+        args: &[u64; ARG_WORDS],
+        func_ip: impl FnOnce() -> u64,
+    ) -> Option<Self> {
+        if read.ptr_arg == MemRead::FROM_GLOBAL {
+            return Self::at(follow(global, func_ip())?, read.len as u32);
+        }
         // `get` rather than indexing: a bounds-check panic would not pass the verifier.
         let &ptr = args.get((read.ptr_arg as usize).wrapping_sub(1))?;
         let mut len = read.len as u64;
@@ -122,12 +133,37 @@ impl UserRead {
     }
 }
 
-/// Writes the deferred entry record of the thread whose state is `state` (thread id `tid`),
-/// if it has one (see `lbf_common::maps::ThreadState::entry`): the record of its innermost
-/// call in flight, stamped when the call was entered. Called before anything else the thread
+/// The address `global` leads to from the probed function's address `func_ip`: the pointer
+/// at the end of its chain of loads, plus its offset. `None` (counted) if a load fails, as
+/// it does where the kernel does not tell uprobes their function's address (0).
+#[inline(always)]
+fn follow(global: &GlobalPtr, func_ip: u64) -> Option<u64> {
+    let mut ptr = func_ip.wrapping_add(global.delta as u64);
+    for i in 0..GlobalPtr::MAX_LOADS {
+        if i >= global.loads {
+            break;
+        }
+        let mut next = MaybeUninit::<u64>::uninit();
+        // SAFETY: reads 8 bytes of user memory into `next`.
+        let rc = unsafe {
+            bpf_probe_read_user(next.as_mut_ptr() as *mut c_void, 8, ptr as *const c_void)
+        };
+        if rc != 0 {
+            count(counter::MEM_READ_FAILED);
+            return None;
+        }
+        // SAFETY: filled by the successful read.
+        ptr = unsafe { next.assume_init() };
+    }
+    Some(ptr.wrapping_add(global.offset as u64))
+}
+
+/// Writes the deferred entry record of the thread whose state is `state`, if it has one (see
+/// `lbf_common::maps::ThreadState::entry`): the record of its innermost call in flight,
+/// stamped when the call was entered. Called before anything else the thread
 /// records, so that its records stay in order, and when the thread ends inside the call.
 #[inline(always)]
-pub fn write_deferred_entry(state: &mut ThreadState, tid: u32) {
+pub fn write_deferred_entry(state: &mut ThreadState) {
     let entry = state.entry;
     if entry.ts_ns == 0 {
         return;
@@ -136,7 +172,7 @@ pub fn write_deferred_entry(state: &mut ThreadState, tid: u32) {
     let Some(call) = state.innermost() else {
         return;
     };
-    let (fn_id, tgid) = (call.fn_id as u16, state.tgid);
+    let (fn_id, tgid, tid) = (call.fn_id as u16, state.tgid, state.tid);
     let draft = Draft::reserve_stamped(
         RecordKind::CallEntry,
         fn_id,
@@ -163,15 +199,15 @@ pub struct Draft {
 }
 
 impl Draft {
-    /// Reserves a record of `kind` for the current thread with room `mem`, stamped now, its
-    /// CPU clock looked up by `tid`. The thread's deferred entry record, if any, is written
+    /// Reserves a record of `kind` for the current thread (ids `tgid`, `tid`) with room `mem`,
+    /// stamped now by its CPU clock. The thread's deferred entry record, if any, is written
     /// first. `None` (and counted as lost) when the ring buffer is full.
     #[inline(always)]
     pub fn reserve(kind: RecordKind, fn_id: u16, tgid: u32, tid: u32, mem: Mem) -> Option<Self> {
-        let state = THREADS.get_ptr_mut(&tid);
+        let state = THREADS.current();
         if let Some(state) = state {
             // SAFETY: a map value, written only by this thread's probes and hooks.
-            write_deferred_entry(unsafe { &mut *state }, tid);
+            write_deferred_entry(unsafe { &mut *state });
         }
         Self::reserve_stamped(kind, fn_id, tgid, tid, mem, 1, || {
             stamp_now(|now| cpu_of(state, now))
@@ -318,9 +354,10 @@ impl Draft {
     }
 
     /// Sets `args[i]` to `word(i)` for every `i` and hands the record to user space, waking
-    /// the reader only once the ring buffer is an eighth full: a wake-up per record (an
-    /// interrupt, and a context switch on a machine whose cores run the traced program) costs
-    /// several times the probe itself. The reader polls on a short timer besides.
+    /// the reader only once the ring buffer is an eighth full ([`wake_bytes`]): a wake-up per
+    /// record (an interrupt, and a context switch on a machine whose cores run the traced
+    /// program) costs several times the probe itself. The reader polls on a short timer
+    /// besides.
     ///
     /// The words are stored one by one: the BPF backend lowers array copies and fills to
     /// calls of byte-at-a-time `memcpy`/`memset` subprograms, some hundreds of instructions
@@ -328,9 +365,7 @@ impl Draft {
     #[inline(always)]
     pub fn submit(self, word: impl Fn(usize) -> u64) {
         self.write_args(word);
-        let avail = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
-        let size = EVENTS.query(BPF_RB_RING_SIZE as u64);
-        let wake = if avail >= size / 8 {
+        let wake = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= wake_bytes() {
             BPF_RB_FORCE_WAKEUP
         } else {
             BPF_RB_NO_WAKEUP

@@ -1,15 +1,22 @@
 //! Scheduler and process lifecycle hooks: the process filter (forks of traced processes are
 //! traced), `Fork`/`Exec`/`Exit` records, and the exact per-thread CPU clock.
 //!
-//! Classic tracepoints are used, with field offsets user space read from tracefs (see
-//! `lbf_common::maps::KernelOffsets`). Each fires in the context of the task it names
-//! first: `task_newtask` in the parent, `sched_process_exec` in the new image,
-//! `sched_process_exit` in the exiting thread, `sched_switch` in the thread switched out.
+//! `task_newtask` and `sched_switch` are BTF tracepoints: they are handed the tasks
+//! themselves, whose states (task storage, see `maps::THREADS`) they reach directly.
+//! `sched_process_exec` and `sched_process_exit` are classic tracepoints, with field offsets
+//! user space read from tracefs (see `lbf_common::maps::KernelOffsets`). Each fires in the
+//! context of the task it names first: `task_newtask` in the parent, `sched_process_exec` in
+//! the new image, `sched_process_exit` in the exiting thread, `sched_switch` in the thread
+//! switched out.
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_comm, bpf_ktime_get_ns, gen::bpf_probe_read_kernel_str},
-    macros::tracepoint,
-    programs::TracePointContext,
+    bindings::task_struct,
+    helpers::{
+        bpf_get_current_comm, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        gen::bpf_probe_read_kernel_str,
+    },
+    macros::{btf_tracepoint, tracepoint},
+    programs::{BtfTracePointContext, TracePointContext},
     EbpfContext,
 };
 use lbf_common::{maps::KernelOffsets, RecordKind, MEM_BYTES};
@@ -31,25 +38,35 @@ fn field<T>(ctx: &TracePointContext, offset: u32) -> Option<T> {
     unsafe { ctx.read_at::<T>(offset as usize).ok() }
 }
 
+/// Argument `n` of a BTF tracepoint, a task (`struct task_struct *`).
+#[inline(always)]
+fn task_arg(ctx: &BtfTracePointContext, n: usize) -> *mut task_struct {
+    // SAFETY: the caller names an argument of type `struct task_struct *`; the verifier checks
+    // the access against the tracepoint's BTF.
+    unsafe { ctx.arg::<*const task_struct>(n) as *mut task_struct }
+}
+
 /// A task was created (fork, vfork, clone of a thread) by a traced process: give the new
 /// thread a state (CPU clock); if it is a new process, trace it and emit `Fork` with
-/// `args[0]` = its tgid.
-#[tracepoint]
-pub fn task_newtask(ctx: TracePointContext) -> u32 {
+/// `args[0]` = its tgid. The tracepoint's arguments: the new task and the clone flags.
+#[btf_tracepoint(function = "task_newtask")]
+pub fn task_newtask(ctx: BtfTracePointContext) -> u32 {
     let (tgid, tid) = current_ids();
     if !is_traced(tgid) {
         return 0;
     }
-    let off = offsets();
-    let (Some(child), Some(flags)) = (
-        field::<i32>(&ctx, off.newtask_pid),
-        field::<u64>(&ctx, off.newtask_clone_flags),
-    ) else {
+    let task = task_arg(&ctx, 0);
+    // SAFETY: argument 1 is the clone flags, a u64.
+    let flags: u64 = unsafe { ctx.arg(1) };
+    let pid_at = (task as u64).wrapping_add(offsets().task_pid as u64) as *const i32;
+    // SAFETY: a checked read of the new task's `pid` (its offset from the kernel's BTF).
+    let Ok(child) = (unsafe { bpf_probe_read_kernel(pid_at) }) else {
         return 0;
     };
     let child = child as u32;
     let thread = flags & CLONE_THREAD != 0;
-    let _ = new_thread_state(if thread { tgid } else { child }, child);
+    // SAFETY: `task` is the tracepoint's task argument.
+    let _ = unsafe { new_thread_state(task, if thread { tgid } else { child }, child) };
     if thread {
         return 0;
     }
@@ -105,10 +122,12 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
     }
     d.submit(|_| 0);
     // Calls of the old image in flight never return (a deferred entry record of one was
-    // written before the `Exec` record).
-    if let Some(state) = THREADS.get_ptr_mut(&tid) {
-        // SAFETY: a map value, written only by this thread's hooks and probes.
+    // written before the `Exec` record). A thread other than the leader that executed the
+    // new image has taken the leader's id.
+    if let Some(state) = THREADS.current() {
+        // SAFETY: the thread's state, written only by this thread's hooks and probes.
         unsafe {
+            (*state).tid = tid;
             (*state).depth = 0;
             (*state).entry.ts_ns = 0;
         }
@@ -117,9 +136,9 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
 }
 
 /// A traced thread exited: write the deferred entry record of a call it ended in (killed, or
-/// `exit` inside a probed call), and drop its state. If it was the last thread of its group
-/// (the tracepoint's `group_dead`; on kernels without that field, the thread whose tid is
-/// the tgid), emit `Exit` and stop tracing the group.
+/// `exit` inside a probed call); its state goes with its task. If it was the last thread of
+/// its group (the tracepoint's `group_dead`; on kernels without that field, the thread whose
+/// tid is the tgid), emit `Exit` and stop tracing the group.
 #[tracepoint]
 pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
     let (tgid, tid) = current_ids();
@@ -132,9 +151,9 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
     } else {
         field::<u8>(&ctx, off).unwrap_or(0) != 0
     };
-    if let Some(state) = THREADS.get_ptr_mut(&tid) {
-        // SAFETY: a map value, written only by this thread's hooks and probes.
-        write_deferred_entry(unsafe { &mut *state }, tid);
+    if let Some(state) = THREADS.current() {
+        // SAFETY: the thread's state, written only by this thread's hooks and probes.
+        write_deferred_entry(unsafe { &mut *state });
     }
     if group_dead {
         if let Some(d) = Draft::reserve(RecordKind::Exit, 0, tgid, tid, Mem::None) {
@@ -142,25 +161,19 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
         }
         let _ = TRACED.remove(&tgid);
     }
-    let _ = THREADS.remove(&tid);
     0
 }
 
 /// Context switch: close the running interval of the traced thread switched out (taking the
 /// scheduler's own total, just updated for it, when the offset is known) and open one for the
-/// traced thread switched in.
-#[tracepoint]
-pub fn sched_switch(ctx: TracePointContext) -> u32 {
-    let off = offsets();
-    let (Some(prev), Some(next)) = (
-        field::<i32>(&ctx, off.switch_prev_pid),
-        field::<i32>(&ctx, off.switch_next_pid),
-    ) else {
-        return 0;
-    };
+/// traced thread switched in. The tracepoint's arguments: `preempt`, the task switched out,
+/// the task switched in, its state.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     let now = unsafe { bpf_ktime_get_ns() };
-    if let Some(s) = THREADS.get_ptr_mut(&(prev as u32)) {
-        // SAFETY: map value valid during the program; the thread is switching out on this CPU.
+    // SAFETY: argument 1 is the task switched out (the current one).
+    if let Some(s) = unsafe { THREADS.of(task_arg(&ctx, 1)) } {
+        // SAFETY: the task's state; the thread is switching out on this CPU.
         unsafe {
             let c = &raw mut (*s).clock;
             if let Some(sum) = current_sum_exec_runtime() {
@@ -171,7 +184,8 @@ pub fn sched_switch(ctx: TracePointContext) -> u32 {
             (*c).switched_in_ns = 0;
         }
     }
-    if let Some(s) = THREADS.get_ptr_mut(&(next as u32)) {
+    // SAFETY: argument 2 is the task switched in.
+    if let Some(s) = unsafe { THREADS.of(task_arg(&ctx, 2)) } {
         // SAFETY: as above; the thread is switching in on this CPU.
         unsafe { (*s).clock.switched_in_ns = now };
     }

@@ -71,7 +71,7 @@ pub fn sys_enter(ctx: RawTracePointContext) -> u32 {
         regs.r8,
         regs.r9,
         nr as u64,
-        cpu_now(tid, now),
+        cpu_now(now),
     ];
     let _ = SYSCALL_ENTRY.insert(&tid, &saved, 0);
     0

@@ -1,10 +1,12 @@
 //! `lbf-trace` end to end with the real kernel side and real MPI: lifecycle records, MPI call
-//! records with Open MPI and MPICH, exact CPU time, attaching with -p, and the clear errors.
+//! records with Open MPI and MPICH, exact CPU time, attaching with -p, a call in flight at
+//! the end, and the clear errors.
 //! Needs root (the CI runs as root), Open MPI and MPICH (scripts/setup.sh installs them).
 
 use std::{
     collections::HashMap,
     fs,
+    io::{BufRead, BufReader},
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
     thread,
@@ -30,8 +32,14 @@ fn scratch(name: &str) -> PathBuf {
 
 /// Builds tests/workloads/probe/mpi_probe.c with `mpicc` into `dir`.
 fn build_workload(mpicc: &str, dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/workloads/probe/mpi_probe.c");
-    let exe = dir.join(format!("mpi_probe_{mpicc}"));
+    build_program("mpi_probe", mpicc, dir)
+}
+
+/// Builds tests/workloads/probe/`name`.c with `mpicc` into `dir`.
+fn build_program(name: &str, mpicc: &str, dir: &Path) -> PathBuf {
+    let src =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/workloads/probe/{name}.c"));
+    let exe = dir.join(format!("{name}_{mpicc}"));
     let out = Command::new(mpicc)
         .arg("-O1")
         .arg("-o")
@@ -398,6 +406,59 @@ fn attach_to_running_mpich_ranks() {
         );
     }
     check_mpi_run(&records, &lost, &rank_lines(&job.stdout), false);
+    fs::remove_dir_all(dir).ok();
+}
+
+/// A call still in flight when the capture stops keeps its entry record. The kernel side
+/// keeps the entry record of a call without user memory at entry (`MPI_Recv`) in the
+/// thread's state until the return; at the end of a capture user space reads it from the
+/// states of the traced threads.
+#[test]
+fn a_call_in_flight_when_the_capture_stops_keeps_its_entry() {
+    let dir = scratch("in-flight");
+    let exe = build_program("mpi_wait", "mpicc.mpich", &dir);
+    let dump = dir.join("raw.jsonl");
+    // Rank 0 sends only after 120 s: rank 1 is inside MPI_Recv when lbf-trace is stopped.
+    let mut trace = Command::new(LBF_TRACE)
+        .arg("--raw-dump")
+        .arg(&dump)
+        .args(["--", "mpirun.mpich", "-n", "2"])
+        .arg(&exe)
+        .arg("120")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = BufReader::new(trace.stdout.take().unwrap());
+    let waiting = stdout
+        .lines()
+        .map_while(Result::ok)
+        .find(|l| l.starts_with("LBF_WAIT"))
+        .expect("rank 1 reached its receive");
+    let kv: HashMap<&str, u64> = waiting
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k, v.parse().unwrap()))
+        .collect();
+    // From the line to the call's entry takes microseconds; allow for a loaded machine.
+    thread::sleep(Duration::from_secs(2));
+    // SAFETY: a plain kill(2) of the child started above.
+    assert_eq!(unsafe { libc::kill(trace.id() as i32, libc::SIGINT) }, 0);
+    let out = trace.wait_with_output().unwrap();
+    eprintln!(
+        "lbf-trace stderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (records, lost) = read_dump(&dump);
+    assert_eq!(lost["ringbuf_full"], 0);
+    let recv: Vec<&Value> = records.iter().filter(|r| r["fn"] == "PMPI_Recv").collect();
+    assert_eq!(recv.len(), 1, "one record of the receive: {recv:?}");
+    let entry = recv[0];
+    assert_eq!(entry["kind"], "CallEntry");
+    assert_eq!(entry["tgid"], kv["pid"]);
+    assert_eq!(entry["tid"], kv["tid"]);
+    assert!(entry["cpu_ns"].as_u64().unwrap() > 0, "{entry}");
     fs::remove_dir_all(dir).ok();
 }
 

@@ -11,10 +11,17 @@ use crate::event::{MsgId, ProcId};
 /// A message between its send and its receive.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(super) enum Msg {
-    /// Sent, not yet received.
+    /// Sent, not yet received: it leaves at `at` (for a message sent by rendezvous, once its
+    /// receive was answered; see `sim/rendezvous.rs`).
     Sent { at: f64, bytes: u64, from: ProcId },
-    /// A receiver waits for it; not yet sent.
-    Awaited { by: ProcId },
+    /// A receiver waits for it; not yet sent. Its receive was posted (answered, for a
+    /// message sent by rendezvous) at `posted`.
+    Awaited { by: ProcId, posted: f64 },
+    /// Its receive was posted and answered at `at`, by a receiver that does not wait for it
+    /// yet; not yet sent. Matters only if it is sent by rendezvous.
+    Posted { by: ProcId, at: f64 },
+    /// Sent by rendezvous at `at`; its receive is not answered yet.
+    Requested { at: f64, bytes: u64, from: ProcId },
 }
 
 /// Messages by id.
@@ -65,6 +72,13 @@ impl MsgTable {
         }
     }
 
+    /// The message `msg`, if it is in the table.
+    #[inline]
+    pub(super) fn get(&self, msg: &MsgId) -> Option<&Msg> {
+        let i = self.find(*msg)?;
+        self.slots[i].as_ref().map(|(_, m)| m)
+    }
+
     /// The message in slot `i` (from [`MsgTable::find`]).
     #[inline]
     pub(super) fn at(&self, i: usize) -> Msg {
@@ -93,8 +107,8 @@ impl MsgTable {
 
     /// Removes `msg` from the table, returning it.
     #[inline]
-    pub(super) fn remove(&mut self, msg: MsgId) -> Option<Msg> {
-        let i = self.find(msg)?;
+    pub(super) fn remove(&mut self, msg: &MsgId) -> Option<Msg> {
+        let i = self.find(*msg)?;
         Some(self.remove_at(i))
     }
 
@@ -154,10 +168,13 @@ mod tests {
                 _ => step / 3 + r % 64,
             };
             if r.is_multiple_of(3) {
-                assert_eq!(table.remove(id), map.remove(&id), "remove {id}");
+                assert_eq!(table.remove(&id), map.remove(&id), "remove {id}");
             } else {
                 let msg = if r.is_multiple_of(2) {
-                    Msg::Awaited { by: r as u32 }
+                    Msg::Awaited {
+                        by: r as u32,
+                        posted: 0.5,
+                    }
                 } else {
                     Msg::Sent {
                         at: step as f64,

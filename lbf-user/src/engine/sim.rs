@@ -16,6 +16,11 @@
 //! A process alone on its node does not wait for the global order: it runs ahead through its
 //! events as far as they and its messages and collectives allow, which gives the same result
 //! for less work (see `Sim::runs_ahead`).
+//!
+//! Messages sent by rendezvous (a send that waits for its receive) are handled in
+//! [`rendezvous`].
+
+mod rendezvous;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -46,7 +51,8 @@ enum State {
     NotStarted,
     /// Doing the CPU work before its current event.
     Computing,
-    /// At a recv_end, waiting for the message.
+    /// At a recv_end, waiting for the message, or at a send_end, waiting for the end of its
+    /// rendezvous message's transfer.
     WaitMsg,
     /// At a coll_end, waiting for the collective to end.
     WaitColl,
@@ -115,6 +121,13 @@ pub(super) struct Sim {
     /// Processes not yet exited.
     live: usize,
     msgs: MsgTable,
+    /// Rendezvous sends whose sender has not completed them (see [`rendezvous`]).
+    sends: FxHashMap<MsgId, rendezvous::Completion>,
+    /// Per process: its receives posted (`RecvPost`) and not yet answered, with the origin of
+    /// each post; they are answered at the process's next wait (see [`rendezvous`]).
+    posts: Vec<Vec<(MsgId, u64)>>,
+    /// How many receives `posts` holds in all: a wait looks at its process's only if any.
+    unanswered: usize,
     colls: FxHashMap<CollId, Collective>,
     sink: Option<Box<dyn ScheduleSink>>,
     /// Per node: when the current running slices began (for timelines).
@@ -187,6 +200,9 @@ impl Sim {
             starved: num_procs,
             live: num_procs,
             msgs: MsgTable::new(),
+            sends: FxHashMap::default(),
+            posts: vec![Vec::new(); num_procs],
+            unanswered: 0,
             colls: FxHashMap::default(),
             sink: None,
         })
@@ -370,6 +386,8 @@ impl Sim {
         match current.kind {
             EventKind::RecvEnd { msg } => self.receive(p, msg),
             EventKind::CollEnd { coll } => self.leave_collective(coll),
+            // The completion was taken when the send_end was reached.
+            EventKind::SendEnd { .. } => {}
             _ => unreachable!("timer for a process that is not waiting"),
         }
         if let Some(sink) = &mut self.sink {
@@ -484,12 +502,30 @@ impl Sim {
     /// [`Sim::reach`] by event kind.
     fn reach_kind(&mut self, p: usize, q: &Queued) -> SimResult<bool> {
         match q.kind {
-            EventKind::Send { msg, bytes } => {
+            EventKind::Send {
+                msg,
+                bytes,
+                rendezvous: false,
+            } => {
                 self.send(p, msg, bytes, q.origin)?;
                 Ok(true)
             }
+            EventKind::Send {
+                msg,
+                bytes,
+                rendezvous: true,
+            } => {
+                self.send_rendezvous(p, msg, bytes, q.origin)?;
+                Ok(true)
+            }
             EventKind::RecvStart | EventKind::Keepalive => Ok(true),
+            EventKind::RecvPost { msg } => {
+                self.posts[p].push((msg, q.origin));
+                self.unanswered += 1;
+                Ok(true)
+            }
             EventKind::RecvEnd { msg } => self.await_message(p, msg, q.origin),
+            EventKind::SendEnd { msg } => self.await_send(p, msg, q.origin),
             EventKind::CollStart {
                 coll,
                 op,
@@ -513,6 +549,7 @@ impl Sim {
         self.procs[p].state = State::Exited;
         self.live -= 1;
         self.end = self.end.max(self.now);
+        self.forget_sends(p);
     }
 
     /// One-way time of `bytes` from process `from` to process `to` on this target.
@@ -529,25 +566,35 @@ impl Sim {
             from: p as ProcId,
         };
         match self.msgs.insert(msg, sent) {
-            None => Ok(()),
-            Some(Msg::Awaited { by }) => {
+            // A posted receive matters only to a message sent by rendezvous.
+            None | Some(Msg::Posted { .. }) => Ok(()),
+            Some(Msg::Awaited { by, .. }) => {
                 let arrival = self.now + self.comm(p, by as usize, bytes);
                 self.wake_at(by as usize, arrival);
                 Ok(())
             }
-            Some(Msg::Sent { .. }) => Err(duplicate(msg, origin)),
+            Some(Msg::Sent { .. } | Msg::Requested { .. }) => Err(duplicate(msg, origin)),
         }
     }
 
     /// Process `p` is at the recv_end of `msg`: completes now if the message is there.
     fn await_message(&mut self, p: usize, msg: MsgId, origin: u64) -> SimResult<bool> {
+        self.answer_posts(p)?;
         let Some(i) = self.msgs.find(msg) else {
-            self.msgs.insert(msg, Msg::Awaited { by: p as ProcId });
+            let awaited = Msg::Awaited {
+                by: p as ProcId,
+                posted: self.now,
+            };
+            self.msgs.insert(msg, awaited);
             self.start_wait(p, State::WaitMsg);
             return Ok(false);
         };
-        let Msg::Sent { at, bytes, from } = self.msgs.at(i) else {
-            return Err(duplicate(msg, origin));
+        let (at, bytes, from) = match self.msgs.at(i) {
+            Msg::Sent { at, bytes, from } => (at, bytes, from),
+            Msg::Awaited { .. } => return Err(duplicate(msg, origin)),
+            Msg::Posted { .. } | Msg::Requested { .. } => {
+                return self.await_rendezvous(p, msg, origin)
+            }
         };
         let arrival = at + self.comm(from as usize, p, bytes);
         if arrival <= self.now {
@@ -561,9 +608,22 @@ impl Sim {
         Ok(false)
     }
 
+    /// Process `p`, at the recv_end of `msg`, receives it now if it arrives by now (returns
+    /// true), else waits until it arrives at `t`.
+    #[inline]
+    fn arrives(&mut self, p: usize, msg: MsgId, t: f64) -> bool {
+        if t <= self.now {
+            self.receive(p, msg);
+            return true;
+        }
+        self.start_wait(p, State::WaitMsg);
+        self.wake_at(p, t);
+        false
+    }
+
     /// Process `p` consumes `msg`, which has arrived.
     fn receive(&mut self, p: usize, msg: MsgId) {
-        if let Some(Msg::Sent { at, bytes, from }) = self.msgs.remove(msg) {
+        if let Some(Msg::Sent { at, bytes, from }) = self.msgs.remove(&msg) {
             if self.sink.is_some() {
                 let arrived = at + self.comm(from as usize, p, bytes);
                 self.report_message(from, p, at, arrived, bytes);
@@ -670,6 +730,7 @@ impl Sim {
     /// Process `p` is at the coll_end of `coll`: leaves now if the collective has ended.
     #[inline(never)]
     fn await_collective(&mut self, p: usize, coll: CollId, origin: u64) -> SimResult<bool> {
+        self.answer_posts(p)?;
         let Some(c) = self.colls.get_mut(&coll) else {
             return Err(Box::new(EngineError::BadCollective {
                 coll,
@@ -762,6 +823,10 @@ impl Sim {
                             c.arrived, c.size
                         )
                     }
+                    EventKind::SendEnd { msg } => format!(
+                        "waits for the transfer of message {msg}, sent by rendezvous, whose \
+                         receive no live process will post"
+                    ),
                     _ => unreachable!(),
                 };
                 (p as ProcId, q.origin, what)

@@ -21,8 +21,9 @@ use crate::event::{Event, EventKind};
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Queued {
     pub(super) kind: EventKind,
-    /// The CPU-seconds of work before the event: its CPU time, except for `recv_end` and
-    /// `coll_end`, whose CPU was spent spinning while waiting (see `docs/engine.md`).
+    /// The CPU-seconds of work before the event: its CPU time, except for `recv_end`,
+    /// `coll_end` and `send_end`, whose CPU was spent spinning while waiting (see
+    /// `docs/engine.md`).
     pub(super) work: f64,
     pub(super) origin: u64,
 }
@@ -32,7 +33,9 @@ impl Queued {
     #[inline]
     pub(super) fn new(event: &Event, origin: u64) -> Self {
         let work = match event.kind {
-            EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } => 0.0,
+            EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } | EventKind::SendEnd { .. } => {
+                0.0
+            }
             _ => event.cpu_ns as f64 * 1e-9,
         };
         Queued {

@@ -15,7 +15,7 @@ use aya::{
 
 use super::{
     symbols,
-    tracer::{program, AttachMode, OBJECT},
+    tracer::{object_loader, program, AttachMode, OBJECT},
 };
 
 /// An empty uprobe + uretprobe on some functions, attached for all processes until dropped.
@@ -51,7 +51,9 @@ impl EmptyProbes {
         let target = path
             .canonicalize()
             .with_context(|| format!("object file {}", path.display()))?;
-        let mut ebpf = Ebpf::load(OBJECT).context("loading lbf's eBPF object into the kernel")?;
+        let mut ebpf = object_loader()
+            .load(OBJECT)
+            .context("loading lbf's eBPF object into the kernel")?;
         for name in ["empty_exit", "empty_enter"] {
             let prog: &mut UProbe = program(&mut ebpf, name)?;
             prog.load()

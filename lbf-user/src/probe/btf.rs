@@ -1,5 +1,5 @@
-//! The one `task_struct` field offset the kernel side needs (`se.sum_exec_runtime`), read from
-//! the running kernel's BTF (`/sys/kernel/btf/vmlinux`). A minimal reader of the BTF type
+//! The `task_struct` field offsets the kernel side needs (`pid`, `se.sum_exec_runtime`), read
+//! from the running kernel's BTF (`/sys/kernel/btf/vmlinux`). A minimal reader of the BTF type
 //! section: just enough to walk structs and their members.
 
 use std::{collections::HashMap, fs};
@@ -20,21 +20,31 @@ const KIND_DATASEC: u32 = 15;
 const KIND_DECL_TAG: u32 = 17;
 const KIND_ENUM64: u32 = 19;
 
-/// Byte offset of `task_struct.se.sum_exec_runtime` in the running kernel.
-pub fn sum_exec_runtime_offset() -> Result<u32> {
-    let data = fs::read(VMLINUX).with_context(|| format!("reading the kernel's BTF {VMLINUX}"))?;
-    let btf = Btf::parse(&data).with_context(|| format!("parsing {VMLINUX}"))?;
-    let se = btf.member_offset("task_struct", "se")?;
-    let sum = btf.member_offset("sched_entity", "sum_exec_runtime")?;
-    Ok(se + sum)
-}
-
 /// Struct members by struct name: `(member name, byte offset)`.
-struct Btf {
+pub struct Btf {
     structs: HashMap<String, Vec<(String, u32)>>,
 }
 
 impl Btf {
+    /// The running kernel's BTF; an error naming the file if it cannot be read.
+    pub fn of_kernel() -> Result<Self> {
+        let data =
+            fs::read(VMLINUX).with_context(|| format!("reading the kernel's BTF {VMLINUX}"))?;
+        Self::parse(&data).with_context(|| format!("parsing {VMLINUX}"))
+    }
+
+    /// Byte offset of `task_struct.pid` (a task's thread id).
+    pub fn task_pid_offset(&self) -> Result<u32> {
+        self.member_offset("task_struct", "pid")
+    }
+
+    /// Byte offset of `task_struct.se.sum_exec_runtime`.
+    pub fn sum_exec_runtime_offset(&self) -> Result<u32> {
+        let se = self.member_offset("task_struct", "se")?;
+        let sum = self.member_offset("sched_entity", "sum_exec_runtime")?;
+        Ok(se + sum)
+    }
+
     /// Reads the structs of a little-endian BTF blob.
     fn parse(data: &[u8]) -> Result<Self> {
         let u32_at = |off: usize| -> Result<u32> {
@@ -108,10 +118,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn finds_sum_exec_runtime_when_btf_is_there() {
+    fn finds_task_offsets_when_btf_is_there() {
         if std::path::Path::new(VMLINUX).exists() {
-            let off = sum_exec_runtime_offset().unwrap();
+            let btf = Btf::of_kernel().unwrap();
+            let off = btf.sum_exec_runtime_offset().unwrap();
             assert!(off > 0 && off.is_multiple_of(8), "offset {off}");
+            let pid = btf.task_pid_offset().unwrap();
+            assert!(
+                pid > 0 && pid.is_multiple_of(4) && pid != off,
+                "offset {pid}"
+            );
         }
     }
 }

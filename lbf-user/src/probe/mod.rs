@@ -33,6 +33,7 @@ mod reader;
 mod session;
 mod symbols;
 mod syscalls;
+mod thread_states;
 mod tracefs;
 mod tracer;
 

@@ -1,31 +1,31 @@
 //! Offsets of the kernel data the kernel side reads: classic tracepoint fields from tracefs
-//! `format` files and `task_struct.se.sum_exec_runtime` from BTF, so the object follows the
-//! running kernel's layouts.
+//! `format` files and `task_struct` fields from BTF, so the object follows the running
+//! kernel's layouts.
 
 use std::{fs, path::Path};
 
 use anyhow::{bail, Context, Result};
 use lbf_common::maps::KernelOffsets;
 
+use super::btf::Btf;
+
 /// Where tracefs is mounted (`scripts/setup.sh` mounts it).
 const TRACEFS: &str = "/sys/kernel/tracing/events";
 
 /// Reads the offsets of every field the kernel side uses. Fails, naming the file, when
-/// tracefs is not mounted or a required field is missing; `group_dead` and the BTF offset are
-/// optional (the kernel side has fallbacks).
+/// tracefs is not mounted, the kernel's BTF cannot be read (the kernel side needs it anyway)
+/// or a required field is missing; `group_dead` and `sum_exec_runtime` are optional (the
+/// kernel side has fallbacks).
 pub fn offsets() -> Result<KernelOffsets> {
-    let switch = format_of("sched", "sched_switch")?;
-    let newtask = format_of("task", "task_newtask")?;
     let exec = format_of("sched", "sched_process_exec")?;
     let exit = format_of("sched", "sched_process_exit")?;
+    let btf = Btf::of_kernel()?;
     Ok(KernelOffsets {
-        switch_prev_pid: required(&switch, "prev_pid")?,
-        switch_next_pid: required(&switch, "next_pid")?,
-        newtask_pid: required(&newtask, "pid")?,
-        newtask_clone_flags: required(&newtask, "clone_flags")?,
         exec_filename: required(&exec, "filename")?,
         exit_group_dead: field_offset(&exit.1, "group_dead").unwrap_or(KernelOffsets::ABSENT),
-        task_sum_exec_runtime: super::btf::sum_exec_runtime_offset()
+        task_pid: btf.task_pid_offset()?,
+        task_sum_exec_runtime: btf
+            .sum_exec_runtime_offset()
             .unwrap_or(KernelOffsets::ABSENT),
     })
 }

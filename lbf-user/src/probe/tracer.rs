@@ -11,10 +11,10 @@ use aya::{
     maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
     programs::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
-        TracePoint, UProbe,
+        BtfTracePoint, TracePoint, UProbe,
     },
     sys::{is_uprobe_multi_supported, UProbeMultiFeature},
-    Ebpf, EbpfLoader,
+    Btf, Ebpf, EbpfLoader,
 };
 use lbf_common::{
     counter,
@@ -22,7 +22,23 @@ use lbf_common::{
     mpi, FnReads, Record, RecordKind, MAX_FNS, MEM_BYTES,
 };
 
-use super::{procfs, reader::RecordReader, symbols, tracefs};
+use super::{procfs, reader::RecordReader, symbols, thread_states::ThreadStates, tracefs};
+
+/// The `Attach` record of thread `tid` of `pid`, seeded at `ts_ns` with CPU clock `cpu_ns`.
+fn attach_record(pid: u32, tid: u32, ts_ns: u64, cpu_ns: u64) -> Record {
+    Record {
+        kind: RecordKind::Attach as u16,
+        fn_id: 0,
+        mem_len: 0,
+        part: 0,
+        tgid: pid,
+        tid,
+        ts_ns,
+        cpu_ns,
+        args: [0; lbf_common::ARG_WORDS],
+        mem: [0; MEM_BYTES],
+    }
+}
 
 /// The eBPF object, built by `lbf-user/build.rs` from `lbf-ebpf`.
 pub(super) static OBJECT: &[u8] =
@@ -117,6 +133,8 @@ pub struct Tracer {
     pub(super) ebpf: Ebpf,
     mode: AttachMode,
     libraries: Vec<AttachedLibrary>,
+    /// `Attach` records of the threads [`Tracer::trace_pid`] seeded, not yet handed out.
+    attached: Vec<Record>,
 }
 
 impl Tracer {
@@ -126,14 +144,21 @@ impl Tracer {
         check_privileges()?;
         let offsets = tracefs::offsets()?;
         let ring = ringbuf_size(options.ringbuf_bytes);
-        let mut ebpf = EbpfLoader::new()
+        let mut ebpf = object_loader()
             .map_max_entries(maps::EVENTS, ring)
             .override_global(maps::KERNEL_OFFSETS, &offsets, true)
+            .override_global(maps::WAKE_BYTES, &(ring as u64 / 8), true)
             .load(OBJECT)
             .context("loading lbf's eBPF object into the kernel")?;
+        let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
+        for name in ["sched_switch", "task_newtask"] {
+            let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
+            prog.load(name, &btf)
+                .with_context(|| format!("verifying eBPF program {name}"))?;
+            prog.attach()
+                .with_context(|| format!("attaching to BTF tracepoint {name}"))?;
+        }
         for (category, name) in [
-            ("sched", "sched_switch"),
-            ("task", "task_newtask"),
             ("sched", "sched_process_exec"),
             ("sched", "sched_process_exit"),
         ] {
@@ -154,6 +179,7 @@ impl Tracer {
             ebpf,
             mode,
             libraries: Vec::new(),
+            attached: Vec::new(),
         })
     }
 
@@ -163,7 +189,8 @@ impl Tracer {
     }
 
     /// Starts tracing process `pid` (and, from now on, its descendants): adds it to the
-    /// kernel's filter and seeds its threads' states with their CPU clocks from `/proc`.
+    /// kernel's filter and seeds its threads' states with their CPU clocks from `/proc`,
+    /// noting an `Attach` record for each seeded thread (see [`Tracer::take_attached`]).
     /// A thread the kernel side already traces (the process was adopted at its exec, or
     /// forked from a traced one, before a scan found it) keeps its state: re-seeding it
     /// would forget the calls it is in, whose returns would then come without an entry.
@@ -173,21 +200,17 @@ impl Tracer {
             "no process with PID {pid} (nothing in /proc/{pid})"
         );
         let now = monotonic_ns();
-        let mut threads: HashMap<&mut MapData, u32, ThreadState> =
-            HashMap::try_from(self.ebpf.map_mut(maps::THREADS).context("map THREADS")?)?;
+        let threads = ThreadStates::new(self.ebpf.map(maps::THREADS))?;
         for tid in procfs::thread_ids(pid)? {
-            if threads.get(&tid, 0).is_ok() {
-                continue;
-            }
             // A thread that ended meanwhile has no schedstat; it needs no clock either.
             if let Ok(acc_ns) = procfs::thread_cpu_ns(pid, tid) {
                 let clock = ThreadClock {
                     acc_ns,
                     switched_in_ns: now,
                 };
-                threads
-                    .insert(&tid, &ThreadState::new(pid, clock), 0)
-                    .context("seeding a thread's CPU clock")?;
+                if threads.insert_new(pid, tid, &ThreadState::new(pid, tid, clock))? {
+                    self.attached.push(attach_record(pid, tid, now, acc_ns));
+                }
             }
         }
         let mut traced: HashMap<&mut MapData, u32, u8> =
@@ -310,6 +333,13 @@ impl Tracer {
         Ok(())
     }
 
+    /// The `Attach` records of the threads seeded since the last call, in the order they were
+    /// seeded. A record sink must get them before any record the ring buffer holds of their
+    /// threads: [`super::run`] hands them over before each drain.
+    pub fn take_attached(&mut self) -> Vec<Record> {
+        std::mem::take(&mut self.attached)
+    }
+
     /// Thread group ids the kernel side traces now.
     pub fn traced_pids(&self) -> Result<Vec<u32>> {
         let traced: HashMap<&MapData, u32, u8> =
@@ -340,20 +370,23 @@ impl Tracer {
     }
 
     /// The entry records the kernel side deferred and has not written (see
-    /// `lbf_common::maps::ThreadState::entry`): one per thread of a traced process now inside
-    /// a probed call whose entry record waits for the return. Each comes after every record
+    /// `lbf_common::maps::ThreadState::entry`): one per live thread of a traced process now
+    /// inside a probed call whose entry record waits for the return (a thread that ended wrote
+    /// its own). Each comes after every record
     /// its thread wrote. Read at the end of a capture, so that the calls still in flight keep
     /// their entry.
     pub fn deferred_entries(&self) -> Result<Vec<Record>> {
-        let traced = self.traced_pids()?;
-        let threads: HashMap<&MapData, u32, ThreadState> =
-            HashMap::try_from(self.ebpf.map(maps::THREADS).context("map THREADS")?)?;
+        let threads = ThreadStates::new(self.ebpf.map(maps::THREADS))?;
         let mut records = Vec::new();
-        for item in threads.iter() {
-            let (tid, state) = item.context("reading map THREADS")?;
-            let call = state.innermost();
-            let deferred = state.entry.ts_ns != 0 && traced.contains(&state.tgid);
-            if let (Some(call), true) = (call, deferred) {
+        for pid in self.traced_pids()? {
+            // A process that ended meanwhile has no threads left, nor states.
+            for tid in procfs::thread_ids(pid).unwrap_or_default() {
+                let Some(state) = threads.get(pid, tid)? else {
+                    continue;
+                };
+                let (Some(call), true) = (state.innermost(), state.entry.ts_ns != 0) else {
+                    continue;
+                };
                 records.push(Record {
                     kind: RecordKind::CallEntry as u16,
                     fn_id: call.fn_id as u16,
@@ -424,6 +457,14 @@ where
         .program_mut(name)
         .with_context(|| format!("eBPF program {name} missing from the object"))?;
     Ok(prog.try_into()?)
+}
+
+/// A loader for [`OBJECT`] that creates the task-storage map `THREADS` too, which aya has no
+/// type for (user space reaches it through [`ThreadStates`]).
+pub(super) fn object_loader<'a>() -> EbpfLoader<'a> {
+    let mut loader = EbpfLoader::new();
+    loader.allow_unsupported_maps();
+    loader
 }
 
 /// A ring buffer size the kernel accepts: a power of two, at least one page.

@@ -114,6 +114,7 @@ impl MsgTable {
 
     /// Removes the message in slot `i` (from [`MsgTable::find`]), returning it. The entries
     /// after it that probing would no longer reach move back into the hole.
+    #[inline]
     pub(super) fn remove_at(&mut self, i: usize) -> Msg {
         let (_, removed) = self.slots[i].take().expect("an occupied slot");
         self.len -= 1;

@@ -251,8 +251,10 @@ fn program(rng: &mut Rng, procs: usize) -> Vec<Vec<serde_json::Value>> {
                     s[to].push(json!({"k": "recv_post", "cpu_ns": cpu(rng), "msg": msg}));
                 }
                 let rendezvous = rng.chance(30);
-                s[from].push(json!({"k": "send", "cpu_ns": cpu(rng), "msg": msg, "bytes": b,
-                    "rendezvous": rendezvous}));
+                s[from].push(
+                    json!({"k": "send", "cpu_ns": cpu(rng), "msg": msg, "bytes": b,
+                    "rendezvous": rendezvous}),
+                );
                 in_flight.push(InFlight {
                     msg,
                     from,

@@ -9,10 +9,11 @@
 //! the prediction. It prints the first cases that differ and fails if any does.
 //!
 //! The traces are valid programs by construction (each process's events in an order a run
-//! could have produced, every receive after its send in one global order), streamed in a
-//! random interleaving of the processes, with start times; a few are broken on purpose (a
-//! send left out: a deadlock; an exit left out: a truncated trace) so that errors are compared
-//! too. Targets mix shared and single-process nodes (listed in random order), cores, speeds,
+//! could have produced, every receive after its send in one global order), with messages sent
+//! eagerly and by rendezvous (receives posted ahead or not, the sender's `send_end` after the
+//! receive in that order), streamed in a random interleaving of the processes, with start
+//! times; a few are broken on purpose (a send left out: a deadlock or a bad `send_end`; an
+//! exit left out: a truncated trace) so that errors are compared too. Targets mix shared and single-process nodes (listed in random order), cores, speeds,
 //! spin, and networks from free to tables whose least delay is as small as 1e-18 s, so that
 //! processes running ahead cross their horizon (see docs/engine.md).
 
@@ -231,8 +232,7 @@ fn write_case(dir: &Path, seed: u64) -> Result<(PathBuf, Vec<PathBuf>, usize)> {
 fn program(rng: &mut Rng, procs: usize) -> Vec<Vec<serde_json::Value>> {
     let mut s: Vec<Vec<serde_json::Value>> = vec![Vec::new(); procs];
     let (mut next_msg, mut next_coll) = (0u64, 0u64);
-    // Sent, not yet received: (message, receiver).
-    let mut in_flight: Vec<(u64, usize)> = Vec::new();
+    let mut in_flight: Vec<InFlight> = Vec::new();
     let most = if rng.chance(20) { 400 } else { 60 };
     let actions = 5 + rng.below(most);
     for _ in 0..actions {
@@ -246,12 +246,25 @@ fn program(rng: &mut Rng, procs: usize) -> Vec<Vec<serde_json::Value>> {
                 let to = (from + 1 + rng.index(procs - 1)) % procs;
                 let (msg, b) = (next_msg, bytes(rng));
                 next_msg += 1;
-                s[from].push(json!({"k": "send", "cpu_ns": cpu(rng), "msg": msg, "bytes": b}));
-                in_flight.push((msg, to));
+                if rng.chance(30) {
+                    // The receiver posts its receive now, before it waits for it.
+                    s[to].push(json!({"k": "recv_post", "cpu_ns": cpu(rng), "msg": msg}));
+                }
+                let rendezvous = rng.chance(30);
+                s[from].push(
+                    json!({"k": "send", "cpu_ns": cpu(rng), "msg": msg, "bytes": b,
+                    "rendezvous": rendezvous}),
+                );
+                in_flight.push(InFlight {
+                    msg,
+                    from,
+                    to,
+                    rendezvous,
+                });
             }
             5..=7 if !in_flight.is_empty() => {
-                let (msg, to) = in_flight.swap_remove(rng.index(in_flight.len()));
-                receive(rng, &mut s[to], msg);
+                let m = in_flight.swap_remove(rng.index(in_flight.len()));
+                receive(rng, &mut s, m);
             }
             8 => {
                 // A collective of a random subset of the processes.
@@ -271,8 +284,8 @@ fn program(rng: &mut Rng, procs: usize) -> Vec<Vec<serde_json::Value>> {
             _ => {}
         }
     }
-    while let Some((msg, to)) = in_flight.pop() {
-        receive(rng, &mut s[to], msg);
+    while let Some(m) = in_flight.pop() {
+        receive(rng, &mut s, m);
     }
     for stream in &mut s {
         stream.push(json!({"k": "exit", "cpu_ns": cpu(rng)}));
@@ -289,10 +302,22 @@ fn program(rng: &mut Rng, procs: usize) -> Vec<Vec<serde_json::Value>> {
     s
 }
 
-/// A blocking receive of `msg`.
-fn receive(rng: &mut Rng, stream: &mut Vec<serde_json::Value>, msg: u64) {
-    stream.push(json!({"k": "recv_start", "cpu_ns": cpu(rng)}));
-    stream.push(json!({"k": "recv_end", "cpu_ns": rng.below(5_000), "msg": msg}));
+/// A message sent and not yet received.
+struct InFlight {
+    msg: u64,
+    from: usize,
+    to: usize,
+    rendezvous: bool,
+}
+
+/// A blocking receive of `m` and, if it was sent by rendezvous, its sender's `send_end`
+/// after it: the sender waits no longer than the receiver, so no wait is circular.
+fn receive(rng: &mut Rng, s: &mut [Vec<serde_json::Value>], m: InFlight) {
+    s[m.to].push(json!({"k": "recv_start", "cpu_ns": cpu(rng)}));
+    s[m.to].push(json!({"k": "recv_end", "cpu_ns": rng.below(5_000), "msg": m.msg}));
+    if m.rendezvous {
+        s[m.from].push(json!({"k": "send_end", "cpu_ns": rng.below(5_000), "msg": m.msg}));
+    }
 }
 
 /// The trace file: a header with start times, then the streams in a random interleaving.
@@ -306,7 +331,7 @@ fn trace_text(rng: &mut Rng, streams: &[Vec<serde_json::Value>]) -> String {
             p
         })
         .collect();
-    let mut out = json!({"format": "lbf-trace", "version": 1, "procs": procs}).to_string();
+    let mut out = json!({"format": "lbf-trace", "version": 2, "procs": procs}).to_string();
     out.push('\n');
     let mut next = vec![0; streams.len()];
     let mut left: Vec<usize> = (0..streams.len()).collect();

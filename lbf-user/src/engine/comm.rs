@@ -1,34 +1,43 @@
-//! A target's network with each table's last lookup remembered.
+//! A target's network with each table's recent lookups remembered.
 //!
-//! Programs send many messages of one size in a row (a halo exchange, a round of tasks), and a
-//! lookup searches and interpolates a sorted table; remembering the last size per table skips
-//! that. The remembered value is what the table gave, so results are bit-for-bit the same.
+//! Programs send messages of a few sizes (a halo exchange, tasks out and results back), and a
+//! lookup searches and interpolates a sorted table, a division on the way from a message to
+//! its arrival; a small direct-mapped cache of sizes per table skips that. The remembered
+//! values are what the table gave, so results are bit-for-bit the same.
 
 use std::cell::Cell;
 
 use crate::target::{CommTable, Network};
 
-/// One table and its last `(bytes, seconds)` lookup.
+/// Sizes a table remembers: a power of two.
+const REMEMBERED: usize = 16;
+
+/// One table and its recent `(bytes, seconds)` lookups, each size in the entry its hash picks.
 #[derive(Debug)]
 struct CachedTable {
     table: CommTable,
-    last: Cell<(u64, f64)>,
+    recent: [Cell<(u64, f64)>; REMEMBERED],
 }
 
 impl CachedTable {
     fn new(table: CommTable) -> Self {
-        let last = Cell::new((0, table.seconds(0)));
-        CachedTable { table, last }
+        let zero = (0, table.seconds(0));
+        CachedTable {
+            table,
+            recent: std::array::from_fn(|_| Cell::new(zero)),
+        }
     }
 
     #[inline]
     fn seconds(&self, bytes: u64) -> f64 {
-        let (last_bytes, last_seconds) = self.last.get();
-        if bytes == last_bytes {
-            return last_seconds;
+        // Fibonacci hashing: the top bits of the product with 2^64 over the golden ratio.
+        let entry = &self.recent[(bytes.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize];
+        let (recent_bytes, recent_seconds) = entry.get();
+        if bytes == recent_bytes {
+            return recent_seconds;
         }
         let seconds = self.table.seconds(bytes);
-        self.last.set((bytes, seconds));
+        entry.set((bytes, seconds));
         seconds
     }
 }

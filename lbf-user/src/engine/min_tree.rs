@@ -1,7 +1,9 @@
 //! A tournament tree: the earliest of a fixed set of slots, updated in O(log n).
 //!
-//! The simulation keeps one slot per node (its next finish time) and asks for the earliest
-//! after every change; with many nodes a linear scan per event would dominate.
+//! The simulation keeps one slot per node (its next finish time), and each node one slot per
+//! process (its finish time in virtual time), and asks for the earliest after every change:
+//! with many nodes or processes a linear scan per event would dominate, and a binary heap's
+//! sift branches on every comparison of times, which the processor cannot predict.
 
 use std::hint::select_unpredictable;
 
@@ -78,6 +80,11 @@ impl MinTree {
             k /= 2;
             self.entries[k] = winner;
         }
+    }
+
+    /// The slots that hold a time, in slot order.
+    pub(super) fn occupied(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.leaves).filter(|&i| self.entries[self.leaves + i].time != EMPTY)
     }
 
     /// The earliest `(time, slot)`, ties going to the lower slot.

@@ -10,6 +10,7 @@
 mod collective;
 mod comm;
 mod min_tree;
+mod msgs;
 mod node;
 mod sim;
 mod streams;
@@ -289,21 +290,28 @@ impl Engine {
                 origin,
             });
         }
+        if self.streams.is_full(p) {
+            // Events every target is done with are dropped only when their room is needed.
+            self.streams.trim(p, self.consumed(p));
+        }
         self.streams.push(p, streams::Queued::new(&event, origin));
         if event.kind == EventKind::Exit {
             self.streams.close(p);
         }
-        let mut consumed = u64::MAX;
         for sim in &mut self.sims {
             sim.on_event(p, &self.streams).map_err(|e| *e)?;
-            consumed = consumed.min(sim.held(p));
         }
-        self.streams.trim(p, consumed);
         Ok(())
     }
 
     fn num_procs(&self) -> usize {
         self.streams.num_procs()
+    }
+
+    /// Absolute index of the first event of process `p` some target still needs.
+    fn consumed(&self, p: usize) -> u64 {
+        let held = self.sims.iter().map(|s| s.held(p)).min();
+        held.unwrap_or_else(|| self.streams.end_of(p))
     }
 
     /// How far each target has got.
@@ -313,7 +321,9 @@ impl Engine {
 
     /// Events received but not yet consumed by every target (the engine's memory footprint).
     pub fn queued_events(&self) -> usize {
-        self.streams.len()
+        (0..self.num_procs() as ProcId)
+            .map(|p| self.queued_events_of(p))
+            .sum()
     }
 
     /// Events of process `proc` the engine holds (0 for an unknown process): received, and
@@ -321,7 +331,7 @@ impl Engine {
     pub fn queued_events_of(&self, proc: ProcId) -> usize {
         let p = proc as usize;
         if p < self.num_procs() {
-            self.streams.len_of(p)
+            (self.streams.end_of(p) - self.consumed(p)) as usize
         } else {
             0
         }

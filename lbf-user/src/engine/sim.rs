@@ -23,7 +23,6 @@
 mod rendezvous;
 
 use std::cmp::Reverse;
-use std::collections::hash_map::Entry;
 use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap;
@@ -31,6 +30,7 @@ use rustc_hash::FxHashMap;
 use super::collective::{self, Collective};
 use super::comm::CachedNetwork;
 use super::min_tree::MinTree;
+use super::msgs::{Msg, MsgTable};
 use super::node::NodeState;
 use super::streams::{Queued, Streams};
 use super::time::TimeKey;
@@ -76,22 +76,12 @@ struct Proc {
     wait_since: f64,
     /// When the process starts; it does nothing before.
     start: f64,
-}
-
-/// A message between its send and its receive.
-#[derive(Debug)]
-enum Msg {
-    /// Sent, not yet received: it leaves at `at` (for a message sent by rendezvous, once its
-    /// receive was answered; see [`rendezvous`]).
-    Sent { at: f64, bytes: u64, from: ProcId },
-    /// A receiver waits for it; not yet sent. Its receive was posted (answered, for a
-    /// message sent by rendezvous) at `posted`.
-    Awaited { by: ProcId, posted: f64 },
-    /// Its receive was posted and answered at `at`, by a receiver that does not wait for it
-    /// yet; not yet sent. Matters only if it is sent by rendezvous.
-    Posted { by: ProcId, at: f64 },
-    /// Sent by rendezvous at `at`; its receive is not answered yet.
-    Requested { at: f64, bytes: u64, from: ProcId },
+    /// The node the target places the process on.
+    node: usize,
+    /// Whether it is alone on its node (see [`Sim::runs_ahead`]).
+    alone: bool,
+    /// Its slot on its node (see [`NodeState::join`]).
+    slot: usize,
 }
 
 /// The simulation of one target.
@@ -100,7 +90,6 @@ pub(super) struct Sim {
     network: CachedNetwork,
     /// The target's spin weight: the load a waiting process puts on its node.
     spin: f64,
-    node_of: Vec<usize>,
     nodes: Vec<NodeState>,
     /// Next work completion time of each node, up to date except for the nodes in `dirty`.
     /// A step brings its process's node up to date once it is over (see [`Sim::refresh`]);
@@ -116,8 +105,6 @@ pub(super) struct Sim {
     /// The time of the step being taken: the global order's, or that of a process running
     /// ahead (see [`Sim::runs_ahead`]).
     now: f64,
-    /// Per process: whether it is alone on its node (see [`Sim::runs_ahead`]).
-    alone: Vec<bool>,
     /// Processes alone on their node run ahead at times below this one (see
     /// [`Sim::runs_ahead`]); 0 if they never do.
     horizon: f64,
@@ -133,7 +120,7 @@ pub(super) struct Sim {
     starved: usize,
     /// Processes not yet exited.
     live: usize,
-    msgs: FxHashMap<MsgId, Msg>,
+    msgs: MsgTable,
     /// Rendezvous sends whose sender has not completed them (see [`rendezvous`]).
     sends: FxHashMap<MsgId, rendezvous::Completion>,
     /// Per process: its receives posted (`RecvPost`) and not yet answered, with the origin of
@@ -172,26 +159,30 @@ impl Sim {
                 PlacementError::Homeless(procs) => format!("process {} is on no node", procs[0]),
             })
         })?;
-        let procs = (0..num_procs)
-            .map(|_| Proc {
+        let nodes: Vec<NodeState> = target.nodes.iter().map(NodeState::new).collect();
+        let mut procs: Vec<Proc> = node_of
+            .iter()
+            .map(|&node| Proc {
                 state: State::Starved,
                 cursor: 0,
                 last_origin: 0,
                 wait_since: 0.0,
                 start: 0.0,
+                node,
+                alone: target.nodes[node].procs.len() == 1,
+                slot: 0,
             })
             .collect();
-        let alone = node_of
-            .iter()
-            .map(|&n| target.nodes[n].procs.len() == 1)
-            .collect();
+        for (p, slot) in nodes.iter().flat_map(NodeState::slots) {
+            procs[p as usize].slot = slot;
+        }
         let network = CachedNetwork::new(target.network);
         // Below the horizon, adding the smallest delay between nodes to a time changes it:
         // its ulp is at most 2^-52 of it. Half the smallest delay covers the rounding of the
         // tables' interpolation.
         let horizon = network.least_remote_seconds() / 2.0 * 2f64.powi(52);
         Ok(Sim {
-            nodes: target.nodes.iter().map(NodeState::new).collect(),
+            nodes,
             finishes: MinTree::new(target.nodes.len()),
             dirty: Vec::new(),
             is_dirty: vec![false; target.nodes.len()],
@@ -199,10 +190,8 @@ impl Sim {
             name: target.name,
             network,
             spin: target.spin,
-            node_of,
             timers: BinaryHeap::new(),
             now: 0.0,
-            alone,
             horizon,
             ready: Vec::new(),
             reached: 0.0,
@@ -210,7 +199,7 @@ impl Sim {
             procs,
             starved: num_procs,
             live: num_procs,
-            msgs: FxHashMap::default(),
+            msgs: MsgTable::new(),
             sends: FxHashMap::default(),
             posts: vec![Vec::new(); num_procs],
             unanswered: 0,
@@ -245,6 +234,7 @@ impl Sim {
     }
 
     /// The event process `p` works towards or waits at.
+    #[inline]
     fn current<'s>(&self, p: usize, streams: &'s Streams) -> &'s Queued {
         streams
             .get(p, self.procs[p].cursor - 1)
@@ -272,7 +262,7 @@ impl Sim {
         } else {
             // The global order stopped when `p` starved: `now` is when it did.
             self.advance_proc(p, streams)?;
-            self.refresh(self.node_of[p]);
+            self.refresh(self.procs[p].node);
         }
         self.run(streams)
     }
@@ -295,7 +285,7 @@ impl Sim {
     /// process follows the global order like any other.
     #[inline]
     fn runs_ahead(&self, p: usize, t: f64) -> bool {
-        self.alone[p] && t < self.horizon
+        self.procs[p].alone && t < self.horizon
     }
 
     /// Waiting process `p` goes on at `t`, or when it started waiting if that is later (which
@@ -331,7 +321,7 @@ impl Sim {
                 (_, Some((tt, p))) => {
                     self.timers.pop();
                     self.wake(tt, p, streams)?;
-                    self.refresh(self.node_of[p]);
+                    self.refresh(self.procs[p].node);
                 }
                 (None, None) => return Err(Box::new(self.deadlock(streams))),
             }
@@ -403,7 +393,7 @@ impl Sim {
         if let Some(sink) = &mut self.sink {
             let since = self.procs[p].wait_since;
             if t > since {
-                sink.waiting(p as ProcId, self.node_of[p], since, t);
+                sink.waiting(p as ProcId, self.procs[p].node, since, t);
             }
         }
         self.report(p, &current.kind);
@@ -461,13 +451,18 @@ impl Sim {
     /// [`Sim::refresh`]).
     #[inline]
     fn start_work(&mut self, p: usize, work: f64) -> bool {
-        let n = self.node_of[p];
+        let Proc {
+            node: n,
+            alone,
+            slot,
+            ..
+        } = self.procs[p];
         self.close_slices(n);
-        if !self.alone[p] {
-            self.nodes[n].join(self.now, p as ProcId, work);
+        if !alone {
+            self.nodes[n].join(self.now, slot, work);
             return false;
         }
-        let Some(t) = self.nodes[n].run_alone(self.now, p as ProcId, work, self.horizon) else {
+        let Some(t) = self.nodes[n].run_alone(self.now, work, self.horizon) else {
             self.mark_dirty(n);
             return false;
         };
@@ -500,7 +495,7 @@ impl Sim {
     /// Tells the sink, if any, that `p`'s event `kind` happened now.
     fn report(&mut self, p: usize, kind: &EventKind) {
         if let Some(sink) = &mut self.sink {
-            sink.event(p as ProcId, self.node_of[p], self.now, kind);
+            sink.event(p as ProcId, self.procs[p].node, self.now, kind);
         }
     }
 
@@ -542,18 +537,26 @@ impl Sim {
             }
             EventKind::CollEnd { coll } => self.await_collective(p, coll, q.origin),
             EventKind::Exit => {
-                self.procs[p].state = State::Exited;
-                self.live -= 1;
-                self.end = self.end.max(self.now);
-                self.forget_sends(p);
+                self.exit(p);
                 Ok(false)
             }
         }
     }
 
+    /// Process `p` exits now.
+    #[cold]
+    fn exit(&mut self, p: usize) {
+        self.procs[p].state = State::Exited;
+        self.live -= 1;
+        self.end = self.end.max(self.now);
+        self.forget_sends(p);
+    }
+
     /// One-way time of `bytes` from process `from` to process `to` on this target.
+    #[inline]
     fn comm(&self, from: usize, to: usize, bytes: u64) -> f64 {
-        comm_of(&self.network, &self.node_of, from, to, bytes)
+        let local = self.procs[from].node == self.procs[to].node;
+        self.network.seconds(local, bytes)
     }
 
     fn send(&mut self, p: usize, msg: MsgId, bytes: u64, origin: u64) -> SimResult<()> {
@@ -570,44 +573,36 @@ impl Sim {
                 self.wake_at(by as usize, arrival);
                 Ok(())
             }
-            Some(Msg::Sent { .. } | Msg::Requested { .. }) => {
-                Err(Box::new(EngineError::DuplicateMessage { msg, origin }))
-            }
+            Some(Msg::Sent { .. } | Msg::Requested { .. }) => Err(duplicate(msg, origin)),
         }
     }
 
     /// Process `p` is at the recv_end of `msg`: completes now if the message is there.
     fn await_message(&mut self, p: usize, msg: MsgId, origin: u64) -> SimResult<bool> {
         self.answer_posts(p)?;
-        // One lookup: a message that has arrived is consumed through its entry.
-        let arrival = match self.msgs.entry(msg) {
-            Entry::Occupied(entry) => match *entry.get() {
-                Msg::Sent { at, bytes, from } => {
-                    let arrival =
-                        at + comm_of(&self.network, &self.node_of, from as usize, p, bytes);
-                    if arrival <= self.now {
-                        entry.remove();
-                        self.report_message(from, p, at, arrival, bytes);
-                        return Ok(true);
-                    }
-                    arrival
-                }
-                Msg::Awaited { .. } => {
-                    return Err(Box::new(EngineError::DuplicateMessage { msg, origin }))
-                }
-                Msg::Posted { .. } | Msg::Requested { .. } => {
-                    return self.await_rendezvous(p, msg, origin)
-                }
-            },
-            Entry::Vacant(entry) => {
-                entry.insert(Msg::Awaited {
-                    by: p as ProcId,
-                    posted: self.now,
-                });
-                self.start_wait(p, State::WaitMsg);
-                return Ok(false);
+        let Some(i) = self.msgs.find(msg) else {
+            let awaited = Msg::Awaited {
+                by: p as ProcId,
+                posted: self.now,
+            };
+            self.msgs.insert(msg, awaited);
+            self.start_wait(p, State::WaitMsg);
+            return Ok(false);
+        };
+        let (at, bytes, from) = match self.msgs.at(i) {
+            Msg::Sent { at, bytes, from } => (at, bytes, from),
+            Msg::Awaited { .. } => return Err(duplicate(msg, origin)),
+            Msg::Posted { .. } | Msg::Requested { .. } => {
+                return self.await_rendezvous(p, msg, origin)
             }
         };
+        let arrival = at + self.comm(from as usize, p, bytes);
+        if arrival <= self.now {
+            // Consumed through the slot found: one lookup.
+            self.msgs.remove_at(i);
+            self.report_message(from, p, at, arrival, bytes);
+            return Ok(true);
+        }
         self.start_wait(p, State::WaitMsg);
         self.wake_at(p, arrival);
         Ok(false)
@@ -663,13 +658,16 @@ impl Sim {
     #[inline]
     fn change_polling(&mut self, p: usize, delta: f64) {
         if self.spin > 0.0 {
-            let n = self.node_of[p];
+            let n = self.procs[p].node;
             self.close_slices(n);
             self.nodes[n].add_polling(self.now, delta);
             self.mark_dirty(n);
         }
     }
 
+    // Out of line, as are the other collective operations: they are rarer than messages, and
+    // inlined they made the stack frame of every step larger.
+    #[inline(never)]
     fn enter_collective(
         &mut self,
         p: usize,
@@ -679,7 +677,7 @@ impl Sim {
         bytes: u64,
         origin: u64,
     ) -> SimResult<()> {
-        let (node, now) = (self.node_of[p], self.now);
+        let (node, now) = (self.procs[p].node, self.now);
         let c = self.colls.entry(coll).or_insert_with(|| Collective {
             op,
             size,
@@ -730,6 +728,7 @@ impl Sim {
     }
 
     /// Process `p` is at the coll_end of `coll`: leaves now if the collective has ended.
+    #[inline(never)]
     fn await_collective(&mut self, p: usize, coll: CollId, origin: u64) -> SimResult<bool> {
         self.answer_posts(p)?;
         let Some(c) = self.colls.get_mut(&coll) else {
@@ -757,6 +756,7 @@ impl Sim {
         }
     }
 
+    #[inline(never)]
     fn leave_collective(&mut self, coll: CollId) {
         if let Some(c) = self.colls.get_mut(&coll) {
             c.departed += 1;
@@ -863,8 +863,8 @@ impl Sim {
     }
 }
 
-/// One-way time on `network` of `bytes` from `from` to `to`, placed by `node_of`; a free
-/// function so that callers holding a mutable borrow of another field can use it.
-fn comm_of(network: &CachedNetwork, node_of: &[usize], from: usize, to: usize, bytes: u64) -> f64 {
-    network.seconds(node_of[from] == node_of[to], bytes)
+/// The error for a message sent twice or received twice.
+#[cold]
+fn duplicate(msg: MsgId, origin: u64) -> Box<EngineError> {
+    Box::new(EngineError::DuplicateMessage { msg, origin })
 }

@@ -53,6 +53,12 @@ pub enum RecordKind {
     /// reservation per call instead of two); user space splits it (`lbf-user`'s
     /// `probe::decode`), so record consumers only ever see `CallEntry` and `CallExit`.
     CallPair = 7,
+    /// Tracing of a running thread began here: written by user space (never by the kernel
+    /// side) for each thread of a process it starts tracing, when it seeds the thread's CPU
+    /// clock. `ts_ns` is when, `cpu_ns` the clock then (the CPU the thread used before it was
+    /// traced); `args` are 0. It comes before every other record of its thread, so that the
+    /// CPU a thread uses from the attach to its first probed call is known.
+    Attach = 8,
 }
 
 impl RecordKind {
@@ -66,6 +72,7 @@ impl RecordKind {
             5 => Self::CallExit,
             6 => Self::Syscall,
             7 => Self::CallPair,
+            8 => Self::Attach,
             _ => return None,
         })
     }
@@ -125,13 +132,44 @@ pub struct Record {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MemRead {
-    /// 0 = no read. Otherwise 1 + the index into `args` of the pointer to read from.
+    /// 0 = no read. Otherwise 1 + the index into `args` of the pointer to read from, or
+    /// [`MemRead::FROM_GLOBAL`].
     pub ptr_arg: u8,
     /// 0 = fixed length `len`. Otherwise 1 + the index into `args` of an element count; the
     /// length read is then `count * len`, capped at [`MEM_BYTES`].
     pub count_arg: u8,
     /// Bytes to read (or bytes per element when `count_arg` is set).
     pub len: u16,
+}
+
+impl MemRead {
+    /// The `ptr_arg` of a read whose pointer no argument holds: it is found in the probed
+    /// library's own data, as the function's [`FnReads::global`] says.
+    pub const FROM_GLOBAL: u8 = u8::MAX;
+}
+
+/// How the kernel side finds a pointer that the probed library keeps in a global variable
+/// (PVM's current receive buffer, which no argument of `pvm_recv` leads to): from an address
+/// at a fixed distance from the probed function's own (`bpf_get_func_ip`, so the library's
+/// load address needs no lookup), it loads `loads` pointers in a chain, and reads at the last
+/// one plus `offset`. With `loads` 2 and the address of the variable's GOT slot, the chain
+/// finds the variable wherever the dynamic linker put it (a program referring to it has it
+/// copied into its own data).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GlobalPtr {
+    /// The first address, minus the probed function's address (both as the library's ELF
+    /// file gives them).
+    pub delta: i64,
+    /// Pointers loaded in a chain from the first address, at most [`GlobalPtr::MAX_LOADS`].
+    pub loads: u32,
+    /// Bytes added to the last pointer loaded: where the read starts.
+    pub offset: u32,
+}
+
+impl GlobalPtr {
+    /// Most pointers one chain loads.
+    pub const MAX_LOADS: u32 = 3;
 }
 
 /// The two [`MemRead`]s of one function: one at entry and one at exit.
@@ -142,6 +180,8 @@ pub struct FnReads {
     pub entry: MemRead,
     /// Read performed when the function returns (pointers taken from the entry arguments).
     pub exit: MemRead,
+    /// Where a read whose `ptr_arg` is [`MemRead::FROM_GLOBAL`] reads.
+    pub global: GlobalPtr,
 }
 
 /// Per-CPU counters the kernel side keeps, indexed by these constants in the `COUNTERS` map.
@@ -162,9 +202,10 @@ pub mod counter {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: all four are repr(C) plain old data with no padding-dependent invariants.
+    // SAFETY: all five are repr(C) plain old data with no padding-dependent invariants.
     unsafe impl aya::Pod for super::Record {}
     unsafe impl aya::Pod for super::MemRead {}
     unsafe impl aya::Pod for super::FnReads {}
+    unsafe impl aya::Pod for super::GlobalPtr {}
     unsafe impl aya::Pod for super::syscalls::SyscallRead {}
 }

@@ -11,7 +11,8 @@
 //! in flight. Entry: takes the 6 register arguments and the first 2 stack arguments, and
 //! keeps them in the thread's state until the return. Exit: records the return value and the
 //! kept arguments, and reads memory with the exit [`lbf_common::MemRead`], whose pointers are
-//! taken from the kept entry arguments.
+//! taken from the kept entry arguments, or found from a global variable of the probed library
+//! ([`lbf_common::GlobalPtr`], located from the function's address: `bpf_get_func_ip`).
 //!
 //! The entry record is written at the entry only when it carries user memory (the function's
 //! entry `MemRead`) or user space needs it before the return
@@ -25,7 +26,7 @@
 use core::{ffi::c_void, mem::MaybeUninit};
 
 use aya_ebpf::{
-    helpers::gen::{bpf_get_attach_cookie, bpf_probe_read_user},
+    helpers::gen::{bpf_get_attach_cookie, bpf_get_func_ip, bpf_probe_read_user},
     programs::{ProbeContext, RetProbeContext},
 };
 use lbf_common::{
@@ -45,6 +46,14 @@ use crate::{
 fn attach_cookie(ctx: *mut c_void) -> Cookie {
     // SAFETY: `ctx` is the probe program's context.
     split_cookie(unsafe { bpf_get_attach_cookie(ctx) })
+}
+
+/// The address of the probed function (for an entry and a return probe alike), as the
+/// process has it mapped; 0 where the kernel does not tell.
+#[inline(always)]
+fn func_ip(ctx: *mut c_void) -> u64 {
+    // SAFETY: `ctx` is the probe program's context.
+    unsafe { bpf_get_func_ip(ctx) }
 }
 
 /// Keeps the entry arguments of a call of `fn_id` as the thread's innermost call in flight.
@@ -104,7 +113,7 @@ fn on_entry(ctx: *mut c_void) {
     if cookie.dropped != 0 {
         // SAFETY: `regs` is the probe's register context.
         let args = unsafe { kept_args(&*regs, cookie.dropped) };
-        return enter(state, &cookie, call, &args);
+        return enter(ctx, state, &cookie, call, &args);
     }
     // At entry [sp] is the return address; the 7th and 8th arguments follow it: one read of
     // both, which zeroes them on failure, and only for functions that have them (a user read
@@ -135,17 +144,24 @@ fn on_entry(ctx: *mut c_void) {
             stack[1],
         ]
     };
-    enter(state, &cookie, call, &args);
+    enter(ctx, state, &cookie, call, &args);
 }
 
 /// Keeps `args` as the thread's call in flight (the function the probe's `cookie` names) and
 /// writes its entry record, or defers it to the return (see the module documentation).
 #[inline(always)]
-fn enter(state: &mut ThreadState, cookie: &Cookie, call: Call, args: &[u64; ARG_WORDS]) {
+fn enter(
+    ctx: *mut c_void,
+    state: &mut ThreadState,
+    cookie: &Cookie,
+    call: Call,
+    args: &[u64; ARG_WORDS],
+) {
     // A call made inside a call in flight: the outer call's entry record comes first.
     write_deferred_entry(state);
     push_call(state, call.fn_id, args);
-    let read = fn_reads(cookie.slot, call.fn_id).and_then(|r| UserRead::plan(&r.entry, args));
+    let read = fn_reads(cookie.slot, call.fn_id)
+        .and_then(|r| UserRead::plan(&r.entry, &r.global, args, || func_ip(ctx)));
     if read.is_none() && !cookie.entry_at_once {
         let (ts_ns, cpu_ns) = stamp_now(|now| clock_at(&mut state.clock, now));
         state.entry = DeferredEntry { ts_ns, cpu_ns };
@@ -247,7 +263,8 @@ fn on_exit(ctx: *mut c_void) {
     let entry: [u64; ARG_WORDS] =
         // SAFETY: `i` < ARG_WORDS, within `call.args`.
         core::array::from_fn(|i| unsafe { core::ptr::read_volatile(call.args.as_ptr().add(i)) });
-    let read = fn_reads(slot, fn_id).and_then(|r| UserRead::plan(&r.exit, &entry));
+    let read = fn_reads(slot, fn_id)
+        .and_then(|r| UserRead::plan(&r.exit, &r.global, &entry, || func_ip(ctx)));
     let mem = Mem::for_read(read.as_ref());
     let clock = &mut state.clock;
     let draft = if paired {

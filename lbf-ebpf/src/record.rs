@@ -2,7 +2,7 @@
 //! arguments and the optional user memory read, in an item only as long as that read needs.
 //! Never blocks: a full ring buffer drops the record and counts it.
 
-use core::ffi::c_void;
+use core::{ffi::c_void, mem::MaybeUninit};
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
@@ -15,7 +15,8 @@ use aya_ebpf::{
 use lbf_common::{
     counter,
     maps::{DeferredEntry, ThreadClock, ThreadState},
-    MemRead, Record, RecordKind, ARG_WORDS, MEM_BYTES, RECORD_HEAD_BYTES, SHORT_MEM_BYTES,
+    GlobalPtr, MemRead, Record, RecordKind, ARG_WORDS, MEM_BYTES, RECORD_HEAD_BYTES,
+    SHORT_MEM_BYTES,
 };
 
 use crate::maps::{add, count, current_sum_exec_runtime, wake_bytes, EVENTS, THREADS};
@@ -97,11 +98,21 @@ pub struct UserRead {
 
 impl UserRead {
     /// The read `read` asks for, taking the pointer and the element count from `args` (the
-    /// call's entry arguments); the length is capped at [`MEM_BYTES`]. `None` if it asks for
-    /// none, or for none here: nothing is mapped in the first page, so pointers there (0 is
-    /// NULL, Open MPI's `MPI_STATUS_IGNORE`; 1 is MPICH's) mean "no data", not a failed read.
+    /// call's entry arguments), or for [`MemRead::FROM_GLOBAL`] the pointer `global` leads to
+    /// from the probed function's address `func_ip()`; the length is capped at [`MEM_BYTES`].
+    /// `None` if it asks for none, or for none here: nothing is mapped in the first page, so
+    /// pointers there (0 is NULL, Open MPI's `MPI_STATUS_IGNORE`; 1 is MPICH's) mean "no
+    /// data", not a failed read.
     #[inline(always)]
-    pub fn plan(read: &MemRead, args: &[u64; ARG_WORDS]) -> Option<Self> {
+    pub fn plan(
+        read: &MemRead,
+        global: &GlobalPtr,
+        args: &[u64; ARG_WORDS],
+        func_ip: impl FnOnce() -> u64,
+    ) -> Option<Self> {
+        if read.ptr_arg == MemRead::FROM_GLOBAL {
+            return Self::at(follow(global, func_ip())?, read.len as u32);
+        }
         // `get` rather than indexing: a bounds-check panic would not pass the verifier.
         let &ptr = args.get((read.ptr_arg as usize).wrapping_sub(1))?;
         let mut len = read.len as u64;
@@ -120,6 +131,31 @@ impl UserRead {
         let len = len.min(MEM_BYTES as u32);
         (ptr >= 4096 && len > 0).then_some(Self { ptr, len })
     }
+}
+
+/// The address `global` leads to from the probed function's address `func_ip`: the pointer
+/// at the end of its chain of loads, plus its offset. `None` (counted) if a load fails, as
+/// it does where the kernel does not tell uprobes their function's address (0).
+#[inline(always)]
+fn follow(global: &GlobalPtr, func_ip: u64) -> Option<u64> {
+    let mut ptr = func_ip.wrapping_add(global.delta as u64);
+    for i in 0..GlobalPtr::MAX_LOADS {
+        if i >= global.loads {
+            break;
+        }
+        let mut next = MaybeUninit::<u64>::uninit();
+        // SAFETY: reads 8 bytes of user memory into `next`.
+        let rc = unsafe {
+            bpf_probe_read_user(next.as_mut_ptr() as *mut c_void, 8, ptr as *const c_void)
+        };
+        if rc != 0 {
+            count(counter::MEM_READ_FAILED);
+            return None;
+        }
+        // SAFETY: filled by the successful read.
+        ptr = unsafe { next.assume_init() };
+    }
+    Some(ptr.wrapping_add(global.offset as u64))
 }
 
 /// Writes the deferred entry record of the thread whose state is `state`, if it has one (see

@@ -2,7 +2,8 @@
 //! processes so that each run's peak memory is its own.
 //!
 //! `cargo bench -p lbf-user --bench throughput -- engine EVENTS` pushes a synthetic trace of
-//! 64 processes through one engine with four targets, timing the engine alone;
+//! 64 processes through one engine with four targets, timing the engine alone (with
+//! `LBF_BENCH_TARGET=I` in the environment, target `I` alone, for profiling);
 //! `... -- jsonl LINES` writes a synthetic trace file and times reading it back. Each prints readable lines and one `RESULT` line of
 //! `key=value` pairs for xtask to collect.
 
@@ -38,7 +39,11 @@ const CHUNK: usize = 8_192;
 /// one reused buffer between timed stretches, so generation costs no time and, the buffer's
 /// size being fixed, no memory that grows with the trace.
 fn engine(events: u64) {
-    let targets = common::targets();
+    let mut targets = common::targets();
+    if let Ok(only) = std::env::var("LBF_BENCH_TARGET") {
+        let i: usize = only.parse().expect("LBF_BENCH_TARGET is a target's index");
+        targets = vec![targets.swap_remove(i)];
+    }
     let n_targets = targets.len() as u64;
     let mut engine = Engine::new(common::PROCS as usize, targets).expect("valid targets");
     let mut source = synthetic::events(common::config(events));

@@ -12,7 +12,8 @@ use serde::{Deserialize, Serialize};
 pub type ProcId = u32;
 
 /// Identifies one message: ties a [`EventKind::Send`] to the one [`EventKind::RecvEnd`] that
-/// consumed it. Unique within a trace.
+/// consumed it (and, for a message sent by rendezvous, to its [`EventKind::RecvPost`] and
+/// [`EventKind::SendEnd`]). Unique within a trace.
 pub type MsgId = u64;
 
 /// Identifies one collective operation instance: every participant's
@@ -59,16 +60,29 @@ pub enum CollOp {
 /// What happened at one event of one process.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum EventKind {
-    /// A message leaves at this event's time. `dst` is the receiving process when known.
+    /// A message is sent. An eager message leaves at this event's time; one sent by
+    /// `rendezvous` leaves only once its receive is posted and answered (see
+    /// `docs/engine.md`), and the sender's [`EventKind::SendEnd`] waits for its transfer.
     Send {
         /// The message, matched by a later `RecvEnd`.
         msg: MsgId,
         /// Payload size, for the communication cost tables.
         bytes: u64,
+        /// Whether the message goes by rendezvous: an MPI library sends a message above its
+        /// eager limit, or a synchronous send's, only once the receiver has matched it.
+        rendezvous: bool,
     },
-    /// The process starts waiting for a message (entry of a blocking receive or wait).
-    /// The CPU before it is work.
+    /// The process starts waiting (entry of a blocking receive, or of a wait for receives or
+    /// rendezvous sends). The CPU before it is work.
     RecvStart,
+    /// The process posts the receive that will consume `msg` (an `MPI_Irecv`), before it
+    /// waits for it. The CPU before it is work. It matters only to a message sent by
+    /// rendezvous, whose transfer the receiver answers at its first wait from here on; a
+    /// receive without one is posted when its `RecvEnd` is reached.
+    RecvPost {
+        /// The message the posted receive consumes.
+        msg: MsgId,
+    },
     /// The process has received `msg`: happens at max(now, arrival of `msg`). The CPU recorded
     /// on this event is waiting (MPI libraries spin), not work.
     RecvEnd {
@@ -86,6 +100,12 @@ pub enum EventKind {
         size: u32,
         /// Payload per participant.
         bytes: u64,
+    },
+    /// The process's rendezvous send of `msg` has completed: happens at max(now, the end of
+    /// the message's transfer). Its CPU is waiting, not work.
+    SendEnd {
+        /// The message sent by rendezvous, by this process.
+        msg: MsgId,
     },
     /// The process leaves collective `coll`. Its CPU is waiting, not work.
     CollEnd {

@@ -1,74 +1,40 @@
 //! The MPI capture end to end: every workload of `tests/workloads/mpi`, run with Open MPI and
 //! with MPICH under the eBPF tracer, must yield events that agree with what the program itself
 //! counted and measured (its `LBF-CHECK` lines), and a prediction for the configuration it ran
-//! in that is within 10 % of its run time. Needs root; skips otherwise.
+//! in that is within 10 % of its run time. Messages sent by rendezvous: the capture flags
+//! exactly the sends that waited for their receive (the libraries' eager limits, by default
+//! and as configured), ties them to their receives, and a trace on one core predicts a run on
+//! two and back. Needs root; skips otherwise.
 
 mod traced;
 
+use std::collections::HashMap;
+
+use lbf::capture::eager::{EagerLimits, Route, SendMode};
 use lbf::capture::procfs::ProcFs;
-use lbf::capture::{Capture, CaptureSink, EventLog, Library};
-use lbf::probe;
+use lbf::capture::{Capture, CaptureSink, EventLog};
+use lbf::event::{Event, EventKind};
 use traced::{
-    can_trace, check_accounts, check_prediction, timed, trace, workload_built_by, Measured, Traced,
+    can_trace, check_accounts, check_prediction, check_what_if, probe_mpi, timed, trace,
+    workload_built_by, Measured, Mpi, Setup, Traced,
 };
-
-/// An installed MPI implementation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mpi {
-    OpenMpi,
-    Mpich,
-}
-
-impl Mpi {
-    /// The name Debian's compiler wrapper and launcher carry (`mpicc.NAME`, `mpirun.NAME`).
-    fn name(self) -> &'static str {
-        match self {
-            Mpi::OpenMpi => "openmpi",
-            Mpi::Mpich => "mpich",
-        }
-    }
-
-    /// The shell command that runs `np` ranks of `program args`.
-    fn launch(self, np: u32, program: &str, args: &str) -> String {
-        match self {
-            Mpi::OpenMpi => format!(
-                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-                 mpirun.openmpi --oversubscribe --bind-to none -np {np} {program} {args}"
-            ),
-            Mpi::Mpich => format!("mpirun.mpich -n {np} {program} {args}"),
-        }
-    }
-
-    /// How much a waiting rank loads its core (see docs/targets.md): MPICH polls flat out;
-    /// Open MPI, told it is oversubscribed, yields the CPU while it polls.
-    fn spin(self) -> f64 {
-        match self {
-            Mpi::OpenMpi => 0.0,
-            Mpi::Mpich => 1.0,
-        }
-    }
-}
 
 /// Runs workload `name` with `np` ranks and `args` under the tracer with the MPI capture.
 fn run(mpi: Mpi, name: &str, np: u32, args: &str) -> Traced {
+    run_with(mpi, name, np, args, Setup::default())
+}
+
+/// [`run`] launched as `setup` says.
+fn run_with(mpi: Mpi, name: &str, np: u32, args: &str, setup: Setup) -> Traced {
     let cc = format!("mpicc.{}", mpi.name());
     let bin = workload_built_by(&cc, "mpi", name, &[]);
-    let command = mpi.launch(np, &bin.display().to_string(), args);
-    let prepare = |tracer: &mut probe::Tracer| {
-        for path in probe::installed_mpi_libraries().expect("finding MPI libraries") {
-            if let Some(lib) = Library::from_path(&path.to_string_lossy()) {
-                tracer
-                    .attach_mpi_library(&path, &lib.fn_reads())
-                    .expect("attaching");
-            }
-        }
-    };
+    let command = mpi.launch(np, &bin.display().to_string(), args, setup);
     let capture = Capture::new(Box::new(ProcFs::new()), "localhost");
     let sink = CaptureSink::new(capture, EventLog::default());
     trace(
         &format!("{name}-{}", mpi.name()),
         &command,
-        prepare,
+        probe_mpi,
         sink,
         |sink| {
             let (log, summary) = sink.into_parts();
@@ -115,4 +81,220 @@ workload_tests! {
     halo_openmpi: Mpi::OpenMpi, "halo", 2, "20 5";
     collectives_mpich: Mpi::Mpich, "collectives", 2, "20 5";
     collectives_openmpi: Mpi::OpenMpi, "collectives", 2, "20 5";
+    rendezvous_mpich: Mpi::Mpich, "rendezvous", 2, "10 5";
+    rendezvous_openmpi: Mpi::OpenMpi, "rendezvous", 2, "10 5";
+}
+
+/// Checks the messages sent by rendezvous in `events`: each is flagged at its send, is
+/// completed once by its sender (`send_end`) after the send, and received once; each
+/// `recv_post` names a message its process receives later. Returns how many were sent by
+/// rendezvous and how many receives were posted.
+fn check_rendezvous(events: &[Event]) -> (usize, usize) {
+    let mut senders = HashMap::new();
+    let mut receivers = HashMap::new();
+    let mut ended = HashMap::new();
+    let mut posted = HashMap::new();
+    for e in events {
+        match e.kind {
+            EventKind::Send {
+                msg,
+                rendezvous: true,
+                ..
+            } => assert!(senders.insert(msg, e.proc).is_none(), "{msg} sent twice"),
+            EventKind::SendEnd { msg } => {
+                assert_eq!(senders.get(&msg), Some(&e.proc), "send_end before its send");
+                assert!(ended.insert(msg, e.proc).is_none(), "{msg} completed twice");
+            }
+            EventKind::RecvPost { msg } => {
+                assert!(posted.insert(msg, e.proc).is_none(), "{msg} posted twice")
+            }
+            EventKind::RecvEnd { msg } => {
+                receivers.insert(msg, e.proc);
+                if let Some(&p) = posted.get(&msg) {
+                    assert_eq!(
+                        p, e.proc,
+                        "{msg} posted by another process than its receiver"
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(
+        ended, senders,
+        "every rendezvous send completed by its sender"
+    );
+    assert!(posted.keys().all(|m| receivers.contains_key(m)));
+    (senders.len(), posted.len())
+}
+
+/// The rendezvous workload's messages: every 1 MiB send and every synchronous one goes by
+/// rendezvous, and every `MPI_Irecv` posts its message.
+fn check_rendezvous_workload(mpi: Mpi) {
+    if !can_trace() {
+        return;
+    }
+    let iters = 10;
+    let t = run(mpi, "rendezvous", 2, &format!("{iters} 5"));
+    check_accounts(&t, 2, |c| c.num("rank") as usize);
+    let (rendezvous, posts) = check_rendezvous(&t.log.events);
+    // Phase 1: 1 MiB by MPI_Send; phase 2: 1 MiB by MPI_Isend and 4 bytes by MPI_Ssend.
+    assert_eq!((rendezvous, posts), (3 * iters, iters), "{mpi:?}");
+    let eager = t
+        .log
+        .events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.kind,
+                EventKind::Send {
+                    rendezvous: false,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(eager, 0, "{mpi:?}: no send of this workload goes eagerly");
+}
+
+#[test]
+fn rendezvous_messages_are_flagged_and_tied_to_their_receives_mpich() {
+    check_rendezvous_workload(Mpi::Mpich);
+}
+
+#[test]
+fn rendezvous_messages_are_flagged_and_tied_to_their_receives_openmpi() {
+    check_rendezvous_workload(Mpi::OpenMpi);
+}
+
+/// Runs the rendezvous workload's probe of the sizes around the eager limit that the
+/// capture takes for a send to another rank of this host under `setup` (`environ`: its
+/// environment variables, NUL-separated), and checks that the capture flags exactly the
+/// sends that waited for their receive.
+fn check_eager_limit(mpi: Mpi, setup: Setup, environ: &[u8]) {
+    if !can_trace() {
+        return;
+    }
+    let limits = EagerLimits::of(mpi.library(), environ, true);
+    let last_eager = (0..1 << 20)
+        .rev()
+        .find(|&b| !limits.rendezvous(Route::SameHost, SendMode::Standard, b))
+        .expect("an eager size");
+    let sizes = [last_eager, last_eager + 1];
+    let args = format!("0 0 eager:{} eager:{}", sizes[0], sizes[1]);
+    let t = run_with(mpi, "rendezvous", 2, &args, setup);
+    check_accounts(&t, 2, |c| c.num("rank") as usize);
+    check_rendezvous(&t.log.events);
+    let waited: HashMap<u64, bool> = t
+        .output
+        .lines()
+        .filter_map(|l| l.strip_prefix("LBF-PROBE "))
+        .map(|l| {
+            let check = traced::parse_checks(&format!("LBF-CHECK {l}")).remove(0);
+            (check.num("bytes"), check.num("waited") == 1)
+        })
+        .collect();
+    let flagged: HashMap<u64, bool> = t
+        .log
+        .events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::Send {
+                bytes, rendezvous, ..
+            } => Some((bytes, rendezvous)),
+            _ => None,
+        })
+        .collect();
+    eprintln!("{mpi:?} {setup:?}: waited {waited:?}, flagged {flagged:?}");
+    assert_eq!(waited.len(), 2, "{}", t.output);
+    assert!(
+        waited[&sizes[1]],
+        "{mpi:?} {setup:?}: the larger size must wait"
+    );
+    assert_eq!(
+        flagged, waited,
+        "{mpi:?} {setup:?}: the capture's eager limit is not the library's"
+    );
+}
+
+#[test]
+fn eager_limit_by_default_mpich() {
+    check_eager_limit(Mpi::Mpich, Setup::default(), b"");
+}
+
+#[test]
+fn eager_limit_by_default_openmpi() {
+    check_eager_limit(Mpi::OpenMpi, Setup::default(), b"");
+}
+
+#[test]
+fn eager_limit_as_configured_mpich() {
+    let setup = Setup {
+        env: "UCX_RNDV_THRESH=2000",
+        ..Setup::default()
+    };
+    check_eager_limit(Mpi::Mpich, setup, b"UCX_RNDV_THRESH=2000\0");
+}
+
+#[test]
+fn eager_limit_over_tcp_mpich() {
+    let setup = Setup {
+        env: "UCX_TLS=tcp,self",
+        ..Setup::default()
+    };
+    check_eager_limit(Mpi::Mpich, setup, b"UCX_TLS=tcp,self\0");
+}
+
+#[test]
+fn eager_limit_as_configured_openmpi() {
+    let setup = Setup {
+        mca: "--mca btl_vader_eager_limit 2048",
+        ..Setup::default()
+    };
+    check_eager_limit(
+        Mpi::OpenMpi,
+        setup,
+        b"OMPI_MCA_btl_vader_eager_limit=2048\0",
+    );
+}
+
+#[test]
+fn eager_limit_over_tcp_openmpi() {
+    let setup = Setup {
+        mca: "--mca btl tcp,self --mca btl_tcp_if_include lo",
+        ..Setup::default()
+    };
+    check_eager_limit(Mpi::OpenMpi, setup, b"OMPI_MCA_btl=tcp,self\0");
+}
+
+/// The issue's measurement as a check: the rendezvous workload traced on one core predicts
+/// its run on two, and traced on two predicts its run on one.
+fn check_cores_what_if(mpi: Mpi) {
+    if !can_trace() {
+        return;
+    }
+    timed(|| {
+        let on = |cpus| {
+            let setup = Setup {
+                cpus: Some(cpus),
+                ..Setup::default()
+            };
+            let t = run_with(mpi, "rendezvous", 2, "20 10", setup);
+            check_accounts(&t, 2, |c| c.num("rank") as usize);
+            t
+        };
+        let (one, two) = (on("0"), on("0,1"));
+        check_what_if(&one, 2, mpi.spin(), &two)?;
+        check_what_if(&two, 1, mpi.spin(), &one)
+    });
+}
+
+#[test]
+fn a_trace_on_one_core_predicts_two_and_back_mpich() {
+    check_cores_what_if(Mpi::Mpich);
+}
+
+#[test]
+fn a_trace_on_one_core_predicts_two_and_back_openmpi() {
+    check_cores_what_if(Mpi::OpenMpi);
 }

@@ -9,7 +9,6 @@
 mod cluster_support;
 
 use cluster_support::*;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -22,40 +21,6 @@ fn can_run_open_mpi() -> bool {
         eprintln!("skipping: needs root and Open MPI (mpicc.openmpi)");
     }
     ok
-}
-
-/// Compiles `source` (under tests/workloads) with `cc` into `dir`.
-fn compile(cc: &str, source: &str, dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/workloads")
-        .join(source);
-    let stem = src.file_stem().unwrap().to_str().unwrap().to_string();
-    let bin = dir.join(stem);
-    let out = Command::new(cc)
-        .args(["-O1", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cc} {}: {}",
-        src.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    bin
-}
-
-/// `lbf-node` on host `netns` streaming rank `rank` of the processes `pid` and descendants.
-fn live_node(s: &BuilderSetup, netns: &str, name: &str, rank: &str, pid: u32) -> Command {
-    let mut node = in_netns(Some(netns), env!("CARGO_BIN_EXE_lbf-node"));
-    node.env("LBF_NODE_TOKEN", format!("token-{name}"))
-        .args(["--builder", &s.listen, "--node", name, "--procs", rank])
-        .arg("--ca")
-        .arg(&s.cert)
-        .args(["--pid", &pid.to_string(), "--spool-dir"])
-        .arg(s.dir.join(format!("spool-{name}")));
-    node
 }
 
 #[test]
@@ -129,9 +94,10 @@ fn run_across_two_hosts() -> (f64, f64, f64) {
         host_shell(&hosts.names[1], "lbf-n1", &mpirun),
         &root.join("job.log"),
     );
-    let n1 = live_node(&s, &hosts.names[1], "n1", "0", job.child.id());
+    let pid = |d: &Daemon| d.child.id().to_string();
+    let n1 = live_node(&s, &hosts.names[1], "n1", "0", &["--pid", &pid(&job)]);
     let n1 = Daemon::spawn("lbf-node n1", n1, &root.join("node-n1.log"));
-    let n2 = live_node(&s, &hosts.names[2], "n2", "1", rshd.child.id());
+    let n2 = live_node(&s, &hosts.names[2], "n2", "1", &["--pid", &pid(&rshd)]);
     let n2 = Daemon::spawn("lbf-node n2", n2, &root.join("node-n2.log"));
     let (mut n1, mut n2) = (n1, n2);
     n1.wait_attached(&root.join("node-n1.log"));

@@ -2,12 +2,29 @@
 //! gives the same prediction under any interleaving of the processes' streams, and that
 //! prediction equals a plain discrete-event processor-sharing simulation written here,
 //! separately, without virtual clocks, gating or any of the engine's data structures.
+//! Programs mix eager messages, messages sent by rendezvous (with and without an early
+//! `recv_post`, completed at once or later) and collectives.
+
+use std::collections::HashMap;
 
 use proptest::prelude::*;
 
 use lbf::engine::Engine;
 use lbf::event::{CollOp, Event, EventKind};
 use lbf::target::{CommTable, Network, Node, Target};
+
+/// How a message of a random program is sent and received.
+#[derive(Clone, Copy, Debug)]
+struct Protocol {
+    /// Sent by rendezvous (with a send_end), else eagerly.
+    rendezvous: bool,
+    /// The receiver posts the receive (`recv_post`) here, and the rest comes after the next
+    /// action.
+    post_early: bool,
+    /// The sender's send_end comes after the next action (a nonblocking send completed
+    /// later), not right after the receive.
+    complete_late: bool,
+}
 
 /// One step of a random program, in a global order that is a valid execution.
 #[derive(Clone, Debug)]
@@ -20,7 +37,8 @@ enum Action {
         from: usize,
         to: usize,
         bytes: u64,
-        cpu: [u64; 3],
+        cpu: [u64; 4],
+        how: Protocol,
     },
     Collective {
         op: CollOp,
@@ -30,30 +48,45 @@ enum Action {
 }
 
 /// Per-process streams of the program described by `actions`. Deadlock-free by construction:
-/// every receive follows its send, and every collective's entries precede its exits, in one
-/// global order consistent with each process's own order.
+/// the events are appended in one global order consistent with each process's own order in
+/// which every wait follows what it waits for: a receive its send (and, by rendezvous, its
+/// post), a send_end its message's receive, a collective's exits all its entries. Action
+/// `i`'s events go at `4i`; what a message defers goes after action `i + 1`'s (`4i + 5`), or
+/// `i + 2`'s (`4i + 10`).
 fn streams(n: usize, actions: &[Action], exit_cpu: &[u64]) -> Vec<Vec<Event>> {
-    let mut s: Vec<Vec<Event>> = vec![Vec::new(); n];
-    let push = |s: &mut Vec<Vec<Event>>, p: usize, cpu_ns: u64, kind| {
-        s[p].push(Event {
-            proc: p as u32,
-            cpu_ns,
-            kind,
-        })
-    };
+    // (position, process, cpu, kind), stably sorted by position.
+    let mut appended: Vec<(usize, usize, u64, EventKind)> = Vec::new();
     for (i, a) in actions.iter().enumerate() {
+        let mut at = |pos: usize, p: usize, cpu: u64, kind| appended.push((pos, p, cpu, kind));
+        let now = 4 * i;
         match *a {
-            Action::Compute { p, cpu } => push(&mut s, p, cpu, EventKind::Keepalive),
+            Action::Compute { p, cpu } => at(now, p, cpu, EventKind::Keepalive),
             Action::Message {
                 from,
                 to,
                 bytes,
                 cpu,
+                how,
             } => {
                 let msg = i as u64;
-                push(&mut s, from, cpu[0], EventKind::Send { msg, bytes });
-                push(&mut s, to, cpu[1], EventKind::RecvStart);
-                push(&mut s, to, cpu[2], EventKind::RecvEnd { msg });
+                let mut pos = now;
+                if how.post_early {
+                    at(pos, to, cpu[3], EventKind::RecvPost { msg });
+                    pos += 5;
+                }
+                let rendezvous = how.rendezvous;
+                let send = EventKind::Send {
+                    msg,
+                    bytes,
+                    rendezvous,
+                };
+                at(pos, from, cpu[0], send);
+                at(pos, to, cpu[1], EventKind::RecvStart);
+                at(pos, to, cpu[2], EventKind::RecvEnd { msg });
+                if rendezvous {
+                    let end = if how.complete_late { pos + 5 } else { pos };
+                    at(end, from, cpu[3] / 2, EventKind::SendEnd { msg });
+                }
             }
             Action::Collective { op, bytes, cpu } => {
                 let coll = i as u64;
@@ -64,16 +97,30 @@ fn streams(n: usize, actions: &[Action], exit_cpu: &[u64]) -> Vec<Vec<Event>> {
                         size: n as u32,
                         bytes,
                     };
-                    push(&mut s, p, cpu * (p as u64 + 1), kind);
+                    at(now, p, cpu * (p as u64 + 1), kind);
                 }
                 for p in 0..n {
-                    push(&mut s, p, cpu, EventKind::CollEnd { coll });
+                    at(now, p, cpu, EventKind::CollEnd { coll });
                 }
             }
         }
     }
-    for (p, &cpu) in exit_cpu.iter().enumerate() {
-        push(&mut s, p, cpu, EventKind::Exit);
+    appended.sort_by_key(|&(pos, ..)| pos);
+    let mut s: Vec<Vec<Event>> = vec![Vec::new(); n];
+    let exits = exit_cpu
+        .iter()
+        .enumerate()
+        .map(|(p, &cpu)| (p, cpu, EventKind::Exit));
+    for (p, cpu_ns, kind) in appended
+        .into_iter()
+        .map(|(_, p, c, k)| (p, c, k))
+        .chain(exits)
+    {
+        s[p].push(Event {
+            proc: p as u32,
+            cpu_ns,
+            kind,
+        });
     }
     s
 }
@@ -146,13 +193,38 @@ mod reference {
             .iter()
             .map(|&t| if t > 0.0 { St::NotStarted } else { St::Run })
             .collect();
-        let mut sent: std::collections::HashMap<u64, (f64, u64, usize)> = Default::default();
+        // message -> (sent at, bytes, sender, by rendezvous)
+        let mut sent: HashMap<u64, (f64, u64, usize, bool)> = Default::default();
+        // message -> (when its receive was answered, receiver)
+        let mut answered: HashMap<u64, (f64, usize)> = Default::default();
+        // per process: messages whose receive it posted and has not answered yet
+        let mut posted: Vec<Vec<u64>> = vec![Vec::new(); n];
+        // per process: the index of the wait it last reached
+        let mut reached: Vec<Option<usize>> = vec![None; n];
         // collective id -> (arrival times, nodes)
-        let mut arrivals: std::collections::HashMap<u64, Vec<(f64, usize)>> = Default::default();
+        let mut arrivals: HashMap<u64, Vec<(f64, usize)>> = Default::default();
         let work = |e: &Event| match e.kind {
-            EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } => 0.0,
+            EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } | EventKind::SendEnd { .. } => {
+                0.0
+            }
             _ => e.cpu_ns as f64 * 1e-9,
         };
+        // When `msg`'s data reaches `to`: an eager message's flight after its send; by
+        // rendezvous, the request's flight, the answer's, then the data's.
+        let arrival = |sent: &HashMap<u64, (f64, u64, usize, bool)>,
+                       answered: &HashMap<u64, (f64, usize)>,
+                       msg: u64,
+                       to: usize| {
+            let &(at, bytes, from, rendezvous) = sent.get(&msg)?;
+            if !rendezvous {
+                return Some(at + comm(from, to, bytes));
+            }
+            let &(r, to) = answered.get(&msg)?;
+            let c0 = comm(from, to, 0);
+            Some(f64::max(at + c0, r) + c0 + comm(from, to, bytes))
+        };
+        let receiver =
+            |answered: &HashMap<u64, (f64, usize)>, msg: u64| answered.get(&msg).map(|a| a.1);
         for p in 0..n {
             remaining[p] = work(&streams[p][0]);
         }
@@ -170,15 +242,42 @@ mod reference {
                         continue;
                     }
                     let e = streams[p][idx[p]];
+                    let wait = matches!(
+                        e.kind,
+                        EventKind::RecvEnd { .. }
+                            | EventKind::SendEnd { .. }
+                            | EventKind::CollEnd { .. }
+                    );
+                    if wait && reached[p] != Some(idx[p]) {
+                        // Reaching a wait answers the receives posted before it, and a
+                        // receive's own end answers it if nothing did.
+                        reached[p] = Some(idx[p]);
+                        for msg in std::mem::take(&mut posted[p]) {
+                            answered.entry(msg).or_insert((now, p));
+                        }
+                        if let EventKind::RecvEnd { msg } = e.kind {
+                            answered.entry(msg).or_insert((now, p));
+                        }
+                    }
                     let happens = match e.kind {
-                        EventKind::Send { msg, bytes } => {
-                            sent.insert(msg, (now, bytes, p));
+                        EventKind::Send {
+                            msg,
+                            bytes,
+                            rendezvous,
+                        } => {
+                            sent.insert(msg, (now, bytes, p, rendezvous));
                             true
                         }
-                        EventKind::RecvEnd { msg } => match sent.get(&msg) {
-                            Some(&(at, bytes, from)) => at + comm(from, p, bytes) <= now + 1e-12,
-                            None => false,
-                        },
+                        EventKind::RecvPost { msg } => {
+                            posted[p].push(msg);
+                            true
+                        }
+                        EventKind::RecvEnd { msg } => {
+                            arrival(&sent, &answered, msg, p).is_some_and(|t| t <= now + 1e-12)
+                        }
+                        EventKind::SendEnd { msg } => receiver(&answered, msg)
+                            .and_then(|to| arrival(&sent, &answered, msg, to))
+                            .is_some_and(|t| t <= now + 1e-12),
                         EventKind::CollStart { coll, .. } => {
                             arrivals.entry(coll).or_default().push((now, node_of[p]));
                             true
@@ -229,9 +328,9 @@ mod reference {
                     St::Blocked => {
                         let e = streams[p][idx[p]];
                         let wake = match e.kind {
-                            EventKind::RecvEnd { msg } => sent
-                                .get(&msg)
-                                .map(|&(at, bytes, from)| at + comm(from, p, bytes)),
+                            EventKind::RecvEnd { msg } => arrival(&sent, &answered, msg, p),
+                            EventKind::SendEnd { msg } => receiver(&answered, msg)
+                                .and_then(|to| arrival(&sent, &answered, msg, to)),
                             EventKind::CollEnd { coll } => {
                                 coll_end(target, streams, &arrivals, coll)
                             }
@@ -269,7 +368,7 @@ mod reference {
     fn coll_end(
         target: &Target,
         streams: &[Vec<Event>],
-        arrivals: &std::collections::HashMap<u64, Vec<(f64, usize)>>,
+        arrivals: &HashMap<u64, Vec<(f64, usize)>>,
         coll: u64,
     ) -> Option<f64> {
         let a = arrivals.get(&coll)?;
@@ -308,17 +407,45 @@ fn longest_path(n: usize, actions: &[Action], exit_cpu: &[u64]) -> f64 {
     // Process events in an order where sends precede receives: repeatedly sweep.
     let mut t = vec![0f64; n];
     let mut idx = vec![0usize; n];
-    let mut sent = std::collections::HashMap::new();
-    let mut coll_in: std::collections::HashMap<u64, Vec<f64>> = Default::default();
+    // message -> (sent at, by rendezvous); -> when its receive was answered
+    let mut sent: HashMap<u64, (f64, bool)> = HashMap::new();
+    let mut answered: HashMap<u64, f64> = HashMap::new();
+    let mut posted: Vec<Vec<u64>> = vec![Vec::new(); n];
+    let mut coll_in: HashMap<u64, Vec<f64>> = Default::default();
+    // When `msg`'s data arrives, on a free network: at the send, or by rendezvous once
+    // its receive is also answered.
+    let arrival = |sent: &HashMap<u64, (f64, bool)>, answered: &HashMap<u64, f64>, msg| {
+        let &(at, rendezvous) = sent.get(&msg)?;
+        match rendezvous {
+            false => Some(at),
+            true => answered.get(&msg).map(|&r| f64::max(at, r)),
+        }
+    };
     let mut progress = true;
     while progress {
         progress = false;
         for p in 0..n {
             while idx[p] < s[p].len() {
                 let e = s[p][idx[p]];
+                if let EventKind::RecvEnd { .. }
+                | EventKind::SendEnd { .. }
+                | EventKind::CollEnd { .. } = e.kind
+                {
+                    // Reaching a wait answers the receives posted before it.
+                    for msg in std::mem::take(&mut posted[p]) {
+                        answered.entry(msg).or_insert(t[p]);
+                    }
+                }
                 match e.kind {
-                    EventKind::RecvEnd { msg } => match sent.get(&msg) {
-                        Some(&at) => t[p] = f64::max(t[p], at),
+                    EventKind::RecvEnd { msg } => {
+                        answered.entry(msg).or_insert(t[p]);
+                        match arrival(&sent, &answered, msg) {
+                            Some(at) => t[p] = f64::max(t[p], at),
+                            None => break,
+                        }
+                    }
+                    EventKind::SendEnd { msg } => match arrival(&sent, &answered, msg) {
+                        Some(at) => t[p] = f64::max(t[p], at),
                         None => break,
                     },
                     EventKind::CollEnd { coll } => {
@@ -331,9 +458,12 @@ fn longest_path(n: usize, actions: &[Action], exit_cpu: &[u64]) -> f64 {
                     _ => t[p] += e.cpu_ns as f64 * 1e-9,
                 }
                 match e.kind {
-                    EventKind::Send { msg, .. } => {
-                        sent.insert(msg, t[p]);
+                    EventKind::Send {
+                        msg, rendezvous, ..
+                    } => {
+                        sent.insert(msg, (t[p], rendezvous));
                     }
+                    EventKind::RecvPost { msg } => posted[p].push(msg),
                     EventKind::CollStart { coll, .. } => {
                         coll_in.entry(coll).or_default().push(t[p])
                     }
@@ -351,10 +481,17 @@ fn action(n: usize) -> impl Strategy<Value = Action> {
     let cpu = prop_oneof![Just(0u64), 1u64..5_000_000];
     prop_oneof![
         3 => (0..n, cpu.clone()).prop_map(|(p, cpu)| Action::Compute { p, cpu }),
-        6 => (0..n, 1..n.max(2), 0u64..100_000, [cpu.clone(), cpu.clone(), cpu.clone()])
-            .prop_map(move |(from, d, bytes, cpu)| match n {
+        6 => (0..n, 1..n.max(2), 0u64..100_000, [cpu.clone(), cpu.clone(), cpu.clone(), cpu.clone()],
+              any::<[bool; 3]>())
+            .prop_map(move |(from, d, bytes, cpu, [rendezvous, post_early, complete_late])| match n {
                 1 => Action::Compute { p: 0, cpu: cpu[0] },
-                _ => Action::Message { from, to: (from + d) % n, bytes, cpu },
+                _ => Action::Message {
+                    from,
+                    to: (from + d) % n,
+                    bytes,
+                    cpu,
+                    how: Protocol { rendezvous, post_early, complete_late },
+                },
             }),
         1 => (prop_oneof![Just(CollOp::Barrier), Just(CollOp::Bcast), Just(CollOp::Allreduce)],
               0u64..10_000, cpu)
@@ -472,7 +609,7 @@ proptest! {
         };
         let got = predict(n, &[t], &interleave(&s, &order), &[])[0];
         let want: f64 = s.iter().flatten().map(|e| match e.kind {
-            EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } => 0.0,
+            EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } | EventKind::SendEnd { .. } => 0.0,
             _ => e.cpu_ns as f64 * 1e-9,
         }).sum();
         prop_assert!(close(got, want), "engine {} vs sum of work {}", got, want);

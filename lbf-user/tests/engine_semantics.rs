@@ -31,13 +31,21 @@ fn target(name: &str, nodes: Vec<Vec<ProcId>>) -> Target {
 fn figure3() -> Vec<Event> {
     use EventKind::*;
     vec![
-        ev(0, 1, RecvStart),                 // E11
-        ev(1, 2, Keepalive),                 // E21 (a non-endRecv event)
-        ev(0, 0, RecvEnd { msg: 1 }),        // E12
-        ev(2, 5, Send { msg: 1, bytes: 0 }), // E31
-        ev(1, 1, Exit),                      // E22
-        ev(2, 1, Exit),                      // E32
-        ev(0, 2, Exit),                      // E13
+        ev(0, 1, RecvStart),          // E11
+        ev(1, 2, Keepalive),          // E21 (a non-endRecv event)
+        ev(0, 0, RecvEnd { msg: 1 }), // E12
+        ev(
+            2,
+            5,
+            Send {
+                msg: 1,
+                bytes: 0,
+                rendezvous: false,
+            },
+        ), // E31
+        ev(1, 1, Exit),               // E22
+        ev(2, 1, Exit),               // E32
+        ev(0, 2, Exit),               // E13
     ]
 }
 
@@ -130,6 +138,7 @@ fn messages_pay_the_remote_table_between_nodes_and_the_local_one_within() {
             Send {
                 msg: 9,
                 bytes: 1000,
+                rendezvous: false,
             },
         ),
         ev(0, 0, Exit),
@@ -227,8 +236,34 @@ fn bad_input_is_refused_with_its_origin() {
         Err(EngineError::EventAfterExit { proc: 0, origin: 2 })
     );
     let mut engine = Engine::new(2, vec![target("t", vec![vec![0, 1]])]).unwrap();
-    engine.push(ev(0, 1, Send { msg: 3, bytes: 0 }), 1).unwrap();
-    engine.push(ev(0, 1, Send { msg: 3, bytes: 0 }), 2).unwrap();
+    engine
+        .push(
+            ev(
+                0,
+                1,
+                Send {
+                    msg: 3,
+                    bytes: 0,
+                    rendezvous: false,
+                },
+            ),
+            1,
+        )
+        .unwrap();
+    engine
+        .push(
+            ev(
+                0,
+                1,
+                Send {
+                    msg: 3,
+                    bytes: 0,
+                    rendezvous: false,
+                },
+            ),
+            2,
+        )
+        .unwrap();
     // Found as soon as every process has an event and the second send is simulated.
     let err = engine.push(ev(1, 1, Exit), 3).unwrap_err();
     assert_eq!(err, EngineError::DuplicateMessage { msg: 3, origin: 2 });
@@ -281,7 +316,20 @@ fn keepalives_let_the_engine_advance_and_events_are_freed() {
     // Process 1 computes for a long time, reporting only keep-alives; process 0 chats with
     // itself. Memory stays bounded by the unreported events.
     for i in 0..10_000u64 {
-        engine.push(ev(0, 1, Send { msg: i, bytes: 0 }), 0).unwrap();
+        engine
+            .push(
+                ev(
+                    0,
+                    1,
+                    Send {
+                        msg: i,
+                        bytes: 0,
+                        rendezvous: false,
+                    },
+                ),
+                0,
+            )
+            .unwrap();
         engine.push(ev(0, 0, RecvStart), 0).unwrap();
         engine.push(ev(0, 0, RecvEnd { msg: i }), 0).unwrap();
         engine.push(ev(1, 1, Keepalive), 0).unwrap();

@@ -10,7 +10,7 @@ mod traced;
 
 use std::path::Path;
 
-use lbf::capture::pvm::{fn_reads, PvmCapture};
+use lbf::capture::pvm::{fn_reads, PvmCapture, RECEIVE_BUFFER};
 use lbf::capture::{CaptureSink, EventLog};
 use lbf_common::pvm;
 use traced::{
@@ -52,10 +52,17 @@ fn trace_pvm(label: &str, name: &str, args: &str) -> Traced {
         label,
         &command,
         |t| {
-            t.attach_pvm_library(Path::new(LIBPVM), pvm::NAMES, &fn_reads())
+            let missing = t
+                .attach_pvm_library(Path::new(LIBPVM), pvm::NAMES, &fn_reads(), RECEIVE_BUFFER)
                 .expect("probing libpvm3");
-            t.attach_pvm_library(Path::new(LIBGPVM), pvm::GROUP_NAMES, &fn_reads())
-                .expect("probing libgpvm3");
+            assert!(!missing.contains(&RECEIVE_BUFFER), "{missing:?}");
+            t.attach_pvm_library(
+                Path::new(LIBGPVM),
+                pvm::GROUP_NAMES,
+                &fn_reads(),
+                RECEIVE_BUFFER,
+            )
+            .expect("probing libgpvm3");
         },
         sink,
         |s| {

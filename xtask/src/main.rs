@@ -5,6 +5,7 @@ mod bench_cluster;
 mod bench_probe;
 mod build_ebpf;
 mod cmd;
+mod engine_diff;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -36,6 +37,9 @@ enum Command {
     /// Measure cluster mode end to end: events/s from several lbf-node daemons into one
     /// lbf-gag serve on loopback (TLS, journal, acks), and the builder's peak RSS.
     BenchCluster(bench_cluster::Args),
+    /// Compare two builds' `lbf-gag predict` on random traces and targets, to the last bit:
+    /// for engine changes that must not change any prediction.
+    EngineDiff(engine_diff::Args),
 }
 
 /// The workspace root (xtask lives one level below it).
@@ -57,6 +61,7 @@ fn main() -> anyhow::Result<()> {
         Command::BenchProbe(args) => bench_probe::run(&workspace_root(), &args)?,
         Command::Validate(args) => validate::run(&workspace_root(), &args)?,
         Command::BenchCluster(args) => bench_cluster::run(&workspace_root(), &args)?,
+        Command::EngineDiff(args) => engine_diff::run(&args)?,
     }
     Ok(())
 }

@@ -1,6 +1,7 @@
-//! `lbf-node`: the node daemon of cluster mode. Captures this host's MPI processes (or replays
-//! some processes of a trace) and streams their events to the central builder, `lbf-gag
-//! serve`. Thin: parses arguments, wires `lbf::net::source` to `lbf::net::node`, reports.
+//! `lbf-node`: the node daemon of cluster mode. Captures this host's MPI, PVM or socket
+//! processes (or replays some processes of a trace) and streams their events to the central
+//! builder, `lbf-gag serve`. Thin: parses arguments, wires `lbf::net::source` to
+//! `lbf::net::node`, reports.
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Parser};
@@ -23,10 +24,11 @@ use std::time::Duration;
 ///
 /// Live capture (root): select processes by --pid, --comm, --cgroup, --all-mpi or --all-pvm;
 /// they and their descendants are traced with the same eBPF probes as lbf-trace, by their
-/// MPI calls or their PVM calls (--source). --procs names the global process ids that run on
-/// this host: MPI_COMM_WORLD ranks, or for PVM the ids the host's tasks take in order of
-/// their first message. Once the probes are attached the daemon drops every capability but
-/// CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH.
+/// MPI calls, their PVM calls or their socket system calls (--source). --procs names the
+/// global process ids that run on this host: MPI_COMM_WORLD ranks, or for PVM and sockets
+/// the ids this host's processes take in order of their first message on this host (give
+/// each host's node its own ids). Once the probes are attached the daemon drops every
+/// capability but CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH.
 ///
 /// Replay (--replay TRACE, or --synthetic for a generated trace): streams the --procs
 /// processes as if captured live; for tests, benchmarks and demos. Keeps no capability.
@@ -88,10 +90,12 @@ struct Cli {
     #[arg(long, help_heading = "Live capture")]
     all_pvm: bool,
 
-    /// What the captured program's messages are: MPI calls or PVM calls. Default: PVM with
-    /// --all-pvm, or when the --pid processes map the PVM library and no MPI library; else
-    /// MPI. A PVM virtual machine's tasks must all run on this host: messages between PVM
-    /// tasks on different hosts are not matched (docs/cluster.md).
+    /// What the captured program's messages are: MPI calls, PVM calls, or the bytes it sends
+    /// and receives on TCP, UDP and UNIX sockets. Default: PVM with --all-pvm, or when the
+    /// --pid processes map the PVM library and no MPI library; else MPI (sockets are never
+    /// the default). A PVM virtual machine may span hosts (one lbf-node on each), and so may
+    /// TCP connections: the builder matches their messages between hosts. The two ends of
+    /// UNIX sockets must be on this host; UDP datagrams are not matched (docs/cluster.md).
     #[arg(long, value_enum, help_heading = "Live capture")]
     source: Option<Source>,
 
@@ -158,6 +162,14 @@ Examples:
 
   # a PVM master and its 4 workers, all on this host, started by the script with PID 6001
   lbf-node --builder 127.0.0.1:7400 --ca builder.pem --procs 0-4 --source pvm --pid 6001
+
+  # the PVM tasks of a second host of the same virtual machine: ids 5-8, the tasks spawned by
+  # this host's pvmd (started before the virtual machine, the node adopts pvmd at its exec)
+  lbf-node --builder gag.example:7400 --ca builder.pem --procs 5-8 --source pvm --comm pvmd
+
+  # the server of a TCP client/server program (its clients run on other hosts, each with
+  # its own node), started by the script with PID 7001
+  lbf-node --builder gag.example:7400 --ca builder.pem --procs 0 --source sockets --pid 7001
 
   # replay processes 0 and 1 of a trace (no root needed), then print the predictions
   LBF_NODE_TOKEN=s3cret lbf-node --builder 127.0.0.1:7400 --ca builder.pem --node a \\
@@ -298,10 +310,10 @@ fn run(cli: Cli) -> Result<u64> {
                 cli.ringbuf_size,
                 cli.procs.clone(),
             )?;
-            let prefix = if source == Source::Pvm {
-                "task "
-            } else {
-                "rank "
+            let prefix = match source {
+                Source::Mpi => "rank ",
+                Source::Pvm => "task ",
+                Source::Sockets => "process ",
             };
             (procs_named(&cli.procs, prefix), Some(live))
         }
@@ -333,9 +345,9 @@ fn run(cli: Cli) -> Result<u64> {
         wait_results: cli.wait_results,
         await_starts: live.is_some(),
     };
-    let (ids, rate) = (cli.procs.clone(), cli.rate);
+    let (ids, rate, name) = (cli.procs.clone(), cli.rate, config.node.clone());
     let report = match (live, cli.replay.clone(), cli.synthetic) {
-        (Some(live), _, _) => node::run(config, move |tx| live.run(&STOP, tx))?,
+        (Some(live), _, _) => node::run(config, move |tx| live.run(&name, &STOP, tx))?,
         (None, Some(trace), _) => {
             node::run(config, move |tx| source::replay(&trace, &ids, rate, tx))?
         }

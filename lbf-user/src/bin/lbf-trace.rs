@@ -205,11 +205,10 @@ fn run(cli: Cli) -> Result<i32> {
     let attaching_to_mpi = cli.command.is_empty() && source == Source::Mpi;
     if attaching_to_mpi {
         eprintln!(
-            "lbf-trace: note: attaching to a running MPI job: messages already in flight and \
-             receives already waiting are not seen, so later messages can be matched to the \
-             wrong sends and the prediction can be far off (a 2-rank token ring attached \
-             mid-run was predicted 25-53 % short). For exact results trace the job from its \
-             start: `lbf-trace -- mpirun ...`, or `lbf-node --comm` started before the job."
+            "lbf-trace: note: attaching to a running MPI job: which send each receive took is \
+             known only when the job ends (messages in flight at the attach shift the two \
+             sides' counts), so events are held until then and predictions come at the end. \
+             Stopped earlier, lbf-trace matches them by timing alone and says so."
         );
     }
     match source {
@@ -278,12 +277,19 @@ fn run(cli: Cli) -> Result<i32> {
         child = Some(c);
     }
     let end = probe::run(&mut tracer, &mut reader, &mut sink, &STOP)?;
+    // Attached to a running MPI job, a call in progress at the attach returns without its
+    // entry: not a loss but the attach's boundary, counted as such (see the notes).
+    let in_progress = if attaching_to_mpi {
+        end.lost.exit_without_entry
+    } else {
+        0
+    };
     if let Some(trace) = sink.trace {
         let (outputs, summary) = trace.into_parts();
         let summary = summary.expect("the capture loop finishes its sink");
         let measured = Summary {
             measured_seconds: summary.measured_seconds,
-            lost_events: summary.lost_records + summary.lost_events,
+            lost_events: summary.lost_records + summary.lost_events - in_progress,
             teardown_seconds: summary.teardown_seconds,
         };
         if let Some(file) = outputs.file {
@@ -337,18 +343,19 @@ fn run(cli: Cli) -> Result<i32> {
             lost.ringbuf_full
         );
     }
-    if attaching_to_mpi && lost.exit_without_entry > 0 {
+    if in_progress > 0 {
         eprintln!(
-            "lbf-trace: warning: {} MPI calls were already in progress when tracing began; \
-             the messages they received are not in the trace (see the note above)",
-            lost.exit_without_entry
+            "lbf-trace: note: {in_progress} MPI calls were in progress when tracing began: \
+             they are not modelled (what they sent or received is counted above)"
         );
     }
-    if lost.exit_without_entry + lost.mem_read_failed + lost.no_clock > 0 {
+    if lost.exit_without_entry - in_progress + lost.mem_read_failed + lost.no_clock > 0 {
         eprintln!(
             "lbf-trace: warning: {} call exits without their entry, {} failed memory reads, \
              {} records without a CPU clock",
-            lost.exit_without_entry, lost.mem_read_failed, lost.no_clock
+            lost.exit_without_entry - in_progress,
+            lost.mem_read_failed,
+            lost.no_clock
         );
     }
     if cli.verbose {
@@ -398,9 +405,14 @@ fn expected_procs(cli: &Cli, source: Source) -> Result<Option<usize>> {
 
 /// Probes the PVM libraries (the group library only if installed).
 fn attach_pvm(tracer: &mut Tracer, verbose: bool) -> Result<()> {
-    for (path, n) in tracer.attach_pvm_libraries(&pvm_capture::fn_reads())? {
+    let reads = pvm_capture::fn_reads();
+    for lib in tracer.attach_pvm_libraries(&reads, pvm_capture::RECEIVE_BUFFER)? {
         if verbose {
-            eprintln!("lbf-trace: probing {n} PVM functions in {}", path.display());
+            eprintln!(
+                "lbf-trace: probing {} PVM functions in {}",
+                lib.functions,
+                lib.path.display()
+            );
         }
     }
     Ok(())

@@ -13,6 +13,7 @@
 
 use lbf_common::{mpi, FnReads, MemRead, ARG_WORDS, MAX_FNS};
 
+use super::eager::SendMode;
 use super::library::Abi;
 use crate::event::CollOp;
 
@@ -109,6 +110,8 @@ pub enum Entry {
         send: SendArgs,
         /// `MPI_Isend` and friends.
         nonblocking: bool,
+        /// Standard, synchronous or buffered.
+        mode: SendMode,
     },
     /// `MPI_Recv` or `MPI_Irecv`; the status or request is read at exit.
     Recv {
@@ -196,10 +199,12 @@ pub fn decode_entry(abi: &Abi, fn_id: u16, args: &[u64; ARG_WORDS], mem: &[u8]) 
         mpi::SEND | mpi::SSEND | mpi::BSEND | mpi::RSEND => Entry::Send {
             send: send(abi.comm_handle(arg(5))),
             nonblocking: false,
+            mode: send_mode(fn_id),
         },
         mpi::ISEND | mpi::ISSEND | mpi::IBSEND | mpi::IRSEND => Entry::Send {
             send: send(abi.comm_handle(arg(5))),
             nonblocking: true,
+            mode: send_mode(fn_id),
         },
         mpi::RECV | mpi::IRECV => Entry::Recv {
             recv: RecvArgs {
@@ -273,6 +278,15 @@ pub fn decode_entry(abi: &Abi, fn_id: u16, args: &[u64; ARG_WORDS], mem: &[u8]) 
     }
 }
 
+/// The mode of send function `fn_id`: ready sends go as standard ones.
+fn send_mode(fn_id: u16) -> SendMode {
+    match fn_id {
+        mpi::SSEND | mpi::ISSEND => SendMode::Synchronous,
+        mpi::BSEND | mpi::IBSEND => SendMode::Buffered,
+        _ => SendMode::Standard,
+    }
+}
+
 /// Decodes a wait/test call: the request array (or single request) read at entry.
 fn complete(abi: &Abi, mem: &[u8], how: Completion, fn_id: u16, args: &[u64; ARG_WORDS]) -> Entry {
     let requests = abi.handles(mem);
@@ -337,6 +351,7 @@ pub fn fn_reads(layout: Layout) -> Vec<(u16, FnReads)> {
             table[id as usize] = FnReads {
                 entry: place(id, entry),
                 exit: place(id, exit),
+                ..FnReads::default()
             };
         }
     };

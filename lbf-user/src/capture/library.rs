@@ -75,6 +75,14 @@ impl Abi {
         }
     }
 
+    /// `MPI_REQUEST_NULL` in this process.
+    pub fn request_null(&self) -> u64 {
+        match self {
+            Abi::OpenMpi(o) => o.request_null,
+            Abi::Mpich(_) => mpich::REQUEST_NULL,
+        }
+    }
+
     /// A communicator handle passed as an argument word, normalised (`int` handles masked).
     pub fn comm_handle(&self, word: u64) -> u64 {
         match self {

@@ -22,11 +22,18 @@
 //! MPI itself would most likely have delivered. Such a receive of a message from another host
 //! cannot be resolved and stays unmatched.
 //!
+//! A capture attached to a running job numbers the envelopes both of whose ends it sees from
+//! the attach, and matches them only when it ends ([`alignment`]): a resolved receive of such
+//! an envelope takes its place among the envelope's receives, and its message once the
+//! envelope's offset is known ([`Matcher::align`]). A wildcard receive whose status is not
+//! visible cannot take a place there: it is left unmatched and counted.
+//!
 //! State: a counter per envelope ever used on each side, the receives not yet resolved, and
-//! the local sends not yet received.
+//! the local sends not yet received; after an attach, what each envelope's ends did.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
+use super::alignment::{Attached, Boundary};
 use super::call::Status;
 use super::ids;
 use crate::event::MsgId;
@@ -105,8 +112,8 @@ struct PendingSend {
 enum PostState {
     Posted,
     /// Completed; `Some((src, tag))` when the envelope is known; the size when the status
-    /// said.
-    Completed(Option<(u32, i32)>, Option<u64>),
+    /// said; when (`CLOCK_MONOTONIC` ns).
+    Completed(Option<(u32, i32)>, Option<u64>, u64),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -137,6 +144,15 @@ pub struct Matcher {
     matched: Vec<Matched>,
     /// The world ranks of this capture when it sees only some; `None`: the whole job.
     local_world: Option<BTreeSet<u32>>,
+    /// Whether envelopes first used from now on are numbered from an attach.
+    from_attach: bool,
+    /// The envelopes numbered from an attach.
+    attached: Attached,
+    /// Wildcard receives without a visible status on a capture attached mid-run.
+    unplaced: u64,
+    /// Sends and receives after an attach whose envelope has an end on another host: they
+    /// keep the numbering from the attach.
+    unaligned: u64,
 }
 
 impl Matcher {
@@ -151,9 +167,46 @@ impl Matcher {
         self.local_world = Some(ranks);
     }
 
-    /// Registers a send of `bytes` with envelope `env` and returns its message id. A send to
-    /// a process of this capture ([`is_local`]) is kept until its receive resolves.
-    pub fn send(&mut self, env: Envelope, bytes: u64) -> MsgId {
+    /// Numbers the envelopes between processes of this capture that are first used from now
+    /// on from an attach: a process was found running (see [`alignment`]).
+    pub fn attached_mid_run(&mut self) {
+        self.from_attach = true;
+    }
+
+    /// Whether a process was found running ([`Matcher::attached_mid_run`]).
+    pub fn is_attached_mid_run(&self) -> bool {
+        self.from_attach
+    }
+
+    /// Whether `env` is numbered from an attach; starts numbering it so if it is new, between
+    /// processes of this capture, and the capture attached mid-run.
+    fn numbered_from_attach(&mut self, env: &Envelope) -> bool {
+        if !self.from_attach {
+            return false;
+        }
+        if self.attached.has(env) {
+            return true;
+        }
+        let fresh = !self.sent.contains_key(env) && !self.received.contains_key(env);
+        let local = is_local(&self.local_world, env.comm, env.src)
+            && is_local(&self.local_world, env.comm, env.dst);
+        if !local {
+            self.unaligned += 1;
+        }
+        let start = fresh && local;
+        if start {
+            self.attached.start(*env);
+        }
+        start
+    }
+
+    /// Registers a send of `bytes` with envelope `env`, entered at `ts`, and returns its
+    /// message id. A send to a process of this capture ([`is_local`]) is kept until its
+    /// receive resolves.
+    pub fn send(&mut self, env: Envelope, bytes: u64, ts: u64) -> MsgId {
+        if self.numbered_from_attach(&env) {
+            return self.attached.send(env, ts, bytes);
+        }
         let counter = self.sent.entry(env).or_default();
         let k = *counter;
         *counter += 1;
@@ -188,9 +241,9 @@ impl Matcher {
         id
     }
 
-    /// Marks receive `recv` completed, with the status MPI reported when visible; a fully
-    /// specific pattern needs none for its envelope. Unknown ids are ignored.
-    pub fn complete(&mut self, recv: RecvId, status: Option<Status>) {
+    /// Marks receive `recv` completed at `ts`, with the status MPI reported when visible; a
+    /// fully specific pattern needs none for its envelope. Unknown ids are ignored.
+    pub fn complete(&mut self, recv: RecvId, status: Option<Status>, ts: u64) {
         let Some(&queue) = self.queue_of.get(&recv) else {
             return;
         };
@@ -206,7 +259,7 @@ impl Matcher {
                 }
                 _ => None,
             };
-            p.state = PostState::Completed(envelope, status.map(|s| s.bytes));
+            p.state = PostState::Completed(envelope, status.map(|s| s.bytes), ts);
         }
         self.try_match(queue);
     }
@@ -214,6 +267,15 @@ impl Matcher {
     /// Takes the pairs matched since the last call.
     pub fn take_matched(&mut self) -> Vec<Matched> {
         std::mem::take(&mut self.matched)
+    }
+
+    /// Matches the receives of the envelopes numbered from an attach (see [`alignment`]);
+    /// `ended`: the capture saw every process to its end. Returns what it could not pair, the
+    /// wildcard receives it could not place, and the sends and receives with an end on another
+    /// host, which it numbered from the attach.
+    pub fn align(&mut self, ended: bool) -> (Boundary, u64, u64) {
+        let boundary = self.attached.align(ended, &mut self.matched);
+        (boundary, self.unplaced, self.unaligned)
     }
 
     /// Local sends whose receive has not resolved.
@@ -232,7 +294,7 @@ impl Matcher {
 
     /// Resolves what can be resolved among the receives of one (communicator, rank).
     fn try_match(&mut self, queue_key: (CommId, u32)) {
-        let Some(queue) = self.posted.get_mut(&queue_key) else {
+        let Some(mut queue) = self.posted.remove(&queue_key) else {
             return;
         };
         let mut mailbox = self.mailboxes.remove(&queue_key).unwrap_or_default();
@@ -246,23 +308,29 @@ impl Matcher {
             let posted = queue[i];
             let resolved = match posted.state {
                 PostState::Posted => None,
-                PostState::Completed(Some((src, tag)), status_bytes)
+                PostState::Completed(Some((src, tag)), status_bytes, ts)
                     if !blocked(&blockers, src, tag) =>
                 {
                     let env = posted.pattern.envelope(src, tag);
-                    let counter = self.received.entry(env).or_default();
-                    let k = *counter;
-                    let seen = mailbox
-                        .get(&(src, tag))
-                        .is_some_and(|q| q.iter().any(|s| s.k == k));
-                    (seen || !is_local(&self.local_world, env.comm, env.src)).then(|| {
-                        *counter += 1;
-                        let send = take_up_to(&mut mailbox, (src, tag), k);
-                        ((src, tag), k, status_bytes.or(send.map(|s| s.bytes)))
-                    })
+                    if self.numbered_from_attach(&env) {
+                        self.attached.receive(env, posted.id, ts, status_bytes);
+                        Some(Resolution::Attached)
+                    } else {
+                        let counter = self.received.entry(env).or_default();
+                        let k = *counter;
+                        let seen = mailbox
+                            .get(&(src, tag))
+                            .is_some_and(|q| q.iter().any(|s| s.k == k));
+                        (seen || !is_local(&self.local_world, env.comm, env.src)).then(|| {
+                            *counter += 1;
+                            let send = take_up_to(&mut mailbox, (src, tag), k);
+                            let bytes = status_bytes.or(send.map(|s| s.bytes));
+                            Resolution::Message((src, tag), k, bytes)
+                        })
+                    }
                 }
-                PostState::Completed(Some(_), _) => None,
-                PostState::Completed(None, status_bytes) => {
+                PostState::Completed(Some(_), _, _) => None,
+                PostState::Completed(None, status_bytes, _) => {
                     let oldest = mailbox
                         .iter()
                         .filter(|(&(src, tag), q)| {
@@ -272,19 +340,28 @@ impl Matcher {
                         })
                         .min_by_key(|(_, q)| q[0].seq)
                         .map(|(&key, _)| key);
-                    oldest.and_then(|key| {
+                    let guess = oldest.and_then(|key| {
                         let send = mailbox.get_mut(&key)?.pop_front()?;
                         let counter = self
                             .received
                             .entry(posted.pattern.envelope(key.0, key.1))
                             .or_default();
                         *counter = (*counter).max(send.k + 1);
-                        Some((key, send.k, status_bytes.or(Some(send.bytes))))
+                        let bytes = status_bytes.or(Some(send.bytes));
+                        Some(Resolution::Message(key, send.k, bytes))
+                    });
+                    // After an attach the sends it could have taken are not kept: it cannot
+                    // be placed, and must not hold back the receives after it.
+                    guess.or_else(|| {
+                        self.from_attach.then(|| {
+                            self.unplaced += 1;
+                            Resolution::Unplaced
+                        })
                     })
                 }
             };
             match resolved {
-                Some(((src, tag), k, bytes)) => {
+                Some(Resolution::Message((src, tag), k, bytes)) => {
                     if mailbox.get(&(src, tag)).is_some_and(VecDeque::is_empty) {
                         mailbox.remove(&(src, tag));
                     }
@@ -296,9 +373,13 @@ impl Matcher {
                     self.queue_of.remove(&posted.id);
                     queue.remove(i);
                 }
+                Some(Resolution::Attached | Resolution::Unplaced) => {
+                    self.queue_of.remove(&posted.id);
+                    queue.remove(i);
+                }
                 None => {
                     blockers.push(match posted.state {
-                        PostState::Completed(Some((src, tag)), _) => Pattern {
+                        PostState::Completed(Some((src, tag)), _, _) => Pattern {
                             src: Some(src),
                             tag: Some(tag),
                             ..posted.pattern
@@ -309,13 +390,23 @@ impl Matcher {
                 }
             }
         }
-        if queue.is_empty() {
-            self.posted.remove(&queue_key);
+        if !queue.is_empty() {
+            self.posted.insert(queue_key, queue);
         }
         if !mailbox.is_empty() {
             self.mailboxes.insert(queue_key, mailbox);
         }
     }
+}
+
+/// How a completed receive was resolved.
+enum Resolution {
+    /// It took message `k` of `(src, tag)` on its communicator, of the size given if known.
+    Message((u32, i32), u64, Option<u64>),
+    /// Its envelope is numbered from an attach: it took its place there (see [`alignment`]).
+    Attached,
+    /// A wildcard without a visible status after an attach: left unmatched.
+    Unplaced,
 }
 
 /// Whether `rank` of communicator `comm` is a process of a capture that sees the world ranks
@@ -378,14 +469,14 @@ mod tests {
     #[test]
     fn same_envelope_matches_in_posting_order() {
         let mut m = Matcher::new();
-        let s0 = m.send(env(1, 0, 5), 10);
-        let s1 = m.send(env(1, 0, 5), 20);
+        let s0 = m.send(env(1, 0, 5), 10, 0);
+        let s1 = m.send(env(1, 0, 5), 20, 0);
         let r0 = m.post(pattern(0, Some(1), Some(5)));
         let r1 = m.post(pattern(0, Some(1), Some(5)));
         // The later receive completes first: it still gets the second message.
-        m.complete(r1, None);
+        m.complete(r1, None, 0);
         assert_eq!(pairs(&mut m), vec![]);
-        m.complete(r0, None);
+        m.complete(r0, None, 0);
         assert_eq!(pairs(&mut m), vec![(r0, s0), (r1, s1)]);
         assert_eq!((m.unmatched_sends(), m.unmatched_recvs()), (0, 0));
     }
@@ -393,12 +484,12 @@ mod tests {
     #[test]
     fn any_source_resolves_from_status() {
         let mut m = Matcher::new();
-        let a = m.send(env(1, 0, 7), 4);
-        let b = m.send(env(2, 0, 9), 8);
+        let a = m.send(env(1, 0, 7), 4, 0);
+        let b = m.send(env(2, 0, 9), 8, 0);
         let r0 = m.post(pattern(0, None, None));
         let r1 = m.post(pattern(0, None, None));
-        m.complete(r0, Some(status(2, 9)));
-        m.complete(r1, Some(status(1, 7)));
+        m.complete(r0, Some(status(2, 9)), 0);
+        m.complete(r1, Some(status(1, 7)), 0);
         let mut got = pairs(&mut m);
         got.sort();
         assert_eq!(got, vec![(r0, b), (r1, a)]);
@@ -407,17 +498,17 @@ mod tests {
     #[test]
     fn pending_wildcard_blocks_later_receive_of_same_envelope() {
         let mut m = Matcher::new();
-        let s0 = m.send(env(1, 0, 3), 1);
-        let s1 = m.send(env(1, 0, 3), 1);
+        let s0 = m.send(env(1, 0, 3), 1, 0);
+        let s1 = m.send(env(1, 0, 3), 1, 0);
         let wild = m.post(pattern(0, None, Some(3)));
         let specific = m.post(pattern(0, Some(1), Some(3)));
-        m.complete(specific, None);
+        m.complete(specific, None, 0);
         assert_eq!(
             pairs(&mut m),
             vec![],
             "the wildcard posted first may take message 0"
         );
-        m.complete(wild, Some(status(1, 3)));
+        m.complete(wild, Some(status(1, 3)), 0);
         assert_eq!(pairs(&mut m), vec![(wild, s0), (specific, s1)]);
     }
 
@@ -426,23 +517,23 @@ mod tests {
         let mut m = Matcher::new();
         let from1 = m.post(pattern(0, Some(1), Some(0)));
         let from2 = m.post(pattern(0, Some(2), Some(0)));
-        let s = m.send(env(2, 0, 0), 1);
+        let s = m.send(env(2, 0, 0), 1, 0);
         // Out-of-order completion (Waitany): the second receive completes first.
-        m.complete(from2, None);
+        m.complete(from2, None, 0);
         assert_eq!(pairs(&mut m), vec![(from2, s)]);
-        let t = m.send(env(1, 0, 0), 1);
-        m.complete(from1, None);
+        let t = m.send(env(1, 0, 0), 1, 0);
+        m.complete(from1, None, 0);
         assert_eq!(pairs(&mut m), vec![(from1, t)]);
     }
 
     #[test]
     fn unknown_status_takes_oldest_admissible_send() {
         let mut m = Matcher::new();
-        let _other_tag = m.send(env(3, 0, 1), 1);
-        let first = m.send(env(2, 0, 2), 1);
-        let _second = m.send(env(1, 0, 2), 1);
+        let _other_tag = m.send(env(3, 0, 1), 1, 0);
+        let first = m.send(env(2, 0, 2), 1, 0);
+        let _second = m.send(env(1, 0, 2), 1, 0);
         let r = m.post(pattern(0, None, Some(2)));
-        m.complete(r, None);
+        m.complete(r, None, 0);
         assert_eq!(pairs(&mut m), vec![(r, first)]);
         assert_eq!(m.unmatched_sends(), 2);
     }
@@ -451,9 +542,9 @@ mod tests {
     fn completion_before_send_waits_for_the_send_of_a_local_sender() {
         let mut m = Matcher::new();
         let r = m.post(pattern(1, Some(0), Some(0)));
-        m.complete(r, None);
+        m.complete(r, None, 0);
         assert_eq!(pairs(&mut m), vec![]);
-        let s = m.send(env(0, 1, 0), 1);
+        let s = m.send(env(0, 1, 0), 1, 0);
         assert_eq!(pairs(&mut m), vec![(r, s)]);
     }
 
@@ -462,7 +553,7 @@ mod tests {
         let mut m = Matcher::new();
         m.only_ranks(BTreeSet::from([1]));
         let r = m.post(pattern(1, Some(0), Some(0)));
-        m.complete(r, None);
+        m.complete(r, None, 0);
         let got = m.take_matched();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].bytes, None, "no status, no local send: size unknown");
@@ -479,7 +570,7 @@ mod tests {
         b.only_ranks(BTreeSet::from([0]));
         let sent: Vec<MsgId> = [(1, 5), (1, 5), (2, 5), (1, 6)]
             .iter()
-            .map(|&(src, tag)| a.send(env(src, 0, tag), 8))
+            .map(|&(src, tag)| a.send(env(src, 0, tag), 8, 0))
             .collect();
         assert_eq!(a.unmatched_sends(), 0, "sends to another host are not kept");
         let wild = b.post(pattern(0, None, Some(5)));
@@ -487,10 +578,10 @@ mod tests {
         let any = b.post(pattern(0, None, None));
         let tag6 = b.post(pattern(0, Some(1), Some(6)));
         // Completed out of order; the statuses say who sent.
-        b.complete(tag6, None);
-        b.complete(from1, None);
-        b.complete(any, Some(status(2, 5)));
-        b.complete(wild, Some(status(1, 5)));
+        b.complete(tag6, None, 0);
+        b.complete(from1, None, 0);
+        b.complete(any, Some(status(2, 5)), 0);
+        b.complete(wild, Some(status(1, 5)), 0);
         let mut got = pairs(&mut b);
         got.sort();
         assert_eq!(
@@ -515,6 +606,7 @@ mod tests {
                 tag: 0,
             },
             1,
+            0,
         );
         let r = m.post(Pattern {
             comm: 0,
@@ -522,7 +614,7 @@ mod tests {
             src: None,
             tag: None,
         });
-        m.complete(r, None);
+        m.complete(r, None, 0);
         assert_eq!(pairs(&mut m), vec![]);
         let r1 = m.post(Pattern {
             comm: 1,
@@ -530,7 +622,7 @@ mod tests {
             src: None,
             tag: None,
         });
-        m.complete(r1, Some(status(0, 0)));
+        m.complete(r1, Some(status(0, 0)), 0);
         assert_eq!(pairs(&mut m), vec![(r1, s)]);
     }
 }

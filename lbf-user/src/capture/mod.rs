@@ -13,11 +13,12 @@
 //!
 //! | call | events |
 //! | --- | --- |
-//! | `MPI_Send` family, `MPI_Isend` family | `Send` at entry (CPU inside a blocking send, e.g. a rendezvous, counts as work) |
+//! | `MPI_Send` family, `MPI_Isend` family | `Send` at entry, flagged `rendezvous` when the message waits for its receive ([`eager`]); an eager blocking send's CPU inside counts as work |
+//! | `MPI_Send` family, by rendezvous | also `SendEnd` at exit: the CPU inside is waiting |
 //! | `MPI_Recv` | `RecvStart` at entry, `RecvEnd` at exit |
-//! | `MPI_Irecv` | nothing; the receive is posted (for matching order) at the call |
-//! | `MPI_Wait*` / `MPI_Test*` completing receives | `RecvStart` at entry, one `RecvEnd` per receive at exit; nothing if no receive completed |
-//! | `MPI_Sendrecv*` | `Send` at entry, `RecvStart`, `RecvEnd` at exit |
+//! | `MPI_Irecv` | `RecvPost` at entry (its message filled in once the receive is matched); the receive is posted for matching order |
+//! | `MPI_Wait*` / `MPI_Test*` completing receives or rendezvous sends | `RecvStart` at entry, one `RecvEnd` per receive and one `SendEnd` per rendezvous send at exit; nothing if none completed |
+//! | `MPI_Sendrecv*` | `Send` at entry, `RecvStart`, `RecvEnd` (and `SendEnd` if by rendezvous) at exit |
 //! | `MPI_Probe` | the next `RecvStart` is moved back to the probe's entry |
 //! | collectives, `MPI_Comm_dup`/`split` | `CollStart` at entry, `CollEnd` at exit |
 //! | `MPI_Finalize` | `Exit` at exit (or at process exit without it) |
@@ -48,18 +49,27 @@
 //!
 //! - Wait/test calls see at most as many requests as fit in a record (32 for Open MPI, 64 for
 //!   MPICH); completions beyond are lost (counted).
+//! - An `MPI_Irecv`'s `RecvPost` holds back the process's later events until the receive is
+//!   completed and matched. A receive never completed (its request freed or cancelled, its
+//!   completion beyond a record's requests) drops its post when its request handle is
+//!   reused, when the process ends, or at the end of the capture (counted).
 //! - Persistent requests, one-sided and neighbourhood calls, intercommunicators are not handled.
 //! - There are no periodic `Keepalive`s: the records only come at MPI calls.
-//! - Attaching to a running job (`lbf-trace -p`) misses what was in flight: a receive already
-//!   waiting returns without its entry (dropped, counted), and a message sent before the
-//!   attach may be received after it. Messages are numbered per envelope from the attach on,
-//!   by the sender among its sends and by the receiver among its receives, so either shifts
-//!   the receiver's numbering against the sender's: later receives are matched to the wrong
-//!   sends (measured: a 2-rank MPICH token ring attached mid-run was predicted 25-53 % short).
-//!   `lbf-trace` says so when it attaches. Tracing from the job's start is exact.
+//! - Attaching to a running job (`lbf-trace -p`): a call in progress at the attach is not seen
+//!   (its return probe was never armed), nor is a request made before it. Both sides of a
+//!   message count from their own attach, so their counts differ by what was in flight; the
+//!   receives are matched when the capture ends, exactly if the job ended, else by timing
+//!   alone ([`alignment`]), and collectives are numbered from the end alike. The model of an
+//!   attached rank starts at the attach, each thread with the CPU it used since (an `Attach`
+//!   record per thread carries its clock then). What could not be paired is counted. A node
+//!   capture of some ranks (cluster mode) aligns only the messages between its own ranks:
+//!   messages to or from other hosts and collectives keep the numbering from the attach
+//!   (each host sees one side only), and are counted as such.
 
+pub mod alignment;
 pub mod call;
 pub mod comms;
+pub mod eager;
 pub mod ids;
 pub mod library;
 pub mod live;
@@ -79,14 +89,17 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use lbf_common::{mpi, Record, RecordKind, MEM_BYTES};
 
+use self::alignment::AttachedCollectives;
 use self::call::{Completion, Entry, Peer, RecvArgs, SendArgs, Status};
 use self::comms::Comms;
+use self::eager::{Route, SendMode};
 use self::library::Abi;
 use self::matching::{Envelope, Matcher, Pattern, RecvId};
 use self::process::{LocalComm, OpenCall, Process, Request};
 use self::procfs::ProcessInspector;
+use self::sockets::channels::{EndClosed, StreamOp};
 use self::timeline::RunClock;
-use crate::event::{CollOp, Event, EventKind, ProcInfo};
+use crate::event::{CollId, CollOp, Event, EventKind, MsgId, ProcId, ProcInfo};
 
 pub use self::library::Library;
 pub use self::live::CaptureSink;
@@ -105,6 +118,21 @@ pub trait EventSink {
     /// `CLOCK_MONOTONIC` nanoseconds. Called once, before the first process. Sinks that put
     /// several captures on one time line (a cluster node) need it; others ignore it.
     fn clock_origin(&mut self, _monotonic_ns: u64) {}
+    /// The next event of `proc`, a send or receive on a connection to another host, which
+    /// the capture leaves to be matched where both ends meet (only a socket capture told to,
+    /// [`sockets::SocketCapture::matching_between_hosts`], makes these; a cluster node passes
+    /// them on to the builder). A sink that matches nothing elsewhere keeps its CPU as a
+    /// `Keepalive`.
+    fn stream_op(&mut self, proc: ProcId, cpu_ns: u64, _op: &StreamOp) {
+        self.event(&Event {
+            proc,
+            cpu_ns,
+            kind: EventKind::Keepalive,
+        });
+    }
+    /// An end of a connection to another host closed (see [`EventSink::stream_op`]); not a
+    /// process's event, and in no order with them.
+    fn stream_closed(&mut self, _end: &EndClosed) {}
 }
 
 /// An [`EventSink`] that keeps everything in memory (tests, small captures).
@@ -140,12 +168,13 @@ pub struct ProcStats {
     pub collectives: u64,
     /// CPU over all events.
     pub cpu_ns: u64,
-    /// CPU on `RecvEnd` and `CollEnd` events: waiting inside MPI.
+    /// CPU on `RecvEnd`, `SendEnd` and `CollEnd` events: waiting inside MPI.
     pub wait_ns: u64,
     /// CPU before `MPI_Init` returned and inside `MPI_Finalize`: start-up and teardown, which
     /// no event carries. The model of a rank runs from `MPI_Init`'s return (see
     /// [`ProcInfo::start_ns`]) to `MPI_Finalize`'s entry; what comes before and after is taken
-    /// as measured.
+    /// as measured. A rank attached while running is modelled from the attach: the CPU it
+    /// used before is in neither figure.
     pub untimed_cpu_ns: u64,
 }
 
@@ -163,7 +192,7 @@ impl ProcStats {
                 self.wait_ns += cpu_ns;
             }
             EventKind::CollStart { .. } => self.collectives += 1,
-            EventKind::CollEnd { .. } => self.wait_ns += cpu_ns,
+            EventKind::CollEnd { .. } | EventKind::SendEnd { .. } => self.wait_ns += cpu_ns,
             _ => {}
         }
     }
@@ -212,6 +241,8 @@ pub struct Capture {
     comms: Comms,
     /// Where each pending `RecvEnd` waits: (tgid, slot).
     recv_slots: HashMap<RecvId, (u32, u64)>,
+    /// Where each pending `RecvPost` (of an `MPI_Irecv`) waits: (tgid, slot).
+    post_slots: HashMap<RecvId, (u32, u64)>,
     /// When the run started and ended, and when each process started.
     clock: RunClock,
     /// When each process's `MPI_Init` returned, or when it was first seen past it (attached
@@ -219,6 +250,10 @@ pub struct Capture {
     past_init: HashMap<u32, u64>,
     /// The latest `MPI_Finalize` entry: where the model of the job ends.
     last_finalize: Option<u64>,
+    /// The `Attach` records of each process not inspected yet: (thread, time, CPU clock).
+    attaches: HashMap<u32, Vec<(u32, u64, u64)>>,
+    /// Collectives of processes attached while running, numbered when the capture ends.
+    attached_colls: AttachedCollectives,
     anomalies: BTreeMap<String, u64>,
 }
 
@@ -236,9 +271,12 @@ impl Capture {
             matcher: Matcher::new(),
             comms: Comms::new(),
             recv_slots: HashMap::new(),
+            post_slots: HashMap::new(),
             clock: RunClock::default(),
             past_init: HashMap::new(),
             last_finalize: None,
+            attaches: HashMap::new(),
+            attached_colls: AttachedCollectives::default(),
             anomalies: BTreeMap::new(),
         }
     }
@@ -259,12 +297,20 @@ impl Capture {
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::CallEntry) => self.entry(rec),
             Some(RecordKind::CallExit) => self.exit(rec),
+            Some(RecordKind::Attach) => {
+                self.attaches
+                    .entry(rec.tgid)
+                    .or_default()
+                    .push((rec.tid, rec.ts_ns, rec.cpu_ns));
+            }
             Some(RecordKind::Exit) => {
+                self.attaches.remove(&rec.tgid);
                 if let Some(p) = self.procs.get_mut(&rec.tgid) {
                     if !p.exited {
                         p.exited = true;
                         p.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
                         note(&mut self.anomalies, "rank exited without MPI_Finalize");
+                        self.abandon_posts(rec.tgid, false);
                     }
                 }
             }
@@ -275,20 +321,7 @@ impl Capture {
             }
         }
         let mut touched = vec![rec.tgid];
-        for m in self.matcher.take_matched() {
-            if let Some((tgid, slot)) = self.recv_slots.remove(&m.recv) {
-                if let Some(p) = self.procs.get_mut(&tgid) {
-                    p.fill(slot, m.msg, m.bytes.unwrap_or(0));
-                    touched.push(tgid);
-                }
-                if m.bytes.is_none() {
-                    note(
-                        &mut self.anomalies,
-                        "message from another host of unknown size (status not visible)",
-                    );
-                }
-            }
-        }
+        self.settle_matched(&mut touched);
         if !self.started {
             let all_past_init = self
                 .rank_owner
@@ -311,6 +344,86 @@ impl Capture {
                 p.flush(sink);
             }
         }
+    }
+
+    /// Fills the `RecvEnd`s of the receives the matcher matched since the last call; adds
+    /// their processes to `touched`.
+    fn settle_matched(&mut self, touched: &mut Vec<u32>) {
+        for m in self.matcher.take_matched() {
+            if let Some((tgid, slot)) = self.post_slots.remove(&m.recv) {
+                if let Some(p) = self.procs.get_mut(&tgid) {
+                    p.fill(slot, EventKind::RecvPost { msg: m.msg }, 0);
+                }
+            }
+            if let Some((tgid, slot)) = self.recv_slots.remove(&m.recv) {
+                if let Some(p) = self.procs.get_mut(&tgid) {
+                    p.fill(
+                        slot,
+                        EventKind::RecvEnd { msg: m.msg },
+                        m.bytes.unwrap_or(0),
+                    );
+                    touched.push(tgid);
+                }
+                if m.bytes.is_none() {
+                    note(
+                        &mut self.anomalies,
+                        "message from another host of unknown size (status not visible)",
+                    );
+                }
+            }
+        }
+    }
+
+    /// Matches the messages of envelopes numbered from an attach, now that the capture ends
+    /// (see [`alignment`]), and counts what it could not pair; returns the sends no receive
+    /// seen took.
+    fn align(&mut self) -> u64 {
+        let ended = self.procs.values().all(|p| p.exited);
+        let (boundary, unplaced, unaligned) = self.matcher.align(ended);
+        self.settle_matched(&mut Vec::new());
+        let (settled, partial, colls) = self.attached_colls.align();
+        for (tgid, slot, kind) in settled {
+            if let Some(p) = self.procs.get_mut(&tgid) {
+                p.fill(slot, kind, 0);
+            }
+        }
+        for (what, n) in [
+            (
+                "receive of a message sent before the attach (no dependency)",
+                boundary.recvs_of_earlier_sends,
+            ),
+            (
+                "send received by a receive posted before the attach (not modelled)",
+                boundary.sends_to_earlier_recvs,
+            ),
+            (
+                "send not received by the end of the capture",
+                boundary.unreceived_sends,
+            ),
+            (
+                "receive matched by timing alone: the capture ended before the job",
+                boundary.recvs_by_timing,
+            ),
+            (
+                "wildcard receive without a visible status after an attach (unmatched)",
+                unplaced,
+            ),
+            (
+                "message end to or from another host after an attach: numbered from the attach",
+                unaligned,
+            ),
+            (
+                "collective entered by a member before the attach (not modelled)",
+                partial,
+            ),
+            (
+                "collective aligned by count alone: the capture ended before the job",
+                if ended { 0 } else { colls },
+            ),
+        ] {
+            count(&mut self.anomalies, what, n);
+        }
+        boundary.sends_to_earlier_recvs + boundary.unreceived_sends
     }
 
     /// Events queued until their receives are matched (or, before every rank is known,
@@ -377,10 +490,12 @@ impl Capture {
             }
             self.start(sink);
         }
+        let unmatched_after_attach = self.align();
         let mut tgids: Vec<u32> = self.procs.keys().copied().collect();
         tgids.sort_by_key(|t| self.procs[t].rank);
         let mut summary = Summary::default();
         for tgid in tgids {
+            self.abandon_posts(tgid, true);
             let p = self.procs.get_mut(&tgid).expect("listed process");
             summary.unmatched_recvs += p.abandon_pending();
             if !p.exited {
@@ -403,7 +518,7 @@ impl Capture {
             summary.procs.push(self.proc_info(rank, tgid));
             summary.stats.push(stats);
         }
-        summary.unmatched_sends = self.matcher.unmatched_sends();
+        summary.unmatched_sends = self.matcher.unmatched_sends() + unmatched_after_attach;
         summary.measured_seconds = self.clock.measured_seconds();
         let end = self.clock.end();
         summary.teardown_seconds =
@@ -430,7 +545,8 @@ impl Capture {
             if let Some(size) = launch.and_then(|l| l.size) {
                 self.comms.set_size(comms::WORLD, size);
             }
-            self.procs.insert(tgid, Process::new(abi, None));
+            let eager = self.inspector.eager_limits(tgid, abi.library());
+            self.procs.insert(tgid, Process::new(abi, eager, None));
             if let Some(l) = launch {
                 self.claim_rank(tgid, l.rank);
             }
@@ -466,9 +582,23 @@ impl Capture {
         let stack = p.calls.entry(rec.tid).or_default();
         let nested = !stack.is_empty() || p.exited;
         if !nested && !init && before_init {
-            // Attached after MPI_Init: the model starts here.
-            self.past_init.insert(rec.tgid, rec.ts_ns);
-            p.untimed(rec.tid, rec.cpu_ns);
+            // Attached after MPI_Init: the model starts at the attach, each thread with the
+            // CPU it used since (here, if the attach was not seen).
+            match self.attaches.remove(&rec.tgid) {
+                Some(threads) => {
+                    let at = threads.iter().map(|&(_, ts, _)| ts).min();
+                    self.past_init.insert(rec.tgid, at.unwrap_or(rec.ts_ns));
+                    for (tid, _, cpu) in threads {
+                        p.attached(tid, cpu);
+                    }
+                }
+                None => {
+                    self.past_init.insert(rec.tgid, rec.ts_ns);
+                    p.untimed(rec.tid, rec.cpu_ns);
+                }
+            }
+            p.mid_run = true;
+            self.matcher.attached_mid_run();
         }
         let entry = (!nested).then(|| call::decode_entry(&p.abi, rec.fn_id, &rec.args, mem));
         let mut open = OpenCall {
@@ -478,12 +608,20 @@ impl Capture {
             posted: None,
             coll: None,
             creation: None,
+            rendezvous: None,
         };
         match entry {
-            Some(Entry::Send { send, .. }) => self.send(rec, &send),
-            Some(Entry::Recv { recv, .. }) => open.posted = self.post(rec.tgid, &recv),
+            Some(Entry::Send { send, mode, .. }) => open.rendezvous = self.send(rec, &send, mode),
+            Some(Entry::Recv { recv, nonblocking }) => {
+                open.posted = self.post(rec.tgid, &recv);
+                if let (true, Some(id)) = (nonblocking, open.posted) {
+                    let p = self.procs.get_mut(&rec.tgid).expect("inspected above");
+                    let slot = p.emit_pending_post(rec.tid, rec.cpu_ns);
+                    self.post_slots.insert(id, (rec.tgid, slot));
+                }
+            }
             Some(Entry::SendRecv { send, recv }) => {
-                self.send(rec, &send);
+                open.rendezvous = self.send(rec, &send, SendMode::Standard);
                 open.posted = self.post(rec.tgid, &recv);
             }
             Some(Entry::Probe) => p.probe_wait(rec.cpu_ns),
@@ -492,6 +630,7 @@ impl Capture {
                 p.exited = true;
                 p.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
                 self.last_finalize = Some(self.last_finalize.unwrap_or(0).max(rec.ts_ns));
+                self.abandon_posts(rec.tgid, false);
             }
             Some(Entry::Collective { comm, op, bytes }) => {
                 let comm = comm.unwrap_or(p.abi.world());
@@ -575,17 +714,21 @@ impl Capture {
                     (None, _) => {}
                 }
             }
-            Some(Entry::Send { nonblocking, .. }) => {
-                if let (true, Some(&h)) = (nonblocking, p.abi.handles(mem).first()) {
-                    p.requests.insert(h, Request::Send);
+            Some(Entry::Send { nonblocking, .. }) => match (nonblocking, open.rendezvous) {
+                (true, rendezvous) => {
+                    if let Some(&h) = p.abi.handles(mem).first() {
+                        self.new_request(rec.tgid, h, Request::Send(rendezvous));
+                    }
                 }
-            }
+                (false, Some(msg)) => p.emit(tid, cpu, EventKind::SendEnd { msg }),
+                (false, None) => {}
+            },
             Some(Entry::Recv {
                 nonblocking: true, ..
             }) => {
                 if let Some(&h) = p.abi.handles(mem).first() {
-                    p.requests
-                        .insert(h, open.posted.map_or(Request::Null, Request::Recv));
+                    let request = open.posted.map_or(Request::Null, Request::Recv);
+                    self.new_request(rec.tgid, h, request);
                 }
             }
             Some(Entry::Recv {
@@ -593,8 +736,11 @@ impl Capture {
             })
             | Some(Entry::SendRecv { .. }) => {
                 let status = p.abi.statuses(mem).first().copied();
-                if let Some(id) = open.posted {
-                    self.receive(rec.tgid, tid, open.cpu_ns, cpu, &[(id, status)]);
+                let recvs: Vec<_> = open.posted.map(|id| (id, status)).into_iter().collect();
+                let sends: Vec<_> = open.rendezvous.into_iter().collect();
+                if !recvs.is_empty() || !sends.is_empty() {
+                    let at = (rec.tgid, tid, rec.ts_ns);
+                    self.complete(at, open.cpu_ns, cpu, &recvs, &sends);
                 }
             }
             Some(Entry::Complete {
@@ -614,7 +760,8 @@ impl Capture {
                 } else {
                     Vec::new()
                 };
-                let mut recvs = Vec::new();
+                let (mut recvs, mut sends) = (Vec::new(), Vec::new());
+                let mut earlier = 0;
                 for (i, h) in requests.iter().enumerate() {
                     let done = match how {
                         Completion::All => true,
@@ -623,24 +770,28 @@ impl Capture {
                     if !done {
                         continue;
                     }
-                    if let Some(Request::Recv(id)) = p.requests.remove(h) {
-                        recvs.push((id, statuses.get(i).copied()));
+                    match p.requests.remove(h) {
+                        Some(Request::Recv(id)) => recvs.push((id, statuses.get(i).copied())),
+                        Some(Request::Send(Some(msg))) => sends.push(msg),
+                        Some(_) => {}
+                        None if p.mid_run && *h != p.abi.request_null() => earlier += 1,
+                        None => {}
                     }
                 }
-                if !recvs.is_empty() {
-                    self.receive(rec.tgid, tid, open.cpu_ns, cpu, &recvs);
+                count(
+                    &mut self.anomalies,
+                    "request made before the attach completed (not modelled)",
+                    earlier,
+                );
+                if !recvs.is_empty() || !sends.is_empty() {
+                    let at = (rec.tgid, tid, rec.ts_ns);
+                    self.complete(at, open.cpu_ns, cpu, &recvs, &sends);
                 }
             }
-            Some(Entry::Collective { .. }) => {
-                if let Some(coll) = open.coll {
-                    p.emit(tid, cpu, EventKind::CollEnd { coll });
-                }
-            }
+            Some(Entry::Collective { .. }) => self.leave_collective(rec.tgid, tid, cpu, open.coll),
             Some(Entry::CommCreate { .. }) => {
-                if let Some(coll) = open.coll {
-                    p.emit(tid, cpu, EventKind::CollEnd { coll });
-                }
                 let handle = p.abi.handles(mem).first().copied();
+                self.leave_collective(rec.tgid, tid, cpu, open.coll);
                 if let (Some((parent, seq)), Some(handle)) = (open.creation, handle) {
                     if let Some(created) = self.comms.leave_creation(parent, seq, rec.tgid) {
                         let p = self.procs.get_mut(&rec.tgid).expect("looked up above");
@@ -657,18 +808,19 @@ impl Capture {
         }
     }
 
-    /// Emits a `Send` for `send` at the entry `rec` and registers it for matching.
-    fn send(&mut self, rec: &Record, send: &SendArgs) {
+    /// Emits a `Send` for `send` (in `mode`) at the entry `rec` and registers it for
+    /// matching. Returns its message if it goes by rendezvous.
+    fn send(&mut self, rec: &Record, send: &SendArgs, mode: SendMode) -> Option<MsgId> {
         let p = self
             .procs
             .get_mut(&rec.tgid)
             .expect("caller inspected the process");
         let dst = match send.dest {
-            Peer::Null => return,
+            Peer::Null => return None,
             Peer::Rank(r) => r,
             Peer::Any => {
                 note(&mut self.anomalies, "send to an invalid rank");
-                return;
+                return None;
             }
         };
         let Some(LocalComm {
@@ -680,7 +832,7 @@ impl Capture {
                 &mut self.anomalies,
                 "send on a communicator whose rank is unknown",
             );
-            return;
+            return None;
         };
         let bytes = send.bytes.unwrap_or_else(|| {
             note(
@@ -689,6 +841,17 @@ impl Capture {
             );
             0
         });
+        let route = match (&self.local_ranks, comm) {
+            _ if dst == src => Route::Itself,
+            (None, _) => Route::SameHost,
+            (Some(ranks), comms::WORLD) if ranks.contains(&dst) => Route::SameHost,
+            (Some(_), comms::WORLD) => Route::OtherHost,
+            (Some(_), _) => Route::Unknown,
+        };
+        // Attached mid-run, a receive may have been posted before the attach, unseen: a
+        // send waiting for its post would wait forever in the model, so sends stay eager.
+        let rendezvous =
+            !self.matcher.is_attached_mid_run() && p.eager.rendezvous(route, mode, bytes);
         let msg = self.matcher.send(
             Envelope {
                 comm,
@@ -697,8 +860,57 @@ impl Capture {
                 tag: send.tag,
             },
             bytes,
+            rec.ts_ns,
         );
-        p.emit(rec.tid, rec.cpu_ns, EventKind::Send { msg, bytes });
+        let kind = EventKind::Send {
+            msg,
+            bytes,
+            rendezvous,
+        };
+        p.emit(rec.tid, rec.cpu_ns, kind);
+        rendezvous.then_some(msg)
+    }
+
+    /// Process `tgid`'s MPI returned request handle `h` for `request`. A receive that had the
+    /// handle before was never seen to complete (freed, cancelled, or its completion lost):
+    /// its post is dropped.
+    fn new_request(&mut self, tgid: u32, h: u64, request: Request) {
+        let Some(p) = self.procs.get_mut(&tgid) else {
+            return;
+        };
+        if let Some(Request::Recv(old)) = p.requests.insert(h, request) {
+            if let Some((_, slot)) = self.post_slots.remove(&old) {
+                p.abandon_post(slot);
+                note(&mut self.anomalies, "receive posted and never completed");
+            }
+        }
+    }
+
+    /// Process `tgid` ends, or the capture does (`at_end`): the posts of its receives not
+    /// completed are dropped and counted. A post whose receive completed but is not matched
+    /// yet (an attached capture matches when it ends, see [`alignment`]) is kept until the
+    /// capture ends; dropped then, its receive counts as unmatched.
+    fn abandon_posts(&mut self, tgid: u32, at_end: bool) {
+        let Some(p) = self.procs.get_mut(&tgid) else {
+            return;
+        };
+        let completed = &self.recv_slots;
+        let mut dropped = 0;
+        self.post_slots.retain(|id, &mut (owner, slot)| {
+            let done = completed.contains_key(id);
+            if owner != tgid || (done && !at_end) {
+                return true;
+            }
+            p.abandon_post(slot);
+            dropped += u64::from(!done);
+            false
+        });
+        if dropped > 0 {
+            *self
+                .anomalies
+                .entry("receive posted and never completed".into())
+                .or_default() += dropped;
+        }
     }
 
     /// Posts a receive for matching; `None` if it moves nothing or cannot be placed.
@@ -728,15 +940,16 @@ impl Capture {
         }))
     }
 
-    /// Emits the `RecvStart` (at `entry_cpu`) and one pending `RecvEnd` per completed receive
-    /// (at `exit_cpu`), then completes them in the matcher with their statuses.
-    fn receive(
+    /// Emits the `RecvStart` (at `entry_cpu`), one pending `RecvEnd` per completed receive
+    /// and one `SendEnd` per completed rendezvous send (at `exit_cpu`), then completes the
+    /// receives in the matcher with their statuses, at `ts`.
+    fn complete(
         &mut self,
-        tgid: u32,
-        tid: u32,
+        (tgid, tid, ts): (u32, u32, u64),
         entry_cpu: u64,
         exit_cpu: u64,
         recvs: &[(RecvId, Option<Status>)],
+        sends: &[MsgId],
     ) {
         let p = self
             .procs
@@ -744,11 +957,14 @@ impl Capture {
             .expect("caller looked up the process");
         p.emit_recv_start(tid, entry_cpu);
         for &(id, _) in recvs {
-            let slot = p.emit_pending_recv(tid, exit_cpu);
+            let slot = p.emit_pending(tid, exit_cpu);
             self.recv_slots.insert(id, (tgid, slot));
         }
+        for &msg in sends {
+            p.emit(tid, exit_cpu, EventKind::SendEnd { msg });
+        }
         for &(id, status) in recvs {
-            self.matcher.complete(id, status);
+            self.matcher.complete(id, status, ts);
         }
     }
 
@@ -772,23 +988,54 @@ impl Capture {
         let seq = p.collectives.entry(local.id).or_default();
         let coll = ids::collective(local.id, *seq);
         *seq += 1;
-        p.emit(
-            rec.tid,
-            rec.cpu_ns,
-            EventKind::CollStart {
+        if p.mid_run && self.local_ranks.is_some() {
+            note(
+                &mut self.anomalies,
+                "collective after an attach on a node capture: numbered from the attach",
+            );
+        }
+        if p.mid_run && self.local_ranks.is_none() {
+            // Numbered from the end of the capture (see `alignment`).
+            let slot = p.emit_pending(rec.tid, rec.cpu_ns);
+            self.attached_colls
+                .enter(local.id, rec.tgid, coll, slot, (op, size, bytes));
+        } else {
+            let start = EventKind::CollStart {
                 coll,
                 op,
                 size,
                 bytes,
-            },
-        );
+            };
+            p.emit(rec.tid, rec.cpu_ns, start);
+        }
         Some(coll)
+    }
+
+    /// Emits the `CollEnd` of collective `coll` (if it was modelled) of thread `tid` of
+    /// `tgid`, whose clock reads `cpu`.
+    fn leave_collective(&mut self, tgid: u32, tid: u32, cpu: u64, coll: Option<CollId>) {
+        let (Some(coll), Some(p)) = (coll, self.procs.get_mut(&tgid)) else {
+            return;
+        };
+        if p.mid_run && self.local_ranks.is_none() {
+            let slot = p.emit_pending(tid, cpu);
+            self.attached_colls.leave(tgid, coll, slot);
+        } else {
+            p.emit(tid, cpu, EventKind::CollEnd { coll });
+        }
     }
 }
 
 /// Counts one occurrence of anomaly `what`.
 fn note(anomalies: &mut BTreeMap<String, u64>, what: &str) {
-    *anomalies.entry(what.to_string()).or_default() += 1;
+    count(anomalies, what, 1);
+}
+
+/// Counts `n` occurrences of anomaly `what` (none: nothing noted).
+fn count(anomalies: &mut BTreeMap<String, u64>, what: &str, n: u64) {
+    if n > 0 {
+        *anomalies.entry(what.to_string()).or_default() += n;
+    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,9 @@ pub const LAYOUT: Layout = Layout {
 /// `MPI_COMM_WORLD`.
 pub const COMM_WORLD: u64 = 0x4400_0000;
 
+/// `MPI_REQUEST_NULL`.
+pub const REQUEST_NULL: u64 = 0x2c00_0000;
+
 /// The soname that identifies MPICH in a process's memory map.
 pub const SONAME: &str = "libmpich.so.12";
 

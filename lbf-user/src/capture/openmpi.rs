@@ -3,7 +3,8 @@
 //!
 //! - Handles are pointers. Predefined ones are the addresses of exported objects:
 //!   `MPI_COMM_WORLD` is `&ompi_mpi_comm_world`, so it differs per process (ASLR) and is
-//!   resolved from the library's dynamic symbol table plus its load base (see `procfs`).
+//!   resolved from the library's dynamic symbol table plus its load base (see `procfs`);
+//!   `MPI_REQUEST_NULL` is `&ompi_request_null`.
 //! - A datatype handle points at an `ompi_datatype_t`, whose first member is an
 //!   `opal_datatype_t { opal_object_t super (16 bytes); u16 flags; u16 id; u32 bdt_used;
 //!   size_t size; ... }`. The kernel reads the first [`DATATYPE_READ_BYTES`] at the handle at
@@ -32,6 +33,9 @@ const DATATYPE_SIZE_OFFSET: usize = 24;
 /// The exported object whose address is `MPI_COMM_WORLD`.
 pub const COMM_WORLD_SYMBOL: &str = "ompi_mpi_comm_world";
 
+/// The exported object whose address is `MPI_REQUEST_NULL`.
+pub const REQUEST_NULL_SYMBOL: &str = "ompi_request_null";
+
 /// The soname that identifies Open MPI in a process's memory map.
 pub const SONAME: &str = "libmpi.so.40";
 
@@ -44,6 +48,8 @@ const ANY_TAG: i32 = -1;
 pub struct OpenMpi {
     /// `MPI_COMM_WORLD` in this process: the address of `ompi_mpi_comm_world`.
     pub comm_world: u64,
+    /// `MPI_REQUEST_NULL` in this process: the address of `ompi_request_null`.
+    pub request_null: u64,
 }
 
 impl OpenMpi {

@@ -2,16 +2,19 @@
 //! CPU clocks, and the queue of its events not yet handed to the sink.
 //!
 //! Events must leave in process order with their message ids known, so an event whose
-//! message is not matched yet (a `RecvEnd`) holds back the ones after it. The queue therefore
-//! only grows while a receive of this process is unmatched.
+//! message is not matched yet (a `RecvEnd`, or the `RecvPost` of an `MPI_Irecv`) holds back
+//! the ones after it. The queue therefore only grows while a receive of this process is
+//! unmatched: from an `MPI_Irecv` to its completion, and from a receive's completion until
+//! its send is seen.
 
 use std::collections::{HashMap, VecDeque};
 
 use super::call::Entry;
+use super::eager::EagerLimits;
 use super::library::Abi;
 use super::matching::{CommId, RecvId};
 use super::{EventSink, ProcStats};
-use crate::event::{CollId, Event, EventKind};
+use crate::event::{CollId, Event, EventKind, MsgId};
 
 /// A call entered and not yet returned.
 #[derive(Clone, Debug)]
@@ -28,13 +31,17 @@ pub struct OpenCall {
     pub coll: Option<CollId>,
     /// The communicator creation entered: (parent, sequence number).
     pub creation: Option<(CommId, u32)>,
+    /// The message this call sent by rendezvous, if any: a blocking send completes it at
+    /// its exit, a nonblocking one hands it to its request.
+    pub rendezvous: Option<MsgId>,
 }
 
 /// What a live request handle stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Request {
-    /// A nonblocking send (its message was emitted at the call).
-    Send,
+    /// A nonblocking send (its message was emitted at the call), with the message if it went
+    /// by rendezvous (its completion is then an event).
+    Send(Option<MsgId>),
     /// A nonblocking receive.
     Recv(RecvId),
     /// An operation that moves nothing (`MPI_PROC_NULL` peer).
@@ -57,6 +64,8 @@ struct Slot {
     kind: Option<EventKind>,
     /// Bytes of the matched message, for statistics.
     bytes: u64,
+    /// Whether the slot is a receive's post (else, while `kind` is `None`, its end).
+    post: bool,
 }
 
 /// One traced MPI process.
@@ -65,6 +74,8 @@ pub struct Process {
     pub abi: Abi,
     /// Its world rank (its process id in the trace), once known.
     pub rank: Option<u32>,
+    /// Which of its sends go by rendezvous.
+    pub eager: EagerLimits,
     /// Open calls per thread, innermost last.
     pub calls: HashMap<u32, Vec<OpenCall>>,
     /// Live request handles.
@@ -77,10 +88,15 @@ pub struct Process {
     pub collectives: HashMap<CommId, u64>,
     /// Whether its `Exit` event is queued; later calls are ignored.
     pub exited: bool,
+    /// Whether it was traced from the middle of its run (attached after `MPI_Init`).
+    pub mid_run: bool,
     /// Totals over the events handed to the sink.
     pub stats: ProcStats,
     /// CPU clock of each thread at this process's previous event.
     cpu_base: HashMap<u32, u64>,
+    /// CPU clock of each thread when tracing began, for a process attached while running,
+    /// until the thread's first event.
+    attach_cpu: HashMap<u32, u64>,
     /// CPU clock at the entry of an `MPI_Probe` whose wait the next receive continues.
     wait_start: Option<u64>,
     queue: VecDeque<Slot>,
@@ -89,19 +105,22 @@ pub struct Process {
 }
 
 impl Process {
-    /// A process using `abi` whose rank may already be known.
-    pub fn new(abi: Abi, rank: Option<u32>) -> Self {
+    /// A process using `abi` with eager limits `eager`, whose rank may already be known.
+    pub fn new(abi: Abi, eager: EagerLimits, rank: Option<u32>) -> Self {
         Process {
             abi,
             rank,
+            eager,
             calls: HashMap::new(),
             requests: HashMap::new(),
             comms: HashMap::new(),
             creations: HashMap::new(),
             collectives: HashMap::new(),
             exited: false,
+            mid_run: false,
             stats: ProcStats::default(),
             cpu_base: HashMap::new(),
+            attach_cpu: HashMap::new(),
             wait_start: None,
             queue: VecDeque::new(),
             queue_base: 0,
@@ -134,9 +153,25 @@ impl Process {
     /// `MPI_Init` returns, or teardown inside `MPI_Finalize`. It is counted in
     /// [`ProcStats::untimed_cpu_ns`], not in any event.
     pub fn untimed(&mut self, tid: u32, cpu_at: u64) {
-        let base = self.cpu_base.entry(tid).or_insert(0);
-        self.stats.untimed_cpu_ns += cpu_at.saturating_sub(*base);
+        let base = self.cpu_base(tid);
+        let before = cpu_at.saturating_sub(*base);
         *base = (*base).max(cpu_at);
+        self.stats.untimed_cpu_ns += before;
+    }
+
+    /// Thread `tid`'s CPU clock read `cpu_at` when tracing began (the process was attached
+    /// while running): the model of the thread starts there, and what it used before is in
+    /// no event and no statistic.
+    pub fn attached(&mut self, tid: u32, cpu_at: u64) {
+        self.attach_cpu.insert(tid, cpu_at);
+    }
+
+    /// Thread `tid`'s CPU clock at this process's previous event; for its first, the clock
+    /// when tracing began (0 for a thread traced from its start).
+    fn cpu_base(&mut self, tid: u32) -> &mut u64 {
+        self.cpu_base
+            .entry(tid)
+            .or_insert_with(|| self.attach_cpu.remove(&tid).unwrap_or(0))
     }
 
     /// Queues a `RecvStart` at `cpu_at`, or where an `MPI_Probe` began waiting.
@@ -145,31 +180,53 @@ impl Process {
         self.push(tid, at, Some(EventKind::RecvStart));
     }
 
-    /// Queues a `RecvEnd` whose message is not known yet; returns its slot for [`Self::fill`].
-    pub fn emit_pending_recv(&mut self, tid: u32, cpu_at: u64) -> u64 {
+    /// Queues an event not known yet (a `RecvEnd` whose message is not matched, a collective
+    /// event of a process attached while running whose instance is not known); returns its
+    /// slot for [`Self::fill`].
+    pub fn emit_pending(&mut self, tid: u32, cpu_at: u64) -> u64 {
         self.wait_start = None;
         self.push(tid, cpu_at, None)
     }
 
-    /// Completes the pending `RecvEnd` in `slot` with message `msg` of `bytes`.
-    pub fn fill(&mut self, slot: u64, msg: u64, bytes: u64) {
-        if let Some(s) = slot
-            .checked_sub(self.queue_base)
-            .and_then(|i| self.queue.get_mut(i as usize))
-        {
-            s.kind = Some(EventKind::RecvEnd { msg });
+    /// Queues the `RecvPost` of a receive whose message is not known yet; returns its slot
+    /// for [`Self::fill`].
+    pub fn emit_pending_post(&mut self, tid: u32, cpu_at: u64) -> u64 {
+        let slot = self.push(tid, cpu_at, None);
+        self.queue.back_mut().expect("just pushed").post = true;
+        slot
+    }
+
+    /// Makes the pending event in `slot` `kind`, moving `bytes` (for statistics).
+    pub fn fill(&mut self, slot: u64, kind: EventKind, bytes: u64) {
+        if let Some(s) = self.slot(slot) {
+            s.kind = Some(kind);
             s.bytes = bytes;
         }
     }
 
-    /// Turns every pending `RecvEnd` into a `Keepalive` carrying its CPU; returns how many.
+    /// Gives up on the pending post in `slot` (its receive will never be completed): it
+    /// becomes a `Keepalive` carrying its CPU.
+    pub fn abandon_post(&mut self, slot: u64) {
+        if let Some(s) = self.slot(slot).filter(|s| s.kind.is_none()) {
+            s.kind = Some(EventKind::Keepalive);
+        }
+    }
+
+    /// Turns every pending event into a `Keepalive` carrying its CPU; returns how many
+    /// receives (their ends) were pending.
     pub fn abandon_pending(&mut self) -> u64 {
         let mut n = 0;
         for s in self.queue.iter_mut().filter(|s| s.kind.is_none()) {
             s.kind = Some(EventKind::Keepalive);
-            n += 1;
+            n += u64::from(!s.post);
         }
         n
+    }
+
+    /// The queued event at absolute index `slot`, if it is still queued.
+    fn slot(&mut self, slot: u64) -> Option<&mut Slot> {
+        slot.checked_sub(self.queue_base)
+            .and_then(|i| self.queue.get_mut(i as usize))
     }
 
     /// Hands the queued events that are complete, in order, to `sink` (once the rank is known).
@@ -179,6 +236,7 @@ impl Process {
             cpu_ns,
             kind: Some(kind),
             bytes,
+            ..
         }) = self.queue.front()
         {
             self.stats.count(cpu_ns, &kind, bytes);
@@ -198,13 +256,14 @@ impl Process {
     }
 
     fn push(&mut self, tid: u32, cpu_at: u64, kind: Option<EventKind>) -> u64 {
-        let base = self.cpu_base.entry(tid).or_insert(0);
+        let base = self.cpu_base(tid);
         let cpu_ns = cpu_at.saturating_sub(*base);
         *base = (*base).max(cpu_at);
         self.queue.push_back(Slot {
             cpu_ns,
             kind,
             bytes: 0,
+            post: false,
         });
         self.queue_base + self.queue.len() as u64 - 1
     }

@@ -1,6 +1,7 @@
 //! What the capture needs to know about a live process that its records do not say: which
-//! MPI library it mapped (and, for Open MPI, where `MPI_COMM_WORLD` is), and the rank its
-//! launcher gave it. [`ProcFs`] answers from `/proc`; tests answer with fixed values.
+//! MPI library it mapped (and, for Open MPI, where `MPI_COMM_WORLD` is), the rank its
+//! launcher gave it, and the eager limits its library's configuration sets. [`ProcFs`]
+//! answers from `/proc`; tests answer with fixed values.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -8,6 +9,7 @@ use std::path::PathBuf;
 
 use object::{Object, ObjectSymbol};
 
+use super::eager::EagerLimits;
 use super::library::{Abi, Library};
 use super::mpich::Mpich;
 use super::openmpi::{self, OpenMpi};
@@ -44,7 +46,16 @@ pub trait ProcessInspector {
     fn abi(&mut self, tgid: u32) -> Result<Abi, InspectError>;
     /// The world rank the launcher put in the environment of `tgid`, if any.
     fn launch_rank(&mut self, tgid: u32) -> Option<LaunchRank>;
+    /// The eager limits of process `tgid`, which uses `library`: the library's defaults
+    /// unless its environment changes them.
+    fn eager_limits(&mut self, tgid: u32, library: Library) -> EagerLimits {
+        let _ = tgid;
+        EagerLimits::default_of(library)
+    }
 }
+
+/// The soname prefix of UCX's protocol library, which MPICH's `ch4:ucx` device maps.
+const UCX_SONAME: &str = "libucp.so";
 
 /// Environment variables that carry the world rank and size, per launcher: Open MPI's ORTE
 /// and PMIx, MPICH's Hydra (PMI).
@@ -109,9 +120,9 @@ fn parse_maps(maps: &str) -> Vec<Mapping> {
 /// Inspects processes through `/proc`. Symbol lookups are cached per file.
 #[derive(Default)]
 pub struct ProcFs {
-    /// File -> `(st_value, absolute)` of `ompi_mpi_comm_world` if the file defines it;
+    /// (file, symbol) -> `(st_value, absolute)` of the symbol if the file defines it;
     /// `absolute` for non-PIE executables, whose symbol values are addresses.
-    comm_world_symbols: HashMap<PathBuf, Option<(u64, bool)>>,
+    symbols: HashMap<(PathBuf, &'static str), Option<(u64, bool)>>,
 }
 
 impl ProcFs {
@@ -120,15 +131,16 @@ impl ProcFs {
         Self::default()
     }
 
-    /// `ompi_mpi_comm_world`'s value in the object at `path` (seen through process `tgid`'s
-    /// root, for mount namespaces), if that object defines it.
-    fn comm_world_symbol(
+    /// `symbol`'s value in the object at `path` (seen through process `tgid`'s root, for
+    /// mount namespaces), if that object defines it.
+    fn symbol(
         &mut self,
         tgid: u32,
         path: &str,
+        symbol: &'static str,
     ) -> Result<Option<(u64, bool)>, InspectError> {
         let file = PathBuf::from(format!("/proc/{tgid}/root{path}"));
-        if let Some(&found) = self.comm_world_symbols.get(&file) {
+        if let Some(&found) = self.symbols.get(&(file.clone(), symbol)) {
             return Ok(found);
         }
         let err = |reason: String| InspectError { tgid, reason };
@@ -139,21 +151,23 @@ impl ProcFs {
         let absolute = elf.kind() == object::ObjectKind::Executable;
         let found = elf
             .dynamic_symbols()
-            .find(|s| s.is_definition() && s.name() == Ok(openmpi::COMM_WORLD_SYMBOL))
+            .find(|s| s.is_definition() && s.name() == Ok(symbol))
             .map(|s| (s.address(), absolute));
-        self.comm_world_symbols.insert(file, found);
+        self.symbols.insert((file, symbol), found);
         Ok(found)
     }
 
-    /// The address of `MPI_COMM_WORLD` in Open MPI process `tgid`: where the dynamic linker
-    /// bound `ompi_mpi_comm_world`. It searches the executable first: a PIE compiled by GCC
-    /// refers to the library's data through a copy relocation, so the object then lives in
-    /// the executable's `.bss`, not in `libmpi.so`.
-    fn open_mpi_comm_world(
+    /// The address of Open MPI's object `symbol` in process `tgid` (a predefined handle such
+    /// as `MPI_COMM_WORLD` is one's address): where the dynamic linker bound it. It searches
+    /// the executable first: a PIE compiled by GCC refers to the library's data through a
+    /// copy relocation, so the object then lives in the executable's `.bss`, not in
+    /// `libmpi.so`.
+    fn open_mpi_object(
         &mut self,
         tgid: u32,
         mappings: &[Mapping],
         library: &Mapping,
+        symbol: &'static str,
     ) -> Result<u64, InspectError> {
         let exe = std::fs::read_link(format!("/proc/{tgid}/exe")).ok();
         let exe_mapping = exe.and_then(|exe| {
@@ -163,7 +177,7 @@ impl ProcFs {
         for mapping in exe_mapping.into_iter().chain([library]) {
             // Shared objects and PIEs are linked at address 0: a symbol's value is its offset
             // from where the first (offset 0) segment is mapped.
-            if let Some((value, absolute)) = self.comm_world_symbol(tgid, &mapping.path)? {
+            if let Some((value, absolute)) = self.symbol(tgid, &mapping.path, symbol)? {
                 return Ok(if absolute {
                     value
                 } else {
@@ -174,9 +188,8 @@ impl ProcFs {
         Err(InspectError {
             tgid,
             reason: format!(
-                "neither its executable nor {} defines {}",
+                "neither its executable nor {} defines {symbol}",
                 library.path,
-                openmpi::COMM_WORLD_SYMBOL
             ),
         })
     }
@@ -205,13 +218,36 @@ impl ProcessInspector for ProcFs {
         Ok(match library {
             Library::Mpich => Abi::Mpich(Mpich),
             Library::OpenMpi => Abi::OpenMpi(OpenMpi {
-                comm_world: self.open_mpi_comm_world(tgid, &mappings, mapping)?,
+                comm_world: self.open_mpi_object(
+                    tgid,
+                    &mappings,
+                    mapping,
+                    openmpi::COMM_WORLD_SYMBOL,
+                )?,
+                request_null: self.open_mpi_object(
+                    tgid,
+                    &mappings,
+                    mapping,
+                    openmpi::REQUEST_NULL_SYMBOL,
+                )?,
             }),
         })
     }
 
     fn launch_rank(&mut self, tgid: u32) -> Option<LaunchRank> {
         launch_rank_from_environ(&std::fs::read(format!("/proc/{tgid}/environ")).ok()?)
+    }
+
+    fn eager_limits(&mut self, tgid: u32, library: Library) -> EagerLimits {
+        let environ = std::fs::read(format!("/proc/{tgid}/environ")).unwrap_or_default();
+        let maps = std::fs::read_to_string(format!("/proc/{tgid}/maps")).unwrap_or_default();
+        let ucx = parse_maps(&maps).iter().any(|m| {
+            m.path
+                .rsplit('/')
+                .next()
+                .is_some_and(|name| name.starts_with(UCX_SONAME))
+        });
+        EagerLimits::of(library, &environ, ucx)
     }
 }
 

@@ -21,8 +21,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use super::sockets::channels::Role;
 use super::source::Backlog;
-use super::timeline::{RunClock, Timeline};
+use super::timeline::{Item, RunClock, Timeline};
 use super::{EventSink, ProcStats};
 use crate::event::{Event, EventKind, ProcInfo};
 
@@ -334,17 +335,27 @@ impl Roster {
         let stats = &mut p.stats;
         let lost = &mut self.lost_events;
         let standing = p.standing;
-        p.timeline.drain(all, |cpu_ns, kind| match standing {
+        p.timeline.drain(all, |cpu_ns, item| match standing {
             Standing::Member(id) => {
                 stats.cpu_ns += cpu_ns;
-                if matches!(kind, EventKind::RecvEnd { .. }) {
-                    stats.wait_ns += cpu_ns;
+                match item {
+                    Item::Event(kind) => {
+                        if matches!(kind, EventKind::RecvEnd { .. }) {
+                            stats.wait_ns += cpu_ns;
+                        }
+                        sink.event(&Event {
+                            proc: id,
+                            cpu_ns,
+                            kind,
+                        });
+                    }
+                    Item::Stream(op) => {
+                        if op.role == Role::Recv {
+                            stats.wait_ns += cpu_ns;
+                        }
+                        sink.stream_op(id, cpu_ns, &op);
+                    }
                 }
-                sink.event(&Event {
-                    proc: id,
-                    cpu_ns,
-                    kind,
-                });
             }
             Standing::Beyond => *lost += 1,
         });

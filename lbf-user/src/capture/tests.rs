@@ -124,6 +124,11 @@ impl Run {
         self.leave(rank, mpi::RECV, cpu.1, status);
     }
 
+    /// The tracer started tracing running rank `rank`, whose clock read `cpu`.
+    fn attach(&mut self, rank: u32, cpu: u64) {
+        self.record(RecordKind::Attach, rank, 0, cpu, &[], &[]);
+    }
+
     fn finalize(&mut self, rank: u32, cpu: u64) {
         self.enter(rank, mpi::FINALIZE, cpu, &[], &[]);
         self.leave(rank, mpi::FINALIZE, cpu, &[]);
@@ -211,7 +216,8 @@ fn blocking_ping_pong_cpu_split_into_work_and_waiting() {
             50,
             EventKind::Send {
                 msg: msg(0, 1, 0, 0),
-                bytes: 16
+                bytes: 16,
+                rendezvous: false,
             }
         )
     );
@@ -346,27 +352,21 @@ fn waitany_completes_out_of_order_and_test_without_completion_is_work() {
     }
     let (log, summary) = run.finish();
     assert_matched(&log);
-    let p0 = of(&log, 0);
-    assert_eq!(p0[0], (40, EventKind::RecvStart));
+    let (from1, from2) = (msg(1, 0, 5, 0), msg(2, 0, 5, 0));
+    // Each MPI_Irecv posts its receive where it was called; the 1 ns inside the first and
+    // the test's CPU are work, carried to the next event.
     assert_eq!(
-        p0[1],
-        (
-            30,
-            EventKind::RecvEnd {
-                msg: msg(2, 0, 5, 0)
-            }
-        ),
+        of(&log, 0),
+        vec![
+            (10, EventKind::RecvPost { msg: from1 }),
+            (2, EventKind::RecvPost { msg: from2 }),
+            (28, EventKind::RecvStart),
+            (30, EventKind::RecvEnd { msg: from2 }),
+            (20, EventKind::RecvStart),
+            (5, EventKind::RecvEnd { msg: from1 }),
+            (105, EventKind::Exit),
+        ],
         "rank 2's message first"
-    );
-    assert_eq!(p0[2], (20, EventKind::RecvStart));
-    assert_eq!(
-        p0[3],
-        (
-            5,
-            EventKind::RecvEnd {
-                msg: msg(1, 0, 5, 0)
-            }
-        )
     );
     assert_eq!(summary.stats[0].recvs, 2);
 }
@@ -412,26 +412,26 @@ fn waitall_uses_statuses_for_any_source() {
     }
     let (log, summary) = run.finish();
     assert_matched(&log);
+    // Request 0xa got rank 2's message (status), 0xb rank 1's; each post names it.
+    let (from1, from2) = (msg(1, 0, 3, 0), msg(2, 0, 3, 0));
     let p0 = of(&log, 0);
-    // Request 0xa got rank 2's message (status), 0xb rank 1's.
-    assert_eq!(p0[1], (39, EventKind::RecvStart));
     assert_eq!(
-        p0[2],
-        (
-            40,
-            EventKind::RecvEnd {
-                msg: msg(2, 0, 3, 0)
-            }
-        )
-    );
-    assert_eq!(
-        p0[3],
-        (
-            0,
-            EventKind::RecvEnd {
-                msg: msg(1, 0, 3, 0)
-            }
-        )
+        p0[..6],
+        [
+            (10, EventKind::RecvPost { msg: from2 }),
+            (0, EventKind::RecvPost { msg: from1 }),
+            (
+                1,
+                EventKind::Send {
+                    msg: msg(0, 1, 3, 0),
+                    bytes: 12,
+                    rendezvous: false
+                }
+            ),
+            (39, EventKind::RecvStart),
+            (40, EventKind::RecvEnd { msg: from2 }),
+            (0, EventKind::RecvEnd { msg: from1 }),
+        ]
     );
     assert_eq!(summary.stats[0].sends, 1);
 }
@@ -467,7 +467,8 @@ fn sendrecv_ring_and_probe() {
             10,
             EventKind::Send {
                 msg: msg(1, 0, 9, 0),
-                bytes: 16
+                bytes: 16,
+                rendezvous: false,
             }
         )
     );
@@ -627,7 +628,10 @@ fn processes_without_mpi_calls_are_not_ranks_and_ids_follow_ranks() {
 #[test]
 fn open_mpi_handles_statuses_and_datatypes() {
     let world = 0x7f00_1234_5000;
-    let abi = Abi::OpenMpi(OpenMpi { comm_world: world });
+    let abi = Abi::OpenMpi(OpenMpi {
+        comm_world: world,
+        request_null: 0x5000,
+    });
     let table = HashMap::from([(100, (abi, Some(0), 2)), (101, (abi, Some(1), 2))]);
     let mut run = Run {
         capture: Capture::new(Box::new(FakeInspector(table)), "h"),
@@ -683,4 +687,205 @@ fn unmatched_receive_becomes_keepalive_and_missing_exit_is_added() {
     assert_eq!(p0.last().unwrap().1, EventKind::Exit);
     assert_eq!(summary.unmatched_recvs, 1);
     assert!(!summary.anomalies.is_empty());
+}
+
+/// Attached to a token ring while rank 1 waits in a receive (not seen) and rank 0 computes:
+/// rank 0's first send goes to that receive, so rank 1's first receive seen takes rank 0's
+/// second send; each rank's first event carries the CPU since the attach. A barrier rank 0
+/// was inside at the attach is left out; the next one is modelled.
+#[test]
+fn attached_mid_run_aligns_at_the_end_and_counts_cpu_from_the_attach() {
+    let mut run = Run::mpich(2);
+    run.attach(0, 5_000);
+    run.attach(1, 7_000);
+    // Rank 0 leaves the barrier it was in at the attach (not seen); rank 1 enters and leaves
+    // it. Both then enter the next.
+    run.enter(1, mpi::BARRIER, 7_100, &[WORLD], &[]);
+    run.leave(1, mpi::BARRIER, 7_200, &[]);
+    run.send(0, 6_000, 4, 1, 7);
+    run.enter(0, mpi::BARRIER, 6_100, &[WORLD], &[]);
+    run.enter(1, mpi::BARRIER, 7_300, &[WORLD], &[]);
+    run.leave(0, mpi::BARRIER, 6_200, &[]);
+    run.leave(1, mpi::BARRIER, 7_400, &[]);
+    run.send(1, 8_000, 4, 0, 7);
+    run.send(0, 10_000, 4, 1, 7);
+    run.recv(1, (8_100, 12_000), 0, 7, &[]);
+    run.recv(0, (10_100, 13_000), 1, 7, &[]);
+    run.finalize(0, 14_000);
+    run.finalize(1, 15_000);
+    let (log, summary) = run.finish();
+    let p0 = of(&log, 0);
+    let p1 = of(&log, 1);
+    assert_eq!(
+        p0[0],
+        (
+            1_000,
+            EventKind::Send {
+                msg: msg(0, 1, 7, 0),
+                bytes: 16,
+                rendezvous: false
+            }
+        ),
+        "the CPU from the attach is work"
+    );
+    assert!(matches!(p0[1], (100, EventKind::CollStart { size: 2, .. })));
+    assert!(matches!(p1[0], (100, EventKind::Keepalive)));
+    assert!(matches!(p1[2], (100, EventKind::CollStart { .. })));
+    assert_eq!(collective_of(&p0[1].1), collective_of(&p1[2].1));
+    assert_eq!(
+        p1.iter()
+            .find(|e| matches!(e.1, EventKind::RecvEnd { .. }))
+            .map(|e| e.1),
+        Some(EventKind::RecvEnd {
+            msg: msg(0, 1, 7, 1)
+        }),
+        "rank 1's receive takes rank 0's second send"
+    );
+    assert_eq!(
+        p0.iter()
+            .find(|e| matches!(e.1, EventKind::RecvEnd { .. }))
+            .map(|e| e.1),
+        Some(EventKind::RecvEnd {
+            msg: msg(1, 0, 7, 0)
+        })
+    );
+    // The CPU before the attach is in no figure.
+    assert_eq!(summary.stats[0].cpu_ns, 14_000 - 5_000);
+    assert_eq!(summary.stats[0].untimed_cpu_ns, 0);
+    assert_eq!(
+        log.procs[1].start_ns, 1_000,
+        "the model starts at the attach"
+    );
+    let counted = |what: &str| summary.anomalies.get(what).copied();
+    assert_eq!(
+        counted("send received by a receive posted before the attach (not modelled)"),
+        Some(1)
+    );
+    assert_eq!(
+        counted("collective entered by a member before the attach (not modelled)"),
+        Some(1)
+    );
+    assert_eq!(summary.anomalies.len(), 2, "{:?}", summary.anomalies);
+    assert_eq!(summary.unmatched_sends, 1);
+}
+
+/// The collective instance of a `CollStart` or `CollEnd`.
+fn collective_of(kind: &EventKind) -> Option<u64> {
+    match *kind {
+        EventKind::CollStart { coll, .. } | EventKind::CollEnd { coll } => Some(coll),
+        _ => None,
+    }
+}
+
+/// MPICH sends more than 8255 bytes to a rank of its host by rendezvous: the send's CPU
+/// inside is waiting, on a `SendEnd` at its exit. A smaller send stays eager.
+#[test]
+fn large_blocking_sends_go_by_rendezvous_and_end_at_their_return() {
+    let mut run = Run::mpich(2);
+    run.init(0, 0);
+    run.init(1, 0);
+    // 2064 ints = 8256 bytes, one above MPICH's eager limit on one host.
+    run.enter(0, mpi::SEND, 100, &[0, 2064, INT, 1, 0, WORLD], &[]);
+    run.leave(0, mpi::SEND, 130, &[]);
+    run.recv(1, (20, 40), 0, 0, &status(0, 0, 8256));
+    run.send(0, 150, 2063, 1, 1);
+    run.recv(1, (50, 60), 0, 1, &status(0, 1, 8252));
+    for r in 0..2 {
+        run.finalize(r, 200);
+    }
+    let (log, summary) = run.finish();
+    assert_matched(&log);
+    let big = msg(0, 1, 0, 0);
+    assert_eq!(
+        of(&log, 0)[..3],
+        [
+            (
+                100,
+                EventKind::Send {
+                    msg: big,
+                    bytes: 8256,
+                    rendezvous: true
+                }
+            ),
+            (30, EventKind::SendEnd { msg: big }),
+            (
+                20,
+                EventKind::Send {
+                    msg: msg(0, 1, 1, 0),
+                    bytes: 8252,
+                    rendezvous: false
+                }
+            ),
+        ]
+    );
+    assert_eq!(summary.stats[0].wait_ns, 30);
+    // The receiver posts its blocking receive at its entry, as before: no RecvPost.
+    assert_eq!(of(&log, 1)[0], (20, EventKind::RecvStart));
+}
+
+/// A synchronous send waits for its receive at any size; a nonblocking rendezvous send is
+/// completed by the wait that returns its request: the wait's entry starts a wait, its exit
+/// ends the send.
+#[test]
+fn synchronous_and_nonblocking_rendezvous_sends_end_where_they_complete() {
+    let mut run = Run::mpich(2);
+    run.init(0, 0);
+    run.init(1, 0);
+    run.enter(0, mpi::SSEND, 10, &[0, 1, INT, 1, 0, WORLD], &[]);
+    run.leave(0, mpi::SSEND, 20, &[]);
+    run.enter(0, mpi::ISEND, 30, &[0, 5000, INT, 1, 1, WORLD, 0x2000], &[]);
+    run.leave(0, mpi::ISEND, 31, &handles(&[0xc]));
+    run.enter(0, mpi::WAIT, 50, &[0x2000, 0x3000], &handles(&[0xc]));
+    run.leave(0, mpi::WAIT, 90, &[]);
+    run.recv(1, (5, 6), 0, 0, &status(0, 0, 4));
+    run.recv(1, (7, 8), 0, 1, &status(0, 1, 20000));
+    for r in 0..2 {
+        run.finalize(r, 100);
+    }
+    let (log, _) = run.finish();
+    assert_matched(&log);
+    let (sync, big) = (msg(0, 1, 0, 0), msg(0, 1, 1, 0));
+    let sent = |msg, bytes| EventKind::Send {
+        msg,
+        bytes,
+        rendezvous: true,
+    };
+    assert_eq!(
+        of(&log, 0),
+        vec![
+            (10, sent(sync, 4)),
+            (10, EventKind::SendEnd { msg: sync }),
+            (10, sent(big, 20000)),
+            (20, EventKind::RecvStart),
+            (40, EventKind::SendEnd { msg: big }),
+            (10, EventKind::Exit),
+        ]
+    );
+}
+
+/// The post of an `MPI_Irecv` never completed (its request freed) is dropped when its
+/// handle comes back for another request: it must not hold the process's events back.
+#[test]
+fn a_receive_never_completed_drops_its_post_when_its_handle_is_reused() {
+    let mut run = Run::mpich(2);
+    run.init(0, 0);
+    run.init(1, 0);
+    run.enter(0, mpi::IRECV, 10, &[0, 1, INT, 1, 5, WORLD, 0x2000], &[]);
+    run.leave(0, mpi::IRECV, 11, &handles(&[0xa]));
+    run.enter(0, mpi::BARRIER, 20, &[WORLD], &[]);
+    run.leave(0, mpi::BARRIER, 21, &[]);
+    let held = run.log.events.iter().filter(|e| e.proc == 0).count();
+    assert_eq!(held, 0, "the pending post holds rank 0's events back");
+    run.enter(0, mpi::IRECV, 30, &[0, 1, INT, 1, 6, WORLD, 0x2000], &[]);
+    run.leave(0, mpi::IRECV, 31, &handles(&[0xa]));
+    let p0 = of(&run.log, 0);
+    assert_eq!(p0[0], (10, EventKind::Keepalive), "the dropped post");
+    assert!(matches!(p0[1].1, EventKind::CollStart { .. }), "{p0:?}");
+    let (_, summary) = run.finish();
+    assert_eq!(
+        summary.anomalies.get("receive posted and never completed"),
+        Some(&2),
+        "{:?}",
+        summary.anomalies
+    );
 }

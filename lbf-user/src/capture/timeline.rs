@@ -1,18 +1,33 @@
 //! One process's events in order, some of them not settled yet: a send whose receiver has not
 //! consumed all of its bytes (it may become several messages), a receive whose send has not
 //! been seen. Events leave only in order, so the queue grows while an early slot is open.
+//!
+//! A cluster node's socket capture also queues sends and receives it does not match itself
+//! ([`Item::Stream`]: connections to other hosts, matched by the builder), in their place
+//! among the process's events; the builder holds its processes' events in timelines of its
+//! own while their messages are matched ([`Timeline::emit_after`]).
 
 use std::collections::{HashMap, VecDeque};
 
 use lbf_common::{Record, RecordKind};
 
+use super::sockets::channels::StreamOp;
 use crate::event::EventKind;
+
+/// What a settled slot hands out.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    /// An event for the engine.
+    Event(EventKind),
+    /// A send or receive matched elsewhere (boxed: rarer and larger than an event).
+    Stream(Box<StreamOp>),
+}
 
 /// A queued event, or several once a send is cut into messages (`None` until settled).
 #[derive(Debug)]
 struct Slot {
     cpu_ns: u64,
-    kinds: Option<Vec<EventKind>>,
+    items: Option<Vec<Item>>,
 }
 
 /// The queue of one process and its CPU bookkeeping.
@@ -49,12 +64,30 @@ impl Wait {
 impl Timeline {
     /// Queues `kind`, happening when thread `tid`'s clock reads `cpu_at`.
     pub fn emit(&mut self, tid: u32, cpu_at: u64, kind: EventKind) {
-        self.push(tid, cpu_at, Some(vec![kind]));
+        self.push(tid, cpu_at, Some(vec![Item::Event(kind)]));
+    }
+
+    /// Queues a send or receive that is matched elsewhere, made when thread `tid`'s clock
+    /// reads `cpu_at`: it leaves as it is, in its place.
+    pub fn emit_stream(&mut self, tid: u32, cpu_at: u64, op: StreamOp) {
+        self.push(tid, cpu_at, Some(vec![Item::Stream(Box::new(op))]));
     }
 
     /// Queues an event to be settled with [`Timeline::settle`]; returns its slot.
     pub fn open(&mut self, tid: u32, cpu_at: u64) -> u64 {
         self.push(tid, cpu_at, None)
+    }
+
+    /// Queues `kind` after `cpu_ns` of CPU since the previous event, for a stream of events
+    /// that already carry their CPU (the builder's).
+    pub fn emit_after(&mut self, cpu_ns: u64, kind: EventKind) {
+        self.push_slot(cpu_ns, Some(vec![Item::Event(kind)]));
+    }
+
+    /// Queues, after `cpu_ns` of CPU, an event to be settled with [`Timeline::settle`];
+    /// returns its slot.
+    pub fn open_after(&mut self, cpu_ns: u64) -> u64 {
+        self.push_slot(cpu_ns, None)
     }
 
     /// Settles slot `slot` as `kinds` (at least one): the first carries the slot's CPU, the
@@ -65,7 +98,7 @@ impl Timeline {
             .checked_sub(self.base)
             .and_then(|i| self.queue.get_mut(i as usize))
         {
-            s.kinds = Some(kinds);
+            s.items = Some(kinds.into_iter().map(Item::Event).collect());
         }
     }
 
@@ -75,20 +108,22 @@ impl Timeline {
     /// itself, and anything the process did before it) is work.
     pub fn recv_start(&mut self, tid: u32, cpu_at: u64, wait: Option<Wait>) -> Option<u64> {
         let at = wait.map_or(cpu_at, |w| w.entry_cpu.min(cpu_at));
-        self.push(tid, at, Some(vec![EventKind::RecvStart]));
+        self.push(tid, at, Some(vec![Item::Event(EventKind::RecvStart)]));
         wait.map(|w| w.exit_cpu)
     }
 
-    /// Hands out, in order as `(cpu_ns, kind)`, the settled events at the front of the
-    /// queue, up to the first slot still open; with `all`, every event, an open slot as a
+    /// Hands out, in order as `(cpu_ns, item)`, the settled items at the front of the
+    /// queue, up to the first slot still open; with `all`, every item, an open slot as a
     /// `Keepalive` carrying its CPU (the end of a capture).
-    pub fn drain(&mut self, all: bool, mut out: impl FnMut(u64, EventKind)) {
-        while self.queue.front().is_some_and(|s| all || s.kinds.is_some()) {
+    pub fn drain(&mut self, all: bool, mut out: impl FnMut(u64, Item)) {
+        while self.queue.front().is_some_and(|s| all || s.items.is_some()) {
             let slot = self.queue.pop_front().expect("checked");
             self.base += 1;
-            let kinds = slot.kinds.unwrap_or_else(|| vec![EventKind::Keepalive]);
-            for (i, kind) in kinds.into_iter().enumerate() {
-                out(if i == 0 { slot.cpu_ns } else { 0 }, kind);
+            let items = slot
+                .items
+                .unwrap_or_else(|| vec![Item::Event(EventKind::Keepalive)]);
+            for (i, item) in items.into_iter().enumerate() {
+                out(if i == 0 { slot.cpu_ns } else { 0 }, item);
             }
         }
     }
@@ -98,11 +133,21 @@ impl Timeline {
         self.queue.len()
     }
 
-    fn push(&mut self, tid: u32, cpu_at: u64, kinds: Option<Vec<EventKind>>) -> u64 {
+    /// The slot of the first event not handed out yet, if any: after a [`Timeline::drain`],
+    /// the open slot the others wait behind.
+    pub fn first_held(&self) -> Option<u64> {
+        (!self.queue.is_empty()).then_some(self.base)
+    }
+
+    fn push(&mut self, tid: u32, cpu_at: u64, items: Option<Vec<Item>>) -> u64 {
         let base = self.cpu_base.entry(tid).or_insert(0);
         let cpu_ns = cpu_at.saturating_sub(*base);
         *base = (*base).max(cpu_at);
-        self.queue.push_back(Slot { cpu_ns, kinds });
+        self.push_slot(cpu_ns, items)
+    }
+
+    fn push_slot(&mut self, cpu_ns: u64, items: Option<Vec<Item>>) -> u64 {
+        self.queue.push_back(Slot { cpu_ns, items });
         self.base + self.queue.len() as u64 - 1
     }
 }

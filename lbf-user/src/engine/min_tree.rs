@@ -7,73 +7,84 @@ use std::hint::select_unpredictable;
 
 /// Minimum over `len` slots, each holding a time or nothing.
 ///
-/// A *winner tree*: each internal node holds the slot with the earliest time below it, and
-/// slot times are kept once, as IEEE-754 bits (which order like non-negative times). An
-/// update replays the matches on the slot's path to the root, carrying the winner so far in
-/// registers: each level loads only the sibling's winner, which does not depend on the level
-/// below, so the levels do not wait on each other's stores. A match orders by time, then by
-/// slot (the left subtree holds the lower slots), and selects without a hard-to-predict
-/// branch.
+/// A *winner tree*: each tree node holds the time and slot of the earliest slot below it,
+/// times as IEEE-754 bits (which order like non-negative times). An update replays the
+/// matches on the slot's path to the root, carrying the winner so far in registers: each
+/// level loads only the sibling's entry, which does not depend on the level below, so the
+/// levels do not wait on each other's stores. A match orders by time, then by slot, and
+/// selects without a hard-to-predict branch.
 #[derive(Debug)]
 pub(super) struct MinTree {
-    /// Each slot's time's bits, [`EMPTY`] for nothing.
-    times: Vec<u64>,
-    /// `winners[k]` for tree node `k`: nodes `1..leaves` are internal (the children of `k`
+    /// `entries[k]` for tree node `k`: nodes `1..leaves` are internal (the children of `k`
     /// are `2k` and `2k + 1`), node `leaves + i` is slot `i` itself.
-    winners: Vec<u32>,
+    entries: Vec<Entry>,
     leaves: usize,
 }
 
-/// The bits of an empty slot: a NaN pattern that no time has, and above every time's bits.
-const EMPTY: u64 = u64::MAX;
+/// A tree node: the time of the earliest slot below it, as bits ([`EMPTY`] for nothing),
+/// and that slot.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    time: u64,
+    slot: u64,
+}
+
+/// The bits of an empty slot: a NaN pattern that no time has, above every time's bits, and
+/// below `u64::MAX` (a match adds 1 to it).
+const EMPTY: u64 = u64::MAX - 1;
 
 impl MinTree {
     /// `len` empty slots.
     pub(super) fn new(len: usize) -> Self {
         let leaves = len.next_power_of_two().max(1);
-        let mut winners = vec![0; 2 * leaves];
-        for (i, w) in winners[leaves..].iter_mut().enumerate() {
-            *w = u32::try_from(i).expect("fewer than 2^32 slots");
+        let mut entries = vec![
+            Entry {
+                time: EMPTY,
+                slot: 0
+            };
+            2 * leaves
+        ];
+        for (i, e) in entries[leaves..].iter_mut().enumerate() {
+            e.slot = i as u64;
         }
         // Every node's winner must be a slot below it, even while all are empty.
         for k in (1..leaves).rev() {
-            winners[k] = winners[2 * k];
+            entries[k] = entries[2 * k];
         }
-        MinTree {
-            times: vec![EMPTY; leaves],
-            winners,
-            leaves,
-        }
+        MinTree { entries, leaves }
     }
 
     /// Sets slot `i` to `time` (or empties it).
     #[inline]
     pub(super) fn set(&mut self, i: usize, time: Option<f64>) {
         // `+ 0.0` turns a -0.0 into +0.0, whose bits sort first.
-        self.times[i] = time.map_or(EMPTY, |t| {
+        let bits = time.map_or(EMPTY, |t| {
             debug_assert!(t >= 0.0, "negative or NaN time {t}");
             (t + 0.0).to_bits()
         });
         let mut k = self.leaves + i;
-        let (mut winner, mut winner_time) = (i as u32, self.times[i]);
+        let mut winner = Entry {
+            time: bits,
+            slot: i as u64,
+        };
+        self.entries[k] = winner;
         while k > 1 {
-            let sibling = self.winners[k ^ 1];
-            let sibling_time = self.times[sibling as usize];
-            // `&` and `|`, not `&&` and `||`: no branches.
-            let sibling_wins =
-                (sibling_time < winner_time) | ((sibling_time == winner_time) & (sibling < winner));
-            winner = select_unpredictable(sibling_wins, sibling, winner);
-            winner_time = select_unpredictable(sibling_wins, sibling_time, winner_time);
+            let sibling = self.entries[k ^ 1];
+            // A left sibling (`k` is odd) holds the lower slots, so it wins ties: it wins if
+            // its time is below the winner's plus 1.
+            let sibling_wins = sibling.time < winner.time + (k as u64 & 1);
+            winner.time = select_unpredictable(sibling_wins, sibling.time, winner.time);
+            winner.slot = select_unpredictable(sibling_wins, sibling.slot, winner.slot);
             k /= 2;
-            self.winners[k] = winner;
+            self.entries[k] = winner;
         }
     }
 
     /// The earliest `(time, slot)`, ties going to the lower slot.
     pub(super) fn min(&self) -> Option<(f64, usize)> {
-        let slot = self.winners[1] as usize;
-        let bits = self.times[slot];
-        (bits != EMPTY).then(|| (f64::from_bits(bits), slot))
+        // With one slot, node 1 is the slot itself.
+        let Entry { time, slot } = self.entries[1];
+        (time != EMPTY).then(|| (f64::from_bits(time), slot as usize))
     }
 }
 

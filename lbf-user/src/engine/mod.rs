@@ -90,6 +90,16 @@ pub enum EngineError {
         /// Where the second use came from.
         origin: u64,
     },
+    /// A send_end names a message its process did not send by rendezvous, or completes one
+    /// twice.
+    BadSendEnd {
+        /// The process of the send_end.
+        proc: ProcId,
+        /// The message it names.
+        msg: u64,
+        /// Where the send_end came from.
+        origin: u64,
+    },
     /// Inconsistent collective: participants disagree on its size, or more arrive than its size.
     BadCollective {
         /// The collective id.
@@ -135,6 +145,12 @@ impl std::fmt::Display for EngineError {
             EngineError::DuplicateMessage { msg, origin } => write!(
                 f,
                 "message {msg} is sent twice or received twice{}",
+                at(origin)
+            ),
+            EngineError::BadSendEnd { proc, msg, origin } => write!(
+                f,
+                "process {proc} completes message {msg}, which it did not send by rendezvous \
+                 or completed already{}",
                 at(origin)
             ),
             EngineError::BadCollective {
@@ -273,7 +289,7 @@ impl Engine {
                 origin,
             });
         }
-        self.streams.push(p, streams::Queued { event, origin });
+        self.streams.push(p, streams::Queued::new(&event, origin));
         if event.kind == EventKind::Exit {
             self.streams.close(p);
         }

@@ -32,6 +32,9 @@ pub(super) struct NodeState {
     finished_top: bool,
     /// Per-process rate for the current load: kept up to date, as it is needed at every step.
     rate: f64,
+    /// The rate for each number of runnable processes while none polls, computed once: the
+    /// rate changes at nearly every step, and on an oversubscribed node it is a division.
+    rates: Vec<f64>,
     /// Load of the waiting processes that poll: the number of polling processes times the
     /// target's spin weight. They share the cores but make no progress.
     polling: f64,
@@ -44,12 +47,16 @@ pub(super) struct NodeState {
 impl NodeState {
     /// A node with nothing runnable, at time 0.
     pub(super) fn new(node: &Node) -> Self {
+        let rates = (0..=node.procs.len())
+            .map(|runnable| rate(node.speed, node.cores, runnable as f64))
+            .collect();
         NodeState {
             cores: node.cores,
             speed: node.speed,
             runnable: BinaryHeap::new(),
             finished_top: false,
             rate: node.speed,
+            rates,
             polling: 0.0,
             virtual_now: 0.0,
             synced_at: 0.0,
@@ -67,13 +74,26 @@ impl NodeState {
     }
 
     /// Recomputes `rate` after the load changed.
+    #[inline]
     fn update_rate(&mut self) {
-        let load = self.len() as f64 + self.polling;
-        self.rate = if load <= self.cores as f64 {
-            self.speed
+        self.rate = self.rate_for(self.len());
+    }
+
+    /// The rate with `runnable` processes and the current polling load.
+    #[inline]
+    fn rate_for(&self, runnable: usize) -> f64 {
+        // Without polling the load is the number of runnable processes (`+ 0.0` changes no
+        // number), whose rate is in the table.
+        if self.polling == 0.0 {
+            self.rates[runnable]
         } else {
-            self.speed * self.cores as f64 / load
-        };
+            rate(self.speed, self.cores, runnable as f64 + self.polling)
+        }
+    }
+
+    /// The rate of the node's only process while it is runnable.
+    pub(super) fn alone_rate(&self) -> f64 {
+        self.rate_for(1)
     }
 
     /// Adds `delta` (positive or negative) to the polling load at real time `now`.
@@ -119,18 +139,36 @@ impl NodeState {
         self.update_rate();
     }
 
-    /// [`NodeState::join`] for a node whose only process is `proc`, returning what
-    /// [`NodeState::next_finish`] would then: the process alone has no heap to sift.
+    /// The node's only process, `proc`, joins at real time `now` with `work` CPU-seconds to
+    /// do ([`NodeState::join`]). If it finishes before real time `until`, it also finishes
+    /// ([`NodeState::pop_finished`] at that time), and the time is returned; else it stays
+    /// runnable. The same arithmetic as those two, without the heap: a process alone on its
+    /// node is the one that finishes first.
     #[inline]
-    pub(super) fn join_alone(&mut self, now: f64, proc: ProcId, work: f64) -> f64 {
-        debug_assert_eq!(self.len(), 0, "join_alone with another process runnable");
+    pub(super) fn run_alone(
+        &mut self,
+        now: f64,
+        proc: ProcId,
+        work: f64,
+        until: f64,
+    ) -> Option<f64> {
+        debug_assert_eq!(self.len(), 0, "run_alone with another process runnable");
         self.sync(now);
         let key = TimeKey::new(self.virtual_now + work, proc as usize);
         self.runnable.clear();
-        self.runnable.push(Reverse(key));
         self.finished_top = false;
-        self.update_rate();
-        self.real_time_of(key)
+        let rate = self.rate_for(1);
+        let t = self.synced_at + (key.time() - self.virtual_now).max(0.0) / rate;
+        if t >= until {
+            self.runnable.push(Reverse(key));
+            self.rate = rate;
+            return None;
+        }
+        self.virtual_now += rate * (t - self.synced_at);
+        self.synced_at = t;
+        self.rate = self.rate_for(0);
+        self.virtual_now = self.virtual_now.max(key.time());
+        Some(t)
     }
 
     /// Real time at which the next runnable process finishes its work, if any is runnable.
@@ -161,13 +199,22 @@ impl NodeState {
     }
 }
 
+/// Per-process rate on a node of `speed` and `cores` with a load of `load` processes.
+fn rate(speed: f64, cores: u32, load: f64) -> f64 {
+    if load <= cores as f64 {
+        speed
+    } else {
+        speed * cores as f64 / load
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn node(cores: u32, speed: f64) -> NodeState {
         NodeState::new(&Node {
-            procs: vec![],
+            procs: vec![0, 1, 2, 3],
             cores,
             speed,
         })
@@ -205,19 +252,29 @@ mod tests {
     }
 
     #[test]
-    fn join_alone_is_join_then_next_finish() {
+    fn run_alone_is_join_then_pop_finished() {
         let (mut a, mut b) = (node(1, 0.7), node(1, 0.7));
+        let bits = |n: &NodeState| (n.virtual_now.to_bits(), n.synced_at.to_bits(), n.rate);
         let mut now = 0.0;
         for (i, work) in [0.3, 1e-7, 2.5, 0.1, 1e-3].into_iter().enumerate() {
             now += 0.1 * i as f64;
+            b.add_polling(now, 0.25 * (i % 2) as f64);
+            a.add_polling(now, 0.25 * (i % 2) as f64);
             b.join(now, 3, work);
-            let t = a.join_alone(now, 3, work);
-            assert_eq!(Some(t), b.next_finish());
-            assert_eq!(
-                (a.pop_finished(t), t.to_bits()),
-                (b.pop_finished(t), t.to_bits())
-            );
-            assert_eq!(a.virtual_now.to_bits(), b.virtual_now.to_bits());
+            let t = b.next_finish().unwrap();
+            // Not before `until`: the process stays runnable, as after `join`.
+            assert_eq!(a.run_alone(now, 3, work, t), None);
+            assert_eq!((bits(&a), a.next_finish()), (bits(&b), Some(t)));
+            a.pop_finished(t);
+            b.pop_finished(t);
+            assert_eq!(bits(&a), bits(&b));
+            // Before `until`: the process also finishes, as after `pop_finished`.
+            now = t;
+            b.join(now, 3, work);
+            let t = b.next_finish().unwrap();
+            assert_eq!(b.pop_finished(t), 3);
+            assert_eq!(a.run_alone(now, 3, work, f64::INFINITY), Some(t));
+            assert_eq!((bits(&a), a.next_finish()), (bits(&b), b.next_finish()));
             now = t;
         }
     }

@@ -16,8 +16,14 @@
 //! A process alone on its node does not wait for the global order: it runs ahead through its
 //! events as far as they and its messages and collectives allow, which gives the same result
 //! for less work (see `Sim::runs_ahead`).
+//!
+//! Messages sent by rendezvous (a send that waits for its receive) are handled in
+//! [`rendezvous`].
+
+mod rendezvous;
 
 use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
 use std::collections::BinaryHeap;
 
 use rustc_hash::FxHashMap;
@@ -45,7 +51,8 @@ enum State {
     NotStarted,
     /// Doing the CPU work before its current event.
     Computing,
-    /// At a recv_end, waiting for the message.
+    /// At a recv_end, waiting for the message, or at a send_end, waiting for the end of its
+    /// rendezvous message's transfer.
     WaitMsg,
     /// At a coll_end, waiting for the collective to end.
     WaitColl,
@@ -74,10 +81,17 @@ struct Proc {
 /// A message between its send and its receive.
 #[derive(Debug)]
 enum Msg {
-    /// Sent, not yet received.
+    /// Sent, not yet received: it leaves at `at` (for a message sent by rendezvous, once its
+    /// receive was answered; see [`rendezvous`]).
     Sent { at: f64, bytes: u64, from: ProcId },
-    /// A receiver waits for it; not yet sent.
-    Awaited { by: ProcId },
+    /// A receiver waits for it; not yet sent. Its receive was posted (answered, for a
+    /// message sent by rendezvous) at `posted`.
+    Awaited { by: ProcId, posted: f64 },
+    /// Its receive was posted and answered at `at`, by a receiver that does not wait for it
+    /// yet; not yet sent. Matters only if it is sent by rendezvous.
+    Posted { by: ProcId, at: f64 },
+    /// Sent by rendezvous at `at`; its receive is not answered yet.
+    Requested { at: f64, bytes: u64, from: ProcId },
 }
 
 /// The simulation of one target.
@@ -89,9 +103,11 @@ pub(super) struct Sim {
     node_of: Vec<usize>,
     nodes: Vec<NodeState>,
     /// Next work completion time of each node, up to date except for the nodes in `dirty`.
+    /// A step brings its process's node up to date once it is over (see [`Sim::refresh`]);
+    /// changes to other nodes go through `dirty`.
     finishes: MinTree,
-    /// Nodes whose runnable set changed since `finishes` was last brought up to date: updating
-    /// once per step instead of once per change halves the tree updates.
+    /// Nodes whose runnable set changed since `finishes` was last brought up to date, other
+    /// than the node of the process a step is taken for.
     dirty: Vec<usize>,
     /// Whether each node is in `dirty`.
     is_dirty: Vec<bool>,
@@ -118,6 +134,13 @@ pub(super) struct Sim {
     /// Processes not yet exited.
     live: usize,
     msgs: FxHashMap<MsgId, Msg>,
+    /// Rendezvous sends whose sender has not completed them (see [`rendezvous`]).
+    sends: FxHashMap<MsgId, rendezvous::Completion>,
+    /// Per process: its receives posted (`RecvPost`) and not yet answered, with the origin of
+    /// each post; they are answered at the process's next wait (see [`rendezvous`]).
+    posts: Vec<Vec<(MsgId, u64)>>,
+    /// How many receives `posts` holds in all: a wait looks at its process's only if any.
+    unanswered: usize,
     colls: FxHashMap<CollId, Collective>,
     sink: Option<Box<dyn ScheduleSink>>,
     /// Per node: when the current running slices began (for timelines).
@@ -188,6 +211,9 @@ impl Sim {
             starved: num_procs,
             live: num_procs,
             msgs: FxHashMap::default(),
+            sends: FxHashMap::default(),
+            posts: vec![Vec::new(); num_procs],
+            unanswered: 0,
             colls: FxHashMap::default(),
             sink: None,
         })
@@ -246,6 +272,7 @@ impl Sim {
         } else {
             // The global order stopped when `p` starved: `now` is when it did.
             self.advance_proc(p, streams)?;
+            self.refresh(self.node_of[p]);
         }
         self.run(streams)
     }
@@ -293,9 +320,8 @@ impl Sim {
             if self.starved > 0 || self.live == 0 {
                 return Ok(());
             }
-            for n in self.dirty.drain(..) {
-                self.is_dirty[n] = false;
-                self.finishes.set(n, self.nodes[n].next_finish());
+            if !self.dirty.is_empty() {
+                self.refresh_dirty();
             }
             let finish = self.finishes.min();
             let timer = self.timers.peek().map(|Reverse(k)| (k.time(), k.id()));
@@ -305,9 +331,27 @@ impl Sim {
                 (_, Some((tt, p))) => {
                     self.timers.pop();
                     self.wake(tt, p, streams)?;
+                    self.refresh(self.node_of[p]);
                 }
                 (None, None) => return Err(Box::new(self.deadlock(streams))),
             }
+        }
+    }
+
+    /// Brings node `n`'s next finish time in [`Sim::finishes`] up to date: a step does so for
+    /// its process's node when it is over (the node usually changed twice: a process finished
+    /// its work and joined again with the next).
+    #[inline]
+    fn refresh(&mut self, n: usize) {
+        self.finishes.set(n, self.nodes[n].next_finish());
+    }
+
+    /// Brings the nodes in [`Sim::dirty`] up to date.
+    #[cold]
+    fn refresh_dirty(&mut self) {
+        while let Some(n) = self.dirty.pop() {
+            self.is_dirty[n] = false;
+            self.refresh(n);
         }
     }
 
@@ -332,10 +376,10 @@ impl Sim {
         self.now = t;
         self.close_slices(n);
         let p = self.nodes[n].pop_finished(t) as usize;
-        self.mark_dirty(n);
         if self.reach(p, self.current(p, streams))? {
             self.advance_proc(p, streams)?;
         }
+        self.refresh(n);
         Ok(())
     }
 
@@ -349,9 +393,11 @@ impl Sim {
         }
         self.stop_polling(p);
         let current = self.current(p, streams);
-        match current.event.kind {
+        match current.kind {
             EventKind::RecvEnd { msg } => self.receive(p, msg),
             EventKind::CollEnd { coll } => self.leave_collective(coll),
+            // The completion was taken when the send_end was reached.
+            EventKind::SendEnd { .. } => {}
             _ => unreachable!("timer for a process that is not waiting"),
         }
         if let Some(sink) = &mut self.sink {
@@ -360,7 +406,7 @@ impl Sim {
                 sink.waiting(p as ProcId, self.node_of[p], since, t);
             }
         }
-        self.report(p, &current.event.kind);
+        self.report(p, &current.kind);
         self.advance_proc(p, streams)
     }
 
@@ -383,14 +429,9 @@ impl Sim {
             }
             proc.cursor += 1;
             proc.last_origin = q.origin;
-            let work = match q.event.kind {
-                // The CPU recorded while blocked is spinning, not work.
-                EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } => 0.0,
-                _ => q.event.cpu_ns as f64 * 1e-9,
-            };
-            if work > 0.0 {
+            if q.work > 0.0 {
                 proc.state = State::Computing;
-                if !self.start_work(p, work) {
+                if !self.start_work(p, q.work) {
                     return Ok(());
                 }
             }
@@ -416,25 +457,25 @@ impl Sim {
 
     /// Process `p` starts `work` CPU-seconds of work on its node now. If it runs ahead, also
     /// takes the step where it finishes (as [`Sim::finish_work`] would) and returns true;
-    /// else the global order will take it.
+    /// else the global order will take it, once the caller has refreshed `p`'s node (see
+    /// [`Sim::refresh`]).
     #[inline]
     fn start_work(&mut self, p: usize, work: f64) -> bool {
         let n = self.node_of[p];
         self.close_slices(n);
         if !self.alone[p] {
             self.nodes[n].join(self.now, p as ProcId, work);
-            self.mark_dirty(n);
             return false;
         }
-        let t = self.nodes[n].join_alone(self.now, p as ProcId, work);
-        if t >= self.horizon {
+        let Some(t) = self.nodes[n].run_alone(self.now, p as ProcId, work, self.horizon) else {
             self.mark_dirty(n);
             return false;
-        }
+        };
         self.now = t;
         self.reached = self.reached.max(t);
-        self.close_slices(n);
-        self.nodes[n].pop_finished(t);
+        if self.sink.is_some() {
+            self.emit_alone_slice(n, p);
+        }
         true
     }
 
@@ -450,8 +491,8 @@ impl Sim {
     /// unless it blocks. Returns whether `p` may go on to its next event.
     fn reach(&mut self, p: usize, q: &Queued) -> SimResult<bool> {
         let done = self.reach_kind(p, q)?;
-        if done || q.event.kind == EventKind::Exit {
-            self.report(p, &q.event.kind);
+        if done || q.kind == EventKind::Exit {
+            self.report(p, &q.kind);
         }
         Ok(done)
     }
@@ -465,13 +506,31 @@ impl Sim {
 
     /// [`Sim::reach`] by event kind.
     fn reach_kind(&mut self, p: usize, q: &Queued) -> SimResult<bool> {
-        match q.event.kind {
-            EventKind::Send { msg, bytes } => {
+        match q.kind {
+            EventKind::Send {
+                msg,
+                bytes,
+                rendezvous: false,
+            } => {
                 self.send(p, msg, bytes, q.origin)?;
                 Ok(true)
             }
+            EventKind::Send {
+                msg,
+                bytes,
+                rendezvous: true,
+            } => {
+                self.send_rendezvous(p, msg, bytes, q.origin)?;
+                Ok(true)
+            }
             EventKind::RecvStart | EventKind::Keepalive => Ok(true),
+            EventKind::RecvPost { msg } => {
+                self.posts[p].push((msg, q.origin));
+                self.unanswered += 1;
+                Ok(true)
+            }
             EventKind::RecvEnd { msg } => self.await_message(p, msg, q.origin),
+            EventKind::SendEnd { msg } => self.await_send(p, msg, q.origin),
             EventKind::CollStart {
                 coll,
                 op,
@@ -486,6 +545,7 @@ impl Sim {
                 self.procs[p].state = State::Exited;
                 self.live -= 1;
                 self.end = self.end.max(self.now);
+                self.forget_sends(p);
                 Ok(false)
             }
         }
@@ -503,50 +563,85 @@ impl Sim {
             from: p as ProcId,
         };
         match self.msgs.insert(msg, sent) {
-            None => Ok(()),
-            Some(Msg::Awaited { by }) => {
+            // A posted receive matters only to a message sent by rendezvous.
+            None | Some(Msg::Posted { .. }) => Ok(()),
+            Some(Msg::Awaited { by, .. }) => {
                 let arrival = self.now + self.comm(p, by as usize, bytes);
                 self.wake_at(by as usize, arrival);
                 Ok(())
             }
-            Some(Msg::Sent { .. }) => Err(Box::new(EngineError::DuplicateMessage { msg, origin })),
+            Some(Msg::Sent { .. } | Msg::Requested { .. }) => {
+                Err(Box::new(EngineError::DuplicateMessage { msg, origin }))
+            }
         }
     }
 
     /// Process `p` is at the recv_end of `msg`: completes now if the message is there.
     fn await_message(&mut self, p: usize, msg: MsgId, origin: u64) -> SimResult<bool> {
-        let arrival = match self.msgs.get(&msg) {
-            Some(&Msg::Sent { at, bytes, from }) => Some(at + self.comm(from as usize, p, bytes)),
-            Some(Msg::Awaited { .. }) => {
-                return Err(Box::new(EngineError::DuplicateMessage { msg, origin }))
+        self.answer_posts(p)?;
+        // One lookup: a message that has arrived is consumed through its entry.
+        let arrival = match self.msgs.entry(msg) {
+            Entry::Occupied(entry) => match *entry.get() {
+                Msg::Sent { at, bytes, from } => {
+                    let arrival =
+                        at + comm_of(&self.network, &self.node_of, from as usize, p, bytes);
+                    if arrival <= self.now {
+                        entry.remove();
+                        self.report_message(from, p, at, arrival, bytes);
+                        return Ok(true);
+                    }
+                    arrival
+                }
+                Msg::Awaited { .. } => {
+                    return Err(Box::new(EngineError::DuplicateMessage { msg, origin }))
+                }
+                Msg::Posted { .. } | Msg::Requested { .. } => {
+                    return self.await_rendezvous(p, msg, origin)
+                }
+            },
+            Entry::Vacant(entry) => {
+                entry.insert(Msg::Awaited {
+                    by: p as ProcId,
+                    posted: self.now,
+                });
+                self.start_wait(p, State::WaitMsg);
+                return Ok(false);
             }
-            None => None,
         };
-        match arrival {
-            Some(t) if t <= self.now => {
-                self.receive(p, msg);
-                Ok(true)
-            }
-            Some(t) => {
-                self.start_wait(p, State::WaitMsg);
-                self.wake_at(p, t);
-                Ok(false)
-            }
-            None => {
-                self.msgs.insert(msg, Msg::Awaited { by: p as ProcId });
-                self.start_wait(p, State::WaitMsg);
-                Ok(false)
-            }
+        self.start_wait(p, State::WaitMsg);
+        self.wake_at(p, arrival);
+        Ok(false)
+    }
+
+    /// Process `p`, at the recv_end of `msg`, receives it now if it arrives by now (returns
+    /// true), else waits until it arrives at `t`.
+    #[inline]
+    fn arrives(&mut self, p: usize, msg: MsgId, t: f64) -> bool {
+        if t <= self.now {
+            self.receive(p, msg);
+            return true;
         }
+        self.start_wait(p, State::WaitMsg);
+        self.wake_at(p, t);
+        false
     }
 
     /// Process `p` consumes `msg`, which has arrived.
     fn receive(&mut self, p: usize, msg: MsgId) {
         if let Some(Msg::Sent { at, bytes, from }) = self.msgs.remove(&msg) {
-            if let Some(sink) = &mut self.sink {
-                let arrived = at + comm_of(&self.network, &self.node_of, from as usize, p, bytes);
-                sink.message(from, p as ProcId, at, arrived, bytes);
+            if self.sink.is_some() {
+                let arrived = at + self.comm(from as usize, p, bytes);
+                self.report_message(from, p, at, arrived, bytes);
             }
+        }
+    }
+
+    /// Tells the sink, if any, that a message from `from` sent at `at` reached `p` at
+    /// `arrived`.
+    #[inline]
+    fn report_message(&mut self, from: ProcId, p: usize, at: f64, arrived: f64, bytes: u64) {
+        if let Some(sink) = &mut self.sink {
+            sink.message(from, p as ProcId, at, arrived, bytes);
         }
     }
 
@@ -636,6 +731,7 @@ impl Sim {
 
     /// Process `p` is at the coll_end of `coll`: leaves now if the collective has ended.
     fn await_collective(&mut self, p: usize, coll: CollId, origin: u64) -> SimResult<bool> {
+        self.answer_posts(p)?;
         let Some(c) = self.colls.get_mut(&coll) else {
             return Err(Box::new(EngineError::BadCollective {
                 coll,
@@ -670,9 +766,18 @@ impl Sim {
         }
     }
 
-    /// Emits the running slices of node `n` up to now, before its runnable set changes.
-    #[inline]
+    /// Emits the running slices of node `n` up to now, before its runnable set changes, if
+    /// there is a sink.
+    #[inline(always)]
     fn close_slices(&mut self, n: usize) {
+        if self.sink.is_some() {
+            self.emit_slices(n);
+        }
+    }
+
+    /// [`Sim::close_slices`] with a sink.
+    #[cold]
+    fn emit_slices(&mut self, n: usize) {
         let Some(sink) = &mut self.sink else { return };
         let start = self.slice_start[n];
         if self.now > start {
@@ -681,6 +786,19 @@ impl Sim {
             for p in node.runnable() {
                 sink.running(p, n, start, self.now, rate);
             }
+        }
+        self.slice_start[n] = self.now;
+    }
+
+    /// [`Sim::close_slices`] at the finish of process `p`, alone on node `n`, which ran ahead
+    /// (see [`NodeState::run_alone`]).
+    #[cold]
+    fn emit_alone_slice(&mut self, n: usize, p: usize) {
+        let Some(sink) = &mut self.sink else { return };
+        let start = self.slice_start[n];
+        if self.now > start {
+            let rate = self.nodes[n].alone_rate();
+            sink.running(p as ProcId, n, start, self.now, rate);
         }
         self.slice_start[n] = self.now;
     }
@@ -694,7 +812,7 @@ impl Sim {
             .filter(|(_, pr)| matches!(pr.state, State::WaitMsg | State::WaitColl))
             .map(|(p, _)| {
                 let q = self.current(p, streams);
-                let what = match q.event.kind {
+                let what = match q.kind {
                     EventKind::RecvEnd { msg } => {
                         format!("waits for message {msg}, which no live process will send")
                     }
@@ -705,6 +823,10 @@ impl Sim {
                             c.arrived, c.size
                         )
                     }
+                    EventKind::SendEnd { msg } => format!(
+                        "waits for the transfer of message {msg}, sent by rendezvous, whose \
+                         receive no live process will post"
+                    ),
                     _ => unreachable!(),
                 };
                 (p as ProcId, q.origin, what)

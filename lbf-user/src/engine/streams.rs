@@ -10,13 +10,36 @@
 //! and a mask, and dropping events only moves the front. A ring is filled in slot order from
 //! its allocation on, so the memory of slots never used is never touched.
 
-use crate::event::Event;
+use crate::event::{Event, EventKind};
 
-/// An event and where it came from (echoed in errors).
+/// An event as every simulation reads it, decoded once when it arrives, and where it came
+/// from (echoed in errors).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Queued {
-    pub(super) event: Event,
+    pub(super) kind: EventKind,
+    /// The CPU-seconds of work before the event: its CPU time, except for `recv_end`,
+    /// `coll_end` and `send_end`, whose CPU was spent spinning while waiting (see
+    /// `docs/engine.md`).
+    pub(super) work: f64,
     pub(super) origin: u64,
+}
+
+impl Queued {
+    /// `event`, from `origin`.
+    #[inline]
+    pub(super) fn new(event: &Event, origin: u64) -> Self {
+        let work = match event.kind {
+            EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } | EventKind::SendEnd { .. } => {
+                0.0
+            }
+            _ => event.cpu_ns as f64 * 1e-9,
+        };
+        Queued {
+            kind: event.kind,
+            work,
+            origin,
+        }
+    }
 }
 
 /// One process's events from absolute index `front` to `end`.
@@ -146,9 +169,9 @@ mod tests {
         let event = Event {
             proc: 1,
             cpu_ns: 0,
-            kind: crate::event::EventKind::Keepalive,
+            kind: EventKind::Keepalive,
         };
-        Queued { event, origin }
+        Queued::new(&event, origin)
     }
 
     #[test]

@@ -1,10 +1,14 @@
-//! The builder's engine thread: consumes journaled batches in arrival order, feeds the online
-//! engine, writes the merged trace, and completes the job once every process has exited and
-//! every node has sent its last batch.
+//! The builder's engine thread: consumes journaled batches in arrival order, matches the
+//! connections between hosts they report ([`super::streams`]), feeds the online engine, writes
+//! the merged trace, and completes the job once every process has exited and every node has
+//! sent its last batch.
 
 use super::status::{Gate, Status};
+use super::streams::StreamMatcher;
+use super::wire::NodeEvent;
+use crate::capture::sockets::channels::EndClosed;
 use crate::engine::{Engine, Prediction};
-use crate::event::{Event, EventKind};
+use crate::event::EventKind;
 use crate::report::{add_teardown, table};
 use crate::target::Target;
 use crate::trace::{Header, Summary, TraceWriter};
@@ -13,6 +17,7 @@ use lbf_proto::{End, Hello};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -23,7 +28,9 @@ pub struct Work {
     /// The node it came from.
     pub node: String,
     /// Its events.
-    pub events: Vec<Event>,
+    pub events: Vec<NodeEvent>,
+    /// The ends of connections between hosts it says closed.
+    pub closed: Vec<EndClosed>,
     /// How the node's run ended, on its final batch.
     pub end: Option<End>,
 }
@@ -36,8 +43,8 @@ pub struct Outcome {
     pub summary: Summary,
 }
 
-/// Events of one node's processes the engine may hold before the builder stops reading from
-/// that node (about 40 bytes each).
+/// Events of one node's processes the engine (and the matching of connections between hosts)
+/// may hold before the builder stops reading from that node (about 40 bytes each).
 const NODE_QUEUE_LIMIT: usize = 1 << 18;
 
 /// What the engine thread needs.
@@ -82,6 +89,9 @@ impl Applier {
         let mut clocks = RunClocks::default();
         let mut origin = 0u64;
         let mut gates: BTreeMap<String, (Vec<u32>, Arc<Gate>)> = BTreeMap::new();
+        let mut streams = StreamMatcher::new();
+        let mut addressed = BTreeSet::new();
+        let mut ready = Vec::new();
         while let Some(w) = work.blocking_recv() {
             let Some(e) = engine.as_mut() else {
                 continue;
@@ -105,16 +115,43 @@ impl Applier {
                 if let Some(gate) = self.status.gate(&w.node) {
                     gates.insert(w.node.clone(), (ids, gate));
                 }
+                // Which node holds a connection's end: every node of a live job has said
+                // hello by now (see `live_origin`).
+                for node in &self.nodes {
+                    if let Some(h) = self.status.hello(node) {
+                        if addressed.insert(node.clone()) {
+                            streams.add_node(node, &addresses(&h.addresses));
+                        }
+                    }
+                }
             }
-            for event in &w.events {
+            let held_before = streams.view().held_events;
+            let pushed = w.events.len();
+            for event in w.events {
+                streams.push(event, &mut ready);
+            }
+            for end in w.closed {
+                streams.closed(end, &mut ready);
+            }
+            if let Some(end) = &w.end {
+                streams.node_ended(&w.node, &mut ready);
+                let hello = self.status.hello(&w.node).unwrap_or_default();
+                clocks.end(&hello, end);
+                ended.insert(w.node.clone());
+            }
+            if ended.len() >= self.status.node_count() {
+                // Every node's stream is complete: what is still open stays unmatched.
+                streams.finish(&mut ready);
+            }
+            for event in ready.drain(..) {
                 origin += 1;
                 if let Some(t) = trace.as_mut() {
-                    t.write_event(event).context("writing the merged trace")?;
+                    t.write_event(&event).context("writing the merged trace")?;
                 }
-                if let Err(err) = e.push(*event, origin) {
+                if let Err(err) = e.push(event, origin) {
                     self.status.fail(format!(
-                        "{err} (\"at N\" is the N-th event received; line N + 1 of the \
-                         merged trace)"
+                        "{err} (\"at N\" is the N-th event applied; line N + 1 of the merged \
+                         trace)"
                     ));
                 }
                 if event.kind == EventKind::Exit && !exited[event.proc as usize] {
@@ -122,17 +159,22 @@ impl Applier {
                     remaining -= 1;
                 }
             }
+            // Counted as the nodes sent them: what entered and is not held any more.
+            let view = streams.view();
+            let applied = (pushed + held_before).saturating_sub(view.held_events);
             self.status
                 .events_applied
-                .fetch_add(w.events.len() as u64, Ordering::Relaxed);
+                .fetch_add(applied as u64, Ordering::Relaxed);
             self.status.progress(&e.progress());
-            for (procs, gate) in gates.values() {
-                gate.set(holds_back(e, procs));
+            let awaited = streams.awaited(|p| e.is_starved(p));
+            let mut held_by_node = Vec::with_capacity(gates.len());
+            for (node, (procs, gate)) in &gates {
+                gate.set(!awaited.contains(node) && holds_back(e, &streams, procs));
+                let held = procs.iter().map(|&p| streams.held_of(p)).sum();
+                held_by_node.push((node.clone(), held));
             }
-            if let Some(end) = &w.end {
-                let hello = self.status.hello(&w.node).unwrap_or_default();
-                clocks.end(&hello, end);
-                ended.insert(w.node);
+            if view.operations > 0 {
+                self.status.streams(view, &held_by_node);
             }
             if remaining > 0 || ended.len() < self.status.node_count() {
                 continue;
@@ -274,9 +316,26 @@ fn write_merged(path: &Path, part: &Path, header: &Header) -> std::io::Result<()
 }
 
 /// Whether to stop reading the stream of the node of `procs`: when its processes hold more
-/// than [`NODE_QUEUE_LIMIT`] events in the engine and none of them is starved (the engine may
-/// need a starved process's next event to go on).
-fn holds_back(engine: &Engine, procs: &[u32]) -> bool {
-    let queued: usize = procs.iter().map(|&p| engine.queued_events_of(p)).sum();
-    queued > NODE_QUEUE_LIMIT && !procs.iter().any(|&p| engine.is_starved(p))
+/// than [`NODE_QUEUE_LIMIT`] events in the engine and in `streams`, and none of them is
+/// starved for want of its node's next events (the engine may need them to go on; one
+/// starved behind a connection's match waits for another node, which the caller keeps
+/// reading).
+fn holds_back(engine: &Engine, streams: &StreamMatcher, procs: &[u32]) -> bool {
+    let queued: usize = procs
+        .iter()
+        .map(|&p| engine.queued_events_of(p) + streams.held_of(p))
+        .sum();
+    let starved = |p: u32| engine.is_starved(p) && streams.held_of(p) == 0;
+    queued > NODE_QUEUE_LIMIT && !procs.iter().any(|&p| starved(p))
+}
+
+/// A hello's addresses (the builder admits only hellos whose addresses are 4 or 16 bytes).
+fn addresses(raw: &[Vec<u8>]) -> Vec<IpAddr> {
+    raw.iter()
+        .filter_map(|a| match a.len() {
+            4 => Some(IpAddr::from(<[u8; 4]>::try_from(a.as_slice()).ok()?)),
+            16 => Some(IpAddr::from(<[u8; 16]>::try_from(a.as_slice()).ok()?)),
+            _ => None,
+        })
+        .collect()
 }

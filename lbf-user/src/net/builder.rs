@@ -12,7 +12,7 @@ use super::journal::{self, NodeJournal};
 use super::serve_config::{check_node_name, ServeConfig};
 use super::status::Status;
 use super::tls;
-use super::wire::{decode_events, read_frame, read_message, write_message};
+use super::wire::{decode_batch, read_frame, read_message, write_message};
 use crate::event::ProcId;
 use crate::trace::Header;
 use anyhow::{Context, Result};
@@ -122,7 +122,7 @@ fn recover(
             status.add_node(hello, 0, false);
         }
         let owned: BTreeSet<ProcId> = hello.procs.iter().map(|p| p.id).collect();
-        let events = decode_events(&batch, |p| owned.contains(&p) && (p as usize) < num_procs)
+        let decoded = decode_batch(&batch, |p| owned.contains(&p) && (p as usize) < num_procs)
             .map_err(|e| {
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
@@ -130,11 +130,12 @@ fn recover(
                 )
             })?;
         let end = batch.end;
-        let n = events.len() as u64;
+        let n = decoded.events.len() as u64;
         status.batch(&hello.node, batch.seq, n, batch.lost_events, end.is_some());
         let item = Work {
             node: hello.node.clone(),
-            events,
+            events: decoded.events,
+            closed: decoded.closed,
             end,
         };
         work.blocking_send(item)
@@ -349,18 +350,19 @@ async fn take_batch(
             batch.seq, io.last_seq
         ));
     }
-    let events = decode_events(&batch, |p| owned.contains(&p))?;
+    let decoded = decode_batch(&batch, |p| owned.contains(&p))?;
     io.journal
         .append_body(body)
         .map_err(|e| format!("cannot journal (not acknowledged): {e}"))?;
     io.last_seq = batch.seq;
     let end = batch.end;
-    let n = events.len() as u64;
+    let n = decoded.events.len() as u64;
     ctx.status
         .batch(node, batch.seq, n, batch.lost_events, end.is_some());
     let work = Work {
         node: node.to_string(),
-        events,
+        events: decoded.events,
+        closed: decoded.closed,
         end,
     };
     ctx.work
@@ -433,6 +435,16 @@ async fn admit(ctx: &Ctx, hello: &Hello) -> Result<Arc<Slot>, Refused> {
         )));
     }
     check_node_name(&hello.node).map_err(refuse)?;
+    if let Some(a) = hello
+        .addresses
+        .iter()
+        .find(|a| a.len() != 4 && a.len() != 16)
+    {
+        return Err(refuse(format!(
+            "the hello lists an address of {} bytes (4 or 16 expected)",
+            a.len()
+        )));
+    }
     let authentic = ctx
         .config
         .tokens

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! source (capture | replay) -> node (spool, resend) ==TLS==> builder (journal, ack)
-//!     -> apply (engine, merged trace) -> status -> http (/results, /nodes, /metrics)
+//!     -> apply (streams: connections between hosts; engine, merged trace)
+//!     -> status -> http (/results, /nodes, /metrics)
 //! ```
 //!
 //! The wire format is `proto/lbf.proto` ([`lbf_proto`]); [`wire`] packs events into it.
@@ -20,5 +21,6 @@ pub mod serve_config;
 pub mod source;
 pub mod spool;
 pub mod status;
+pub mod streams;
 pub mod tls;
 pub mod wire;

@@ -15,6 +15,7 @@ use lbf_proto::{
     builder_frame, node_frame, Batch, BuilderFrame, End, Hello, HostFacts, NodeFrame, Proc,
     Results, PROTOCOL_VERSION,
 };
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -32,8 +33,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// What a source hands the node.
 pub enum Chunk {
-    /// Events, packed (`seq`, `lost_events`, `end` unset).
-    Events(Batch),
+    /// Events, packed (`seq`, `lost_events`, `end` unset); boxed, as the largest chunk.
+    Events(Box<Batch>),
     /// Process `proc` started `start_ns` after the run's start (a live capture learns it
     /// when the rank starts; it goes into the hello, which waits for every process's).
     Started {
@@ -156,6 +157,13 @@ pub fn run(
         host: Some(host_facts()),
         procs: config.procs.clone(),
         run_start_unix_ns: 0,
+        addresses: host_addresses()
+            .iter()
+            .map(|a| match a {
+                IpAddr::V4(v4) => v4.octets().to_vec(),
+                IpAddr::V6(v6) => v6.octets().to_vec(),
+            })
+            .collect(),
     };
     let node = Arc::new(Node {
         config,
@@ -206,7 +214,7 @@ pub fn run(
 async fn spool_batches(node: Arc<Node>, mut rx: mpsc::Receiver<Chunk>) -> Result<()> {
     while let Some(chunk) = rx.recv().await {
         let (mut batch, is_end) = match chunk {
-            Chunk::Events(batch) => (batch, false),
+            Chunk::Events(batch) => (*batch, false),
             Chunk::Started { proc, start_ns } => {
                 node.lock().starts.insert(proc, start_ns);
                 continue;
@@ -507,4 +515,46 @@ pub fn host_facts() -> HostFacts {
         cores,
         cpu_model,
     }
+}
+
+/// The addresses of this host's network interfaces (of the network namespace the node runs
+/// in), loopback ones left out: the builder learns from them which node holds an end of a TCP
+/// connection between hosts.
+pub fn host_addresses() -> Vec<IpAddr> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list`, freed below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut next = list;
+    while !next.is_null() {
+        // SAFETY: a node of the list getifaddrs made, valid until freeifaddrs.
+        let ifa = unsafe { &*next };
+        next = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: a non-null address of the list is a sockaddr, at least its family.
+        let family = unsafe { (*ifa.ifa_addr).sa_family };
+        let ip = match i32::from(family) {
+            libc::AF_INET => {
+                // SAFETY: the family says it is a sockaddr_in.
+                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes())
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says it is a sockaddr_in6.
+                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                IpAddr::from(sin6.sin6_addr.s6_addr)
+            }
+            _ => continue,
+        };
+        if !ip.is_loopback() && !out.contains(&ip) {
+            out.push(ip);
+        }
+    }
+    // SAFETY: the list getifaddrs made, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    out
 }

@@ -4,12 +4,15 @@
 
 use super::node::Chunk;
 use super::wire::{BatchBuilder, BATCH_EVENTS};
+use crate::capture::ids;
 use crate::capture::procfs::ProcFs;
 use crate::capture::pvm::{self as pvm_capture, PvmCapture};
 use crate::capture::select::Source;
+use crate::capture::sockets::channels::{EndClosed, StreamOp};
+use crate::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use crate::capture::{Capture, CaptureSink, EventSink, Library};
 use crate::event::{Event, ProcId, ProcInfo};
-use crate::probe::{self, Tracer, TracerOptions};
+use crate::probe::{self, pvm::ProbedPvmLibrary, Tracer, TracerOptions};
 use crate::trace::{synthetic, TraceReader};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeSet;
@@ -39,11 +42,41 @@ impl Batcher {
     }
 
     fn push(&mut self, event: &Event) {
+        self.started_batch();
+        self.builder.push(event);
+        self.flush_if_full();
+    }
+
+    /// Packs a send or receive on a connection between hosts.
+    fn push_stream(&mut self, proc: ProcId, cpu_ns: u64, op: &StreamOp) {
+        self.started_batch();
+        self.builder.push_stream(proc, cpu_ns, op);
+        self.flush_if_full();
+    }
+
+    /// Packs the close of an end of a connection between hosts.
+    fn push_closed(&mut self, end: &EndClosed) {
+        self.started_batch();
+        self.builder.push_closed(end);
+    }
+
+    /// Notes when a batch's first item arrived.
+    fn started_batch(&mut self) {
         if self.builder.is_empty() {
             self.since = Instant::now();
         }
-        self.builder.push(event);
+    }
+
+    fn flush_if_full(&mut self) {
         if self.builder.len() >= BATCH_EVENTS {
+            self.flush();
+        }
+    }
+
+    /// Hands over the partial batch once it is a tenth of a second old, so that the builder
+    /// is never far behind a slow stream.
+    fn flush_if_old(&mut self) {
+        if self.since.elapsed() > Duration::from_millis(100) {
             self.flush();
         }
     }
@@ -53,7 +86,7 @@ impl Batcher {
         if !self.builder.is_empty() && !self.closed {
             self.closed = self
                 .tx
-                .blocking_send(Chunk::Events(self.builder.take()))
+                .blocking_send(Chunk::Events(Box::new(self.builder.take())))
                 .is_err();
         }
     }
@@ -209,12 +242,13 @@ pub struct Live {
 }
 
 impl Live {
-    /// Loads the probes of `source` (MPI or PVM) and attaches them: for MPI to `mpi_libs` (or
-    /// the installed MPI libraries, and those the selected processes map), for PVM to the
-    /// installed PVM libraries. Then waits up to `wait` for `selection` to match a process
-    /// and traces the selected processes. Needs root; afterwards the capture needs much less
-    /// (see [`super::privileges`]). `procs` are the global ids this node announces: MPI
-    /// ranks, or for PVM the ids its tasks take in order of their first message.
+    /// Loads the probes of `source` and attaches them: for MPI to `mpi_libs` (or the
+    /// installed MPI libraries, and those the selected processes map), for PVM to the
+    /// installed PVM libraries, for sockets to the system calls. Then waits up to `wait` for
+    /// `selection` to match a process and traces the selected processes. Needs root;
+    /// afterwards the capture needs much less (see [`super::privileges`]). `procs` are the
+    /// global ids this node announces: MPI ranks, or for PVM and sockets the ids its
+    /// processes take in order of their first message.
     pub fn start(
         selection: &Selection,
         source: Source,
@@ -223,17 +257,17 @@ impl Live {
         ringbuf_bytes: u32,
         procs: BTreeSet<ProcId>,
     ) -> Result<Live> {
-        if source == Source::Sockets {
-            bail!(
-                "lbf-node captures MPI and PVM programs, not plain socket programs (trace those \
-                 with lbf-trace on one host): use --source mpi or --source pvm"
-            );
-        }
         // Probes first, then the wait: a process found by the selection is traced within
         // milliseconds, before its first MPI call (loading takes most of a second).
         let mut tracer = Tracer::load(&TracerOptions { ringbuf_bytes })?;
-        if source == Source::Pvm {
-            tracer.attach_pvm_libraries(&pvm_capture::fn_reads())?;
+        match source {
+            Source::Pvm => {
+                let probed = tracer
+                    .attach_pvm_libraries(&pvm_capture::fn_reads(), pvm_capture::RECEIVE_BUFFER)?;
+                warn_without_receive_buffer(&probed);
+            }
+            Source::Sockets => tracer.record_syscalls(&syscall::traced())?,
+            Source::Mpi => {}
         }
         let mut attached = BTreeSet::new();
         let mut attach = |tracer: &mut Tracer, libs: Vec<PathBuf>| -> Result<()> {
@@ -301,11 +335,17 @@ impl Live {
 
     /// Captures until every traced process has ended or `stop` is set, streaming the events
     /// of the announced processes; events of other ranks are dropped and counted as lost.
-    pub fn run(mut self, stop: &AtomicBool, tx: mpsc::Sender<Chunk>) -> Result<()> {
+    /// `node` is the node's name, which makes the ids of messages a socket capture
+    /// matched here unique in the job.
+    pub fn run(mut self, node: &str, stop: &AtomicBool, tx: mpsc::Sender<Chunk>) -> Result<()> {
         let mut reader = self.tracer.records()?;
+        // PVM and socket captures number their processes themselves; a socket capture also
+        // numbers the messages it matched here (PVM's ids are the same on every host).
+        let numbered_here = self.source != Source::Mpi;
         let filter = Filter {
             out: Some(Batcher::new(tx)),
-            renumber: (self.source == Source::Pvm).then(|| self.procs.iter().copied().collect()),
+            renumber: numbered_here.then(|| self.procs.iter().copied().collect()),
+            origin: (self.source == Source::Sockets).then(|| node.to_string()),
             procs: self.procs,
             foreign: 0,
         };
@@ -319,11 +359,21 @@ impl Live {
             ),
             // As many tasks as --procs lists: their events stream once they have all sent or
             // received, and a task beyond them is left out (counted as lost).
+            // Messages from and to other hosts' tasks keep the ids their nodes give them.
             Source::Pvm => CaptureSink::new(
-                PvmCapture::new(self.host.clone()).expecting(Some(filter.procs.len())),
+                PvmCapture::new(self.host.clone())
+                    .expecting(Some(filter.procs.len()))
+                    .across_hosts(),
                 filter,
             ),
-            Source::Sockets => unreachable!("refused by Live::start"),
+            // Likewise; TCP connections that may join hosts are matched by the builder, with
+            // what the other end's node reports.
+            Source::Sockets => CaptureSink::new(
+                SocketCapture::new(Box::new(ProcResolver::new()), self.host.clone())
+                    .expecting(Some(filter.procs.len()))
+                    .matching_between_hosts(),
+                filter,
+            ),
         };
         let selection = self.selection.clone();
         let mut adopt = |tracer: &mut Tracer| -> Result<()> {
@@ -356,6 +406,21 @@ impl Live {
             );
         }
         Ok(())
+    }
+}
+
+/// Warns if the PVM task library has no GOT slot for its receive buffer: then a receive is
+/// named only by a queued send of this host, and messages from other hosts stay unmatched.
+fn warn_without_receive_buffer(probed: &[ProbedPvmLibrary]) {
+    for lib in probed {
+        if lib.missing.contains(&pvm_capture::RECEIVE_BUFFER) {
+            eprintln!(
+                "lbf-node: warning: {} has no GOT slot for `{}`: receives of messages from \
+                 other hosts cannot be matched",
+                lib.path.display(),
+                pvm_capture::RECEIVE_BUFFER
+            );
+        }
     }
 }
 
@@ -398,10 +463,14 @@ fn select(selection: &Selection) -> Result<Vec<u32>> {
 /// Passes on the events of the announced processes only.
 struct Filter {
     out: Option<Batcher>,
-    /// With PVM, the capture numbers the tasks from 0 in order of their first message, no
-    /// more than it was told to expect: the k-th becomes the k-th announced id. `None` with
-    /// MPI, whose ids are global ranks.
+    /// With PVM and sockets, the capture numbers the processes from 0 in order of their first
+    /// message, no more than it was told to expect: the k-th becomes the k-th announced id.
+    /// `None` with MPI, whose ids are global ranks.
     renumber: Option<Vec<ProcId>>,
+    /// With sockets, the capture numbers the messages it matched from 1: they are made
+    /// unique in the job with this node's name ([`ids::local_message`]). `None` with MPI and
+    /// PVM, whose message ids every host computes alike.
+    origin: Option<String>,
     procs: BTreeSet<ProcId>,
     foreign: u64,
 }
@@ -436,18 +505,43 @@ impl EventSink for Filter {
         }
     }
 
-    /// Passes the event on; hands over the partial batch once it is a tenth of a second old,
-    /// so that the builder is never far behind a slow stream.
+    /// Passes the event on.
     fn event(&mut self, event: &Event) {
         let Some(proc) = self.global(event.proc) else {
             self.foreign += 1;
             return;
         };
+        let kind = match &self.origin {
+            Some(origin) => ids::job_wide(event.kind, origin),
+            None => event.kind,
+        };
         if let Some(out) = self.out.as_mut() {
-            out.push(&Event { proc, ..*event });
-            if out.since.elapsed() > Duration::from_millis(100) {
-                out.flush();
-            }
+            out.push(&Event {
+                proc,
+                cpu_ns: event.cpu_ns,
+                kind,
+            });
+            out.flush_if_old();
+        }
+    }
+
+    /// Passes a send or receive on a connection between hosts on, for the builder to match.
+    fn stream_op(&mut self, proc: ProcId, cpu_ns: u64, op: &StreamOp) {
+        let Some(proc) = self.global(proc) else {
+            self.foreign += 1;
+            return;
+        };
+        if let Some(out) = self.out.as_mut() {
+            out.push_stream(proc, cpu_ns, op);
+            out.flush_if_old();
+        }
+    }
+
+    /// Passes the close of a connection's end on.
+    fn stream_closed(&mut self, end: &EndClosed) {
+        if let Some(out) = self.out.as_mut() {
+            out.push_closed(end);
+            out.flush_if_old();
         }
     }
 }

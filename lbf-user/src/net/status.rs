@@ -2,6 +2,7 @@
 //! endpoints: per-node state, the predictions so far, and counters; rendered as JSON
 //! (`/results`, `/nodes`, the final report) and as Prometheus text (`/metrics`).
 
+use super::streams::StreamView;
 use crate::engine::{Prediction, Progress};
 use lbf_proto::Hello;
 use serde::Serialize;
@@ -30,6 +31,7 @@ struct Inner {
     complete: bool,
     error: Option<String>,
     measured_seconds: Option<f64>,
+    streams: StreamView,
 }
 
 struct Node {
@@ -41,6 +43,8 @@ struct Node {
     lost_events: u64,
     ended: bool,
     last_batch: Option<Instant>,
+    /// Events of its processes held behind connections between hosts not matched yet.
+    held_events: usize,
 }
 
 /// One target's state in `/results`.
@@ -73,6 +77,8 @@ pub struct ResultsView {
     pub measured_seconds: Option<f64>,
     /// One entry per target.
     pub targets: Vec<TargetView>,
+    /// The matching of TCP connections between hosts: what it holds and matched.
+    pub streams: StreamView,
 }
 
 /// One node in `/nodes`.
@@ -102,6 +108,8 @@ pub struct NodeView {
     pub ended: bool,
     /// Seconds since its last batch arrived (lag when the node should be sending).
     pub seconds_since_last_batch: Option<f64>,
+    /// Events of its processes held behind connections between hosts not matched yet.
+    pub held_events: usize,
 }
 
 impl Status {
@@ -123,6 +131,7 @@ impl Status {
                 complete: false,
                 error: None,
                 measured_seconds: None,
+                streams: StreamView::default(),
             }),
             events_received: AtomicU64::new(0),
             events_applied: AtomicU64::new(0),
@@ -149,6 +158,7 @@ impl Status {
                 lost_events: 0,
                 ended,
                 last_batch: None,
+                held_events: 0,
             },
         );
     }
@@ -210,6 +220,17 @@ impl Status {
         }
     }
 
+    /// Records what the matching of connections between hosts holds, in all and per node.
+    pub fn streams(&self, view: StreamView, held_by_node: &[(String, usize)]) {
+        let mut inner = self.lock();
+        inner.streams = view;
+        for (node, held) in held_by_node {
+            if let Some(n) = inner.nodes.get_mut(node) {
+                n.held_events = *held;
+            }
+        }
+    }
+
     /// Records that the engine failed.
     pub fn fail(&self, error: String) {
         self.lock().error.get_or_insert(error);
@@ -244,6 +265,7 @@ impl Status {
             lost_events,
             measured_seconds: inner.measured_seconds,
             targets: inner.targets.clone(),
+            streams: inner.streams,
         }
     }
 
@@ -267,6 +289,7 @@ impl Status {
                     lost_events: n.lost_events,
                     ended: n.ended,
                     seconds_since_last_batch: n.last_batch.map(|t| t.elapsed().as_secs_f64()),
+                    held_events: n.held_events,
                 }
             })
             .collect()
@@ -347,6 +370,50 @@ impl Status {
             "gauge",
             "Seconds since a node's last batch arrived.",
             &per_node(&|n| n.seconds_since_last_batch.unwrap_or(f64::NAN)),
+        );
+        metric(
+            "lbf_node_socket_held_events",
+            "gauge",
+            "Events of a node's processes held behind TCP connections between hosts not \
+             matched yet.",
+            &per_node(&|n| n.held_events as f64),
+        );
+        let streams = results.streams;
+        metric(
+            "lbf_socket_held_events",
+            "gauge",
+            "Events held behind TCP connections between hosts not matched yet.",
+            &one(streams.held_events as f64),
+        );
+        metric(
+            "lbf_socket_directions",
+            "gauge",
+            "Directions of TCP connections between hosts whose matching state is kept.",
+            &one(streams.directions as f64),
+        );
+        metric(
+            "lbf_socket_operations_total",
+            "counter",
+            "Sends and receives on TCP connections between hosts the nodes reported.",
+            &one(streams.operations as f64),
+        );
+        metric(
+            "lbf_socket_messages_total",
+            "counter",
+            "Messages matched on TCP connections between hosts.",
+            &one(streams.messages as f64),
+        );
+        metric(
+            "lbf_socket_unmatched_sends_total",
+            "counter",
+            "Sends on TCP connections between hosts with bytes no receive consumed.",
+            &one(streams.unmatched_sends as f64),
+        );
+        metric(
+            "lbf_socket_unmatched_receives_total",
+            "counter",
+            "Receives on TCP connections between hosts without a known send.",
+            &one(streams.unmatched_receives as f64),
         );
         metric(
             "lbf_simulated_seconds",

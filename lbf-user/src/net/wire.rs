@@ -1,13 +1,18 @@
-//! The cluster wire format in use: engine [`Event`]s packed into protobuf [`Batch`]es
-//! (columns of packed varints, the hot path), and length-prefixed frames on a byte stream.
+//! The cluster wire format in use: engine [`Event`]s, and a socket capture's sends and
+//! receives on connections between hosts ([`StreamOp`]s) with their ends' closes, packed into
+//! protobuf [`Batch`]es (columns of packed varints, the hot path), and length-prefixed frames
+//! on a byte stream.
 //!
 //! A frame is a 4-byte little-endian length then that many bytes of one protobuf message.
 //! Frames longer than [`MAX_FRAME_BYTES`] are refused before anything is allocated, so a
 //! peer sending garbage costs nothing.
 
+use crate::capture::sockets::channels::{Direction, EndClosed, Endpoint, Role, StreamOp};
 use crate::event::{CollOp, Event, EventKind, ProcId};
 use lbf_proto::prost::Message;
-use lbf_proto::Batch;
+use lbf_proto::{Batch, Closed, Conn};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The largest frame either side accepts: far above a full batch ([`BATCH_EVENTS`] events of
@@ -18,7 +23,9 @@ pub const MAX_FRAME_BYTES: usize = 16 << 20;
 /// acknowledgement) are negligible, small enough that a batch is a fraction of a second.
 pub const BATCH_EVENTS: usize = 8192;
 
-/// Kind codes of `Batch.proc_kind`'s low three bits.
+/// Bits of `Batch.proc_kind` below the process: the event's kind code.
+const KIND_BITS: u32 = 4;
+/// Kind codes of `Batch.proc_kind`'s low [`KIND_BITS`] bits.
 const SEND: u32 = 0;
 const RECV_START: u32 = 1;
 const RECV_END: u32 = 2;
@@ -26,11 +33,54 @@ const COLL_START: u32 = 3;
 const COLL_END: u32 = 4;
 const KEEPALIVE: u32 = 5;
 const EXIT: u32 = 6;
+const STREAM: u32 = 7;
+/// A send by rendezvous (`EventKind::Send` with `rendezvous`).
+const SEND_RENDEZVOUS: u32 = 8;
+const RECV_POST: u32 = 9;
+const SEND_END: u32 = 10;
+
+/// One item of a node's stream, in its process's order: an event for the engine, or a send
+/// or receive on a connection between hosts, for the builder to match.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NodeEvent {
+    /// An engine event.
+    Event(Event),
+    /// A send or receive of process `proc` after `cpu_ns` of CPU, matched by the builder.
+    Stream {
+        /// The process.
+        proc: ProcId,
+        /// CPU nanoseconds since its previous event.
+        cpu_ns: u64,
+        /// What it did (boxed: larger than an event, and rarer).
+        op: Box<StreamOp>,
+    },
+}
+
+impl NodeEvent {
+    /// The process it belongs to.
+    pub fn proc(&self) -> ProcId {
+        match self {
+            NodeEvent::Event(e) => e.proc,
+            NodeEvent::Stream { proc, .. } => *proc,
+        }
+    }
+}
+
+/// A batch's content, decoded.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Decoded {
+    /// Its events, in order.
+    pub events: Vec<NodeEvent>,
+    /// The ends of connections between hosts it says closed.
+    pub closed: Vec<EndClosed>,
+}
 
 /// Accumulates events into the columns of a [`Batch`].
 #[derive(Default)]
 pub struct BatchBuilder {
     batch: Batch,
+    /// The index of each direction in the batch's `conns`.
+    conns: HashMap<Direction, u32>,
 }
 
 impl BatchBuilder {
@@ -38,15 +88,31 @@ impl BatchBuilder {
     pub fn push(&mut self, event: &Event) {
         let b = &mut self.batch;
         let code = match event.kind {
-            EventKind::Send { msg, bytes } => {
+            EventKind::Send {
+                msg,
+                bytes,
+                rendezvous,
+            } => {
                 b.id.push(msg);
                 b.bytes.push(bytes);
-                SEND
+                if rendezvous {
+                    SEND_RENDEZVOUS
+                } else {
+                    SEND
+                }
             }
             EventKind::RecvStart => RECV_START,
             EventKind::RecvEnd { msg } => {
                 b.id.push(msg);
                 RECV_END
+            }
+            EventKind::RecvPost { msg } => {
+                b.id.push(msg);
+                RECV_POST
+            }
+            EventKind::SendEnd { msg } => {
+                b.id.push(msg);
+                SEND_END
             }
             EventKind::CollStart {
                 coll,
@@ -66,8 +132,37 @@ impl BatchBuilder {
             EventKind::Keepalive => KEEPALIVE,
             EventKind::Exit => EXIT,
         };
-        b.proc_kind.push(event.proc << 3 | code);
+        b.proc_kind.push(event.proc << KIND_BITS | code);
         b.cpu_ns.push(event.cpu_ns);
+    }
+
+    /// Appends a send or receive of `proc` on a connection between hosts, after `cpu_ns`.
+    pub fn push_stream(&mut self, proc: ProcId, cpu_ns: u64, op: &StreamOp) {
+        let conn = self.conn(op.dir);
+        let b = &mut self.batch;
+        b.stream.push(conn << 1 | u32::from(op.role == Role::Recv));
+        b.bytes.push(op.bytes);
+        b.proc_kind.push(proc << KIND_BITS | STREAM);
+        b.cpu_ns.push(cpu_ns);
+    }
+
+    /// Appends the close of an end of a connection between hosts.
+    pub fn push_closed(&mut self, end: &EndClosed) {
+        let conn = self.conn(end.dir);
+        self.batch.closed.push(Closed {
+            conn,
+            receiver: end.role == Role::Recv,
+            bytes: end.bytes,
+        });
+    }
+
+    /// The index of `dir` in the batch's `conns`, added if new.
+    fn conn(&mut self, dir: Direction) -> u32 {
+        let conns = &mut self.batch.conns;
+        *self.conns.entry(dir).or_insert_with(|| {
+            conns.push(conn_of(dir));
+            conns.len() as u32 - 1
+        })
     }
 
     /// Events accumulated so far.
@@ -75,15 +170,64 @@ impl BatchBuilder {
         self.batch.proc_kind.len()
     }
 
-    /// Whether no event is accumulated.
+    /// Whether nothing is accumulated: no event, no close.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len() == 0 && self.batch.closed.is_empty()
     }
 
     /// The batch so far (its `seq`, `lost_events` and `end` unset); starts a new one.
     pub fn take(&mut self) -> Batch {
+        self.conns.clear();
         std::mem::take(&mut self.batch)
     }
+}
+
+/// `dir` as the wire names it.
+fn conn_of(dir: Direction) -> Conn {
+    let (from, to) = (socket_addr(dir.from), socket_addr(dir.to));
+    let ip = |a: SocketAddr| match a.ip() {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    };
+    Conn {
+        from_ip: ip(from),
+        from_port: u32::from(from.port()),
+        to_ip: ip(to),
+        to_port: u32::from(to.port()),
+    }
+}
+
+/// The address of an end of a connection between hosts (only TCP ends are streamed).
+fn socket_addr(end: Endpoint) -> SocketAddr {
+    match end {
+        Endpoint::Inet { addr, .. } => addr,
+        Endpoint::Unix { .. } => unreachable!("only TCP connections are matched between hosts"),
+    }
+}
+
+/// The direction a wire `Conn` names; an address of another length than 4 or 16 bytes, or a
+/// port above 65535, is an error naming it.
+fn direction_of(conn: &Conn, index: usize) -> Result<Direction, String> {
+    let end = |ip: &[u8], port: u32| -> Result<Endpoint, String> {
+        let ip = match ip.len() {
+            4 => IpAddr::from(<[u8; 4]>::try_from(ip).expect("4 bytes")),
+            16 => IpAddr::from(<[u8; 16]>::try_from(ip).expect("16 bytes")),
+            n => {
+                return Err(format!(
+                    "conn {index}: an address of {n} bytes (4 or 16 expected)"
+                ))
+            }
+        };
+        let port = u16::try_from(port).map_err(|_| format!("conn {index}: port {port}"))?;
+        Ok(Endpoint::Inet {
+            addr: SocketAddr::new(ip, port),
+            netns: 0,
+        })
+    };
+    Ok(Direction {
+        from: end(&conn.from_ip, conn.from_port)?,
+        to: end(&conn.to_ip, conn.to_port)?,
+    })
 }
 
 fn op_code(op: CollOp) -> u32 {
@@ -95,9 +239,10 @@ fn op_code(op: CollOp) -> u32 {
     }
 }
 
-/// The events of `batch`, in order. `owns(proc)` says whether the sending node announced the
-/// process; an event of another, an unknown kind or a short column is an error naming it.
-pub fn decode_events(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Vec<Event>, String> {
+/// The content of `batch`. `owns(proc)` says whether the sending node announced the process;
+/// an event of another, an unknown kind, a short column or a connection the batch does not
+/// name is an error naming it.
+pub fn decode_batch(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Decoded, String> {
     let n = batch.proc_kind.len();
     if batch.cpu_ns.len() != n {
         return Err(format!(
@@ -107,12 +252,29 @@ pub fn decode_events(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Vec
             batch.cpu_ns.len()
         ));
     }
-    let short = |column: &str| format!("batch {}: column `{column}` is too short", batch.seq);
-    let (mut ids, mut bytes, mut shapes) =
-        (batch.id.iter(), batch.bytes.iter(), batch.coll_shape.iter());
+    let bad = |what: String| format!("batch {}: {what}", batch.seq);
+    let short = |column: &str| bad(format!("column `{column}` is too short"));
+    let dirs = batch
+        .conns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| direction_of(c, i))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(bad)?;
+    let dir = |conn: u32| {
+        dirs.get(conn as usize)
+            .copied()
+            .ok_or_else(|| bad(format!("conn {conn} is not in the batch's {}", dirs.len())))
+    };
+    let (mut ids, mut bytes, mut shapes, mut streams) = (
+        batch.id.iter(),
+        batch.bytes.iter(),
+        batch.coll_shape.iter(),
+        batch.stream.iter(),
+    );
     let mut events = Vec::with_capacity(n);
     for (i, (&pk, &cpu_ns)) in batch.proc_kind.iter().zip(&batch.cpu_ns).enumerate() {
-        let proc = pk >> 3;
+        let proc = pk >> KIND_BITS;
         if !owns(proc) {
             return Err(format!(
                 "batch {}, event {i}: process {proc} is not one this node announced",
@@ -120,13 +282,16 @@ pub fn decode_events(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Vec
             ));
         }
         let mut id = || ids.next().copied().ok_or_else(|| short("id"));
-        let kind = match pk & 7 {
-            SEND => EventKind::Send {
+        let kind = match pk & ((1 << KIND_BITS) - 1) {
+            code @ (SEND | SEND_RENDEZVOUS) => EventKind::Send {
                 msg: id()?,
                 bytes: *bytes.next().ok_or_else(|| short("bytes"))?,
+                rendezvous: code == SEND_RENDEZVOUS,
             },
             RECV_START => EventKind::RecvStart,
             RECV_END => EventKind::RecvEnd { msg: id()? },
+            RECV_POST => EventKind::RecvPost { msg: id()? },
+            SEND_END => EventKind::SendEnd { msg: id()? },
             COLL_START => {
                 let coll = id()?;
                 let bytes = *bytes.next().ok_or_else(|| short("bytes"))?;
@@ -146,22 +311,45 @@ pub fn decode_events(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Vec
             COLL_END => EventKind::CollEnd { coll: id()? },
             KEEPALIVE => EventKind::Keepalive,
             EXIT => EventKind::Exit,
-            other => {
+            STREAM => {
+                let s = *streams.next().ok_or_else(|| short("stream"))?;
+                let role = if s & 1 == 1 { Role::Recv } else { Role::Send };
+                let op = Box::new(StreamOp {
+                    dir: dir(s >> 1)?,
+                    role,
+                    bytes: *bytes.next().ok_or_else(|| short("bytes"))?,
+                });
+                events.push(NodeEvent::Stream { proc, cpu_ns, op });
+                continue;
+            }
+            code => {
                 return Err(format!(
-                    "batch {}, event {i}: unknown event kind {other}",
+                    "batch {}, event {i}: unknown event kind code {code}",
                     batch.seq
                 ))
             }
         };
-        events.push(Event { proc, cpu_ns, kind });
+        events.push(NodeEvent::Event(Event { proc, cpu_ns, kind }));
     }
-    if ids.next().is_some() || bytes.next().is_some() || shapes.next().is_some() {
-        return Err(format!(
-            "batch {}: argument columns longer than its events need",
-            batch.seq
-        ));
+    if ids.next().is_some()
+        || bytes.next().is_some()
+        || shapes.next().is_some()
+        || streams.next().is_some()
+    {
+        return Err(bad("argument columns longer than its events need".into()));
     }
-    Ok(events)
+    let closed = batch
+        .closed
+        .iter()
+        .map(|c| {
+            Ok(EndClosed {
+                dir: dir(c.conn)?,
+                role: if c.receiver { Role::Recv } else { Role::Send },
+                bytes: c.bytes,
+            })
+        })
+        .collect::<Result<_, String>>()?;
+    Ok(Decoded { events, closed })
 }
 
 /// `message` as one frame: its length, then its bytes.
@@ -226,9 +414,17 @@ mod tests {
             EventKind::Send {
                 msg: u64::MAX,
                 bytes: 7,
+                rendezvous: false,
+            },
+            EventKind::Send {
+                msg: 5,
+                bytes: 1 << 20,
+                rendezvous: true,
             },
             EventKind::RecvStart,
+            EventKind::RecvPost { msg: 3 },
             EventKind::RecvEnd { msg: 3 },
+            EventKind::SendEnd { msg: 5 },
             EventKind::CollStart {
                 coll: 9,
                 op: CollOp::Reduce,
@@ -258,7 +454,8 @@ mod tests {
         }
         let bytes = builder.take().encode_to_vec();
         let batch = Batch::decode(bytes.as_slice()).unwrap();
-        assert_eq!(decode_events(&batch, |_| true).unwrap(), sample());
+        let events: Vec<NodeEvent> = sample().into_iter().map(NodeEvent::Event).collect();
+        assert_eq!(decode_batch(&batch, |_| true).unwrap().events, events);
         assert!(builder.is_empty());
     }
 
@@ -270,11 +467,65 @@ mod tests {
         }
         let mut batch = builder.take();
         batch.seq = 4;
-        let err = decode_events(&batch, |p| p < 2000).unwrap_err();
+        let err = decode_batch(&batch, |p| p < 2000).unwrap_err();
         assert!(err.contains("process 2000"), "{err}");
         batch.bytes.pop();
-        let err = decode_events(&batch, |_| true).unwrap_err();
+        let err = decode_batch(&batch, |_| true).unwrap_err();
         assert!(err.contains("batch 4") && err.contains("bytes"), "{err}");
+    }
+
+    /// Sends and receives on connections between hosts, among other events, and closes: each
+    /// direction named once per batch, IPv4 and IPv6 alike.
+    #[test]
+    fn streams_and_closes_round_trip_through_bytes() {
+        let end = |ip: &str, port| Endpoint::Inet {
+            addr: SocketAddr::new(ip.parse().unwrap(), port),
+            netns: 0,
+        };
+        let v4 = Direction {
+            from: end("10.0.0.2", 40000),
+            to: end("10.0.0.1", 7000),
+        };
+        let v6 = Direction {
+            from: end("fd00::1", 7001),
+            to: end("fd00::2", 50000),
+        };
+        let op = |dir, role, bytes| StreamOp { dir, role, bytes };
+        let mut builder = BatchBuilder::default();
+        let mut expected = Vec::new();
+        for (i, (dir, role)) in [(v4, Role::Send), (v6, Role::Recv), (v4, Role::Recv)]
+            .into_iter()
+            .enumerate()
+        {
+            let o = op(dir, role, 100 + i as u64);
+            builder.push_stream(i as u32, 7, &o);
+            expected.push(NodeEvent::Stream {
+                proc: i as u32,
+                cpu_ns: 7,
+                op: Box::new(o),
+            });
+            let e = sample()[i];
+            builder.push(&e);
+            expected.push(NodeEvent::Event(e));
+        }
+        let closed = EndClosed {
+            dir: v6,
+            role: Role::Send,
+            bytes: 12345,
+        };
+        builder.push_closed(&closed);
+        let mut batch = builder.take();
+        assert_eq!(batch.conns.len(), 2);
+        batch = Batch::decode(batch.encode_to_vec().as_slice()).unwrap();
+        let decoded = decode_batch(&batch, |_| true).unwrap();
+        assert_eq!(decoded.events, expected);
+        assert_eq!(decoded.closed, [closed]);
+        batch.conns[1].to_ip.pop();
+        let err = decode_batch(&batch, |_| true).unwrap_err();
+        assert!(err.contains("conn 1") && err.contains("15 bytes"), "{err}");
+        batch.conns.pop();
+        let err = decode_batch(&batch, |_| true).unwrap_err();
+        assert!(err.contains("conn 1 is not in the batch"), "{err}");
     }
 
     #[test]
@@ -284,7 +535,11 @@ mod tests {
             builder.push(&Event {
                 proc: (i % 4) as u32,
                 cpu_ns: 50_000 + i,
-                kind: EventKind::Send { msg: i, bytes: 64 },
+                kind: EventKind::Send {
+                    msg: i,
+                    bytes: 64,
+                    rendezvous: false,
+                },
             });
         }
         let len = builder.take().encoded_len();

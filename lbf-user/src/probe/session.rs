@@ -31,7 +31,9 @@ pub struct CaptureEnd {
     pub stopped: bool,
 }
 
-/// Drains `reader` into `sink` until no traced process is left or `stop` becomes true, then
+/// Drains `reader` into `sink` until no traced process is left or `stop` becomes true (the
+/// `Attach` records of threads [`Tracer::trace_pid`] seeded go first, see
+/// [`Tracer::take_attached`]), then
 /// drains what remains, hands over the entry records of calls still in flight that the kernel
 /// side deferred (see [`Tracer::deferred_entries`]) and calls `sink.finish` with the loss
 /// counters.
@@ -58,6 +60,11 @@ pub fn run_adopting(
     let mut records = 0;
     let mut last_check = Instant::now();
     let stopped = loop {
+        // Before the ring buffer's records: none of a thread seeded since can precede its own.
+        for attach in tracer.take_attached() {
+            sink.record(&attach)?;
+            records += 1;
+        }
         if reader.wait(POLL)? {
             records += reader.drain(sink)?;
             std::thread::sleep(BATCH);

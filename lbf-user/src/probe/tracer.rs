@@ -24,6 +24,22 @@ use lbf_common::{
 
 use super::{procfs, reader::RecordReader, symbols, thread_states::ThreadStates, tracefs};
 
+/// The `Attach` record of thread `tid` of `pid`, seeded at `ts_ns` with CPU clock `cpu_ns`.
+fn attach_record(pid: u32, tid: u32, ts_ns: u64, cpu_ns: u64) -> Record {
+    Record {
+        kind: RecordKind::Attach as u16,
+        fn_id: 0,
+        mem_len: 0,
+        part: 0,
+        tgid: pid,
+        tid,
+        ts_ns,
+        cpu_ns,
+        args: [0; lbf_common::ARG_WORDS],
+        mem: [0; MEM_BYTES],
+    }
+}
+
 /// The eBPF object, built by `lbf-user/build.rs` from `lbf-ebpf`.
 pub(super) static OBJECT: &[u8] =
     aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/lbf.bpf.o"));
@@ -117,6 +133,8 @@ pub struct Tracer {
     pub(super) ebpf: Ebpf,
     mode: AttachMode,
     libraries: Vec<AttachedLibrary>,
+    /// `Attach` records of the threads [`Tracer::trace_pid`] seeded, not yet handed out.
+    attached: Vec<Record>,
 }
 
 impl Tracer {
@@ -161,6 +179,7 @@ impl Tracer {
             ebpf,
             mode,
             libraries: Vec::new(),
+            attached: Vec::new(),
         })
     }
 
@@ -170,7 +189,8 @@ impl Tracer {
     }
 
     /// Starts tracing process `pid` (and, from now on, its descendants): adds it to the
-    /// kernel's filter and seeds its threads' states with their CPU clocks from `/proc`.
+    /// kernel's filter and seeds its threads' states with their CPU clocks from `/proc`,
+    /// noting an `Attach` record for each seeded thread (see [`Tracer::take_attached`]).
     /// A thread the kernel side already traces (the process was adopted at its exec, or
     /// forked from a traced one, before a scan found it) keeps its state: re-seeding it
     /// would forget the calls it is in, whose returns would then come without an entry.
@@ -188,7 +208,9 @@ impl Tracer {
                     acc_ns,
                     switched_in_ns: now,
                 };
-                threads.insert_new(pid, tid, &ThreadState::new(pid, tid, clock))?;
+                if threads.insert_new(pid, tid, &ThreadState::new(pid, tid, clock))? {
+                    self.attached.push(attach_record(pid, tid, now, acc_ns));
+                }
             }
         }
         let mut traced: HashMap<&mut MapData, u32, u8> =
@@ -309,6 +331,13 @@ impl Tracer {
         )?;
         map.set(0, &comm, 0)?;
         Ok(())
+    }
+
+    /// The `Attach` records of the threads seeded since the last call, in the order they were
+    /// seeded. A record sink must get them before any record the ring buffer holds of their
+    /// threads: [`super::run`] hands them over before each drain.
+    pub fn take_attached(&mut self) -> Vec<Record> {
+        std::mem::take(&mut self.attached)
     }
 
     /// Thread group ids the kernel side traces now.

@@ -70,15 +70,17 @@ impl fmt::Display for TraceError {
             ),
             TraceErrorKind::UnsupportedVersion(v) => write!(
                 f,
-                "trace format version {v} is not supported; this lbf reads version {}",
-                super::FORMAT_VERSION
+                "trace format version {v} is not supported; this lbf reads versions {}",
+                super::READABLE_VERSIONS
+                    .map(|v| v.to_string())
+                    .join(" and ")
             ),
             TraceErrorKind::BadHeader(why) => write!(f, "bad trace header: {why}"),
             TraceErrorKind::BadJson(why) => write!(f, "bad JSON: {why}"),
             TraceErrorKind::UnknownKind(k) => write!(
                 f,
-                "unknown event kind \"{k}\"; \"k\" must be one of send, recv_start, recv_end, \
-                 coll_start, coll_end, keepalive, exit"
+                "unknown event kind \"{k}\"; \"k\" must be one of send, recv_start, recv_post, \
+                 recv_end, send_end, coll_start, coll_end, keepalive, exit"
             ),
             TraceErrorKind::MissingField { kind, field } => {
                 write!(f, "{kind} event is missing the field \"{field}\"")

@@ -1,5 +1,5 @@
-//! The fast path of line parsing: flat objects of unsigned integers and plain strings, which
-//! is what writers produce. Anything else (escapes, signs, fractions, nesting, duplicate keys,
+//! The fast path of line parsing: flat objects of unsigned integers, plain strings and
+//! booleans, which is what writers produce. Anything else (escapes, signs, fractions, nesting, duplicate keys,
 //! the summary) is left to serde_json, which then also words the errors. The result is always
 //! what serde_json would give: the reader's tests check both paths agree.
 
@@ -10,6 +10,7 @@ use std::borrow::Cow;
 enum Value<'a> {
     Int(u64),
     Str(&'a str),
+    Bool(bool),
 }
 
 /// The fields of `text` when it is a flat object the fast path understands, else `None`.
@@ -56,7 +57,12 @@ fn store<'a>(raw: &mut RawLine<'a>, key: &str, value: Value<'a>) -> Option<()> {
         ("size", Value::Int(v)) => set(&mut raw.size, u32::try_from(v).ok()?),
         ("k", Value::Str(s)) => set(&mut raw.k, Cow::Borrowed(s)),
         ("op", Value::Str(s)) => set(&mut raw.op, Cow::Borrowed(s)),
-        ("p" | "cpu_ns" | "msg" | "bytes" | "coll" | "size" | "k" | "op" | "summary", _) => None,
+        ("rendezvous", Value::Bool(b)) => set(&mut raw.rendezvous, b),
+        (
+            "p" | "cpu_ns" | "msg" | "bytes" | "coll" | "size" | "k" | "op" | "rendezvous"
+            | "summary",
+            _,
+        ) => None,
         _ => Some(()), // a field readers ignore
     }
 }
@@ -100,10 +106,23 @@ impl<'a> Cursor<'a> {
         std::str::from_utf8(&self.text[start..start + len]).ok()
     }
 
-    /// An unsigned integer without leading zeros, or a plain string.
+    /// An unsigned integer without leading zeros, a plain string, `true` or `false`.
     fn value(&mut self) -> Option<Value<'a>> {
-        if self.peek()? == b'"' {
-            return self.string().map(Value::Str);
+        match self.peek()? {
+            b'"' => return self.string().map(Value::Str),
+            b't' | b'f' => {
+                let rest = &self.text[self.pos..];
+                let (word, value) = if rest.starts_with(b"true") {
+                    (4, true)
+                } else if rest.starts_with(b"false") {
+                    (5, false)
+                } else {
+                    return None;
+                };
+                self.pos += word;
+                return Some(Value::Bool(value));
+            }
+            _ => {}
         }
         let start = self.pos;
         let mut n: u64 = 0;
@@ -136,6 +155,10 @@ mod tests {
             b" { \"k\" : \"exit\" ,\t\"t_ns\": 5, \"note\": \"x\", \"p\":0 , \"cpu_ns\":1}\r\n";
         assert_eq!(parse(spaced), serde(spaced));
         assert!(parse(spaced).is_some());
+        let rendezvous = br#"{"p":1,"k":"send","cpu_ns":0,"msg":2,"bytes":3,"rendezvous":true}"#;
+        let raw = parse(rendezvous).expect("the fast path takes a flag");
+        assert_eq!(raw.rendezvous, Some(true));
+        assert_eq!(Some(raw), serde(rendezvous));
     }
 
     #[test]
@@ -154,6 +177,8 @@ mod tests {
             br#"{"p":1,"k":"exit","cpu_ns":0} x"#,
             br#"{"p":1,"k":"exit","cpu_ns":0,}"#,
             br#"{"p":1 "k":"exit"}"#,
+            br#"{"p":1,"k":"send","rendezvous":truth}"#,
+            br#"{"p":1,"k":"send","rendezvous":1}"#,
         ] {
             assert_eq!(parse(line), None, "{}", String::from_utf8_lossy(line));
         }
@@ -178,6 +203,7 @@ mod tests {
             Just("coll"),
             Just("op"),
             Just("size"),
+            Just("rendezvous"),
             Just("t_ns"),
             Just("summary"),
         ];
@@ -193,6 +219,10 @@ mod tests {
             Just("{}".to_string()),
             Just("007".to_string()),
             Just("4294967296".to_string()),
+            Just("true".to_string()),
+            Just("false".to_string()),
+            Just("tru".to_string()),
+            Just("falsey".to_string()),
         ];
         (key, value).prop_map(|(k, v)| (k.to_string(), v))
     }
@@ -209,8 +239,10 @@ mod tests {
 
         /// The same for arbitrary damage to a valid line.
         #[test]
-        fn agrees_with_serde_on_damaged_lines(at in 0usize..60, byte in any::<u8>()) {
-            let mut line = br#"{"p":12,"k":"send","cpu_ns":3400,"msg":7,"bytes":4096}"#.to_vec();
+        fn agrees_with_serde_on_damaged_lines(at in 0usize..80, byte in any::<u8>()) {
+            let mut line =
+                br#"{"p":12,"k":"send","cpu_ns":3400,"msg":7,"bytes":4096,"rendezvous":true}"#
+                    .to_vec();
             let at = at % line.len();
             line[at] = byte;
             if let Some(raw) = parse(&line) {

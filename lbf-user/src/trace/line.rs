@@ -28,6 +28,7 @@ pub(super) struct RawLine<'a> {
     #[serde(borrow)]
     pub(super) op: Option<Cow<'a, str>>,
     pub(super) size: Option<u32>,
+    pub(super) rendezvous: Option<bool>,
     pub(super) summary: Option<Summary>,
 }
 
@@ -77,10 +78,17 @@ fn event_kind(name: &str, raw: &RawLine) -> Result<(&'static str, EventKind), Tr
         "send" => EventKind::Send {
             msg: raw.msg.ok_or(missing("send", "msg"))?,
             bytes: raw.bytes.ok_or(missing("send", "bytes"))?,
+            rendezvous: raw.rendezvous.unwrap_or(false),
         },
         "recv_start" => EventKind::RecvStart,
+        "recv_post" => EventKind::RecvPost {
+            msg: raw.msg.ok_or(missing("recv_post", "msg"))?,
+        },
         "recv_end" => EventKind::RecvEnd {
             msg: raw.msg.ok_or(missing("recv_end", "msg"))?,
+        },
+        "send_end" => EventKind::SendEnd {
+            msg: raw.msg.ok_or(missing("send_end", "msg"))?,
         },
         "coll_start" => {
             let op = raw.op.as_deref().ok_or(missing("coll_start", "op"))?;

@@ -1,7 +1,9 @@
 //! Trace files: the engine's [`Event`]s on disk, so a capture can be replayed offline.
 //!
-//! Format v1 is JSON Lines (see `docs/trace-format.md`): a header line naming the processes,
-//! one event per line, and, when the capture completed, a summary line. [`TraceReader`] streams
+//! The format is JSON Lines (see `docs/trace-format.md`): a header line naming the processes,
+//! one event per line, and, when the capture completed, a summary line. Version 2 adds what
+//! messages sent by rendezvous need (`recv_post`, `send_end`, `send`'s `rendezvous` flag);
+//! version 1 traces read as before. [`TraceReader`] streams
 //! a file (memory does not grow with its length) and names the line of every problem;
 //! [`TraceWriter`] writes the same format. [`synthetic`] generates large deadlock-free traces
 //! on the fly for benchmarks and tests.
@@ -25,8 +27,11 @@ use serde::{Deserialize, Serialize};
 /// The value of the header's `format` field.
 pub const FORMAT_NAME: &str = "lbf-trace";
 
-/// The format version this crate reads and writes.
-pub const FORMAT_VERSION: u64 = 1;
+/// The format version this crate writes.
+pub const FORMAT_VERSION: u64 = 2;
+
+/// The format versions this crate reads: version 2 only added to version 1.
+pub const READABLE_VERSIONS: [u64; 2] = [1, FORMAT_VERSION];
 
 /// What a trace's first line says: the processes, in id order (ids are `0..procs.len()`).
 #[derive(Clone, Debug, PartialEq)]
@@ -72,6 +77,8 @@ pub fn kind_name(kind: &EventKind) -> &'static str {
         EventKind::Send { .. } => "send",
         EventKind::RecvStart => "recv_start",
         EventKind::RecvEnd { .. } => "recv_end",
+        EventKind::RecvPost { .. } => "recv_post",
+        EventKind::SendEnd { .. } => "send_end",
         EventKind::CollStart { .. } => "coll_start",
         EventKind::CollEnd { .. } => "coll_end",
         EventKind::Keepalive => "keepalive",

@@ -1,7 +1,9 @@
-//! Streaming reader of v1 traces.
+//! Streaming reader of traces (versions 1 and 2).
 
 use super::line::{parse, Record};
-use super::{Header, LineEvent, Summary, TraceError, TraceErrorKind, FORMAT_NAME, FORMAT_VERSION};
+use super::{
+    Header, LineEvent, Summary, TraceError, TraceErrorKind, FORMAT_NAME, READABLE_VERSIONS,
+};
 use crate::event::ProcInfo;
 use serde::Deserialize;
 use std::fs::File;
@@ -125,7 +127,7 @@ fn parse_header(text: &[u8]) -> Result<Header, TraceErrorKind> {
         return Err(TraceErrorKind::MissingHeader);
     }
     match raw.version {
-        Some(FORMAT_VERSION) => {}
+        Some(v) if READABLE_VERSIONS.contains(&v) => {}
         Some(other) => return Err(TraceErrorKind::UnsupportedVersion(other)),
         None => {
             return Err(TraceErrorKind::BadHeader(

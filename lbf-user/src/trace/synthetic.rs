@@ -164,6 +164,7 @@ impl Synthetic {
                     EventKind::Send {
                         msg: m + 2 * proc as u64,
                         bytes,
+                        rendezvous: false,
                     },
                 );
                 self.push(
@@ -171,6 +172,7 @@ impl Synthetic {
                     EventKind::Send {
                         msg: m + 2 * proc as u64 + 1,
                         bytes,
+                        rendezvous: false,
                     },
                 );
                 self.receive(proc, m + 2 * left as u64);
@@ -183,6 +185,7 @@ impl Synthetic {
                         EventKind::Send {
                             msg: m + w - 1,
                             bytes: task_bytes,
+                            rendezvous: false,
                         },
                     );
                 }
@@ -200,6 +203,7 @@ impl Synthetic {
                     EventKind::Send {
                         msg,
                         bytes: result_bytes,
+                        rendezvous: false,
                     },
                 );
             }

@@ -3,7 +3,8 @@
 use super::*;
 use crate::event::ProcId;
 
-const HEADER: &str = r#"{"format":"lbf-trace","version":1,"procs":[{"id":0,"name":"rank0","host":"a"},{"id":1,"name":"rank1","host":"b"}]}"#;
+const HEADER: &str = r#"{"format":"lbf-trace","version":2,"procs":[{"id":0,"name":"rank0","host":"a"},{"id":1,"name":"rank1","host":"b"}]}"#;
+const HEADER_V1: &str = r#"{"format":"lbf-trace","version":1,"procs":[{"id":0,"name":"rank0","host":"a"},{"id":1,"name":"rank1","host":"b"}]}"#;
 
 fn read_all(text: &str) -> Result<(Vec<LineEvent>, Option<Summary>), TraceError> {
     let mut reader = TraceReader::new(text.as_bytes())?;
@@ -29,10 +30,24 @@ fn every_kind() -> Vec<Event> {
             EventKind::Send {
                 msg: 17,
                 bytes: 4096,
+                rendezvous: false,
             },
         ),
         ev(1, 5, EventKind::RecvStart),
         ev(1, 0, EventKind::RecvEnd { msg: 17 }),
+        ev(1, 4, EventKind::RecvPost { msg: 18 }),
+        ev(
+            0,
+            6,
+            EventKind::Send {
+                msg: 18,
+                bytes: 1 << 20,
+                rendezvous: true,
+            },
+        ),
+        ev(0, 8, EventKind::SendEnd { msg: 18 }),
+        ev(1, 2, EventKind::RecvStart),
+        ev(1, 9, EventKind::RecvEnd { msg: 18 }),
         ev(
             0,
             7,
@@ -88,6 +103,10 @@ fn round_trip_with_summary() {
     let text = String::from_utf8(bytes).unwrap();
     assert!(text.starts_with(&format!("{HEADER}\n")), "{text}");
     assert!(text.contains(r#"{"p":0,"k":"send","cpu_ns":1200,"msg":17,"bytes":4096}"#));
+    assert!(text.contains(r#"{"p":1,"k":"recv_post","cpu_ns":4,"msg":18}"#));
+    assert!(text
+        .contains(r#"{"p":0,"k":"send","cpu_ns":6,"msg":18,"bytes":1048576,"rendezvous":true}"#));
+    assert!(text.contains(r#"{"p":0,"k":"send_end","cpu_ns":8,"msg":18}"#));
     assert!(text.ends_with("{\"summary\":{\"measured_seconds\":12.3,\"lost_events\":4}}\n"));
 
     let mut reader = TraceReader::new(text.as_bytes()).unwrap();
@@ -99,9 +118,42 @@ fn round_trip_with_summary() {
     );
     assert_eq!(
         events.iter().map(|e| e.line).collect::<Vec<_>>(),
-        (2..12).collect::<Vec<_>>()
+        (2..17).collect::<Vec<_>>()
     );
     assert_eq!(reader.summary(), Some(&summary));
+}
+
+/// Version 1 traces (written before rendezvous) read as they always did.
+#[test]
+fn version_1_traces_read_as_before() {
+    let body = r#"{"p":0,"k":"send","cpu_ns":1200,"msg":17,"bytes":4096}
+{"p":1,"k":"recv_start","cpu_ns":5}
+{"p":1,"k":"recv_end","cpu_ns":0,"msg":17}
+{"p":0,"k":"exit","cpu_ns":2}
+{"p":1,"k":"exit","cpu_ns":3}
+{"summary":{"measured_seconds":1.5,"lost_events":0}}
+"#;
+    let (events, summary) = read_all(&format!(
+        "{HEADER_V1}
+{body}"
+    ))
+    .unwrap();
+    let sent = EventKind::Send {
+        msg: 17,
+        bytes: 4096,
+        rendezvous: false,
+    };
+    assert_eq!(
+        events.iter().map(|e| e.event).collect::<Vec<_>>(),
+        vec![
+            ev(0, 1200, sent),
+            ev(1, 5, EventKind::RecvStart),
+            ev(1, 0, EventKind::RecvEnd { msg: 17 }),
+            ev(0, 2, EventKind::Exit),
+            ev(1, 3, EventKind::Exit),
+        ]
+    );
+    assert_eq!(summary.map(|s| s.measured_seconds), Some(1.5));
 }
 
 #[test]
@@ -139,8 +191,11 @@ fn header_errors_are_on_line_1() {
     assert!(err("").contains("not an lbf trace"));
     assert!(err(r#"{"p":0,"k":"exit","cpu_ns":0}"#).contains("not an lbf trace"));
     assert!(err("garbage").contains("first line must be a header"));
-    let v2 = err(r#"{"format":"lbf-trace","version":2,"procs":[]}"#);
-    assert!(v2.contains("version 2 is not supported"), "{v2}");
+    let v3 = err(r#"{"format":"lbf-trace","version":3,"procs":[]}"#);
+    assert!(
+        v3.contains("version 3 is not supported; this lbf reads versions 1 and 2"),
+        "{v3}"
+    );
     assert!(err(r#"{"format":"lbf-trace","procs":[]}"#).contains("\"version\" is missing"));
     assert!(err(r#"{"format":"lbf-trace","version":1}"#).contains("\"procs\" is missing"));
     let gap = err(r#"{"format":"lbf-trace","version":1,"procs":[{"id":0},{"id":2}]}"#);
@@ -159,6 +214,9 @@ fn body_errors_name_their_line() {
         ("{\"p\":0,\"cpu_ns\":1}".to_string(), "line 2: event event is missing the field \"k\""),
         ("{\"p\":0,\"k\":\"send\",\"cpu_ns\":1,\"msg\":1}".to_string(), "send event is missing the field \"bytes\""),
         ("{\"p\":0,\"k\":\"recv_end\",\"cpu_ns\":1}".to_string(), "recv_end event is missing the field \"msg\""),
+        ("{\"p\":0,\"k\":\"recv_post\",\"cpu_ns\":1}".to_string(), "recv_post event is missing the field \"msg\""),
+        ("{\"p\":0,\"k\":\"send_end\",\"cpu_ns\":1}".to_string(), "send_end event is missing the field \"msg\""),
+        ("{\"p\":0,\"k\":\"send\",\"cpu_ns\":1,\"msg\":1,\"bytes\":2,\"rendezvous\":1}".to_string(), "line 2: bad JSON: invalid type: integer `1`, expected a boolean"),
         ("{\"k\":\"exit\",\"cpu_ns\":1}".to_string(), "exit event is missing the field \"p\""),
         ("{\"p\":0,\"k\":\"exit\"}".to_string(), "exit event is missing the field \"cpu_ns\""),
         ("{\"p\":0,\"k\":\"coll_start\",\"cpu_ns\":1,\"coll\":1,\"size\":2,\"bytes\":0}".to_string(), "coll_start event is missing the field \"op\""),
@@ -224,7 +282,7 @@ proptest::proptest! {
     /// Any events, written and read back, come back unchanged, one per line after the header.
     #[test]
     fn any_events_round_trip(raw in proptest::collection::vec(
-        (0u32..2, proptest::prelude::any::<u64>(), 0u8..7, proptest::prelude::any::<u64>(),
+        (0u32..2, proptest::prelude::any::<u64>(), 0u8..10, proptest::prelude::any::<u64>(),
          proptest::prelude::any::<u64>(), proptest::prelude::any::<u32>(), 0usize..4),
         0..50,
     )) {
@@ -233,12 +291,15 @@ proptest::proptest! {
             .into_iter()
             .map(|(proc, cpu_ns, k, a, b, size, op)| {
                 let kind = match k {
-                    0 => EventKind::Send { msg: a, bytes: b },
+                    0 => EventKind::Send { msg: a, bytes: b, rendezvous: false },
                     1 => EventKind::RecvStart,
                     2 => EventKind::RecvEnd { msg: a },
                     3 => EventKind::CollStart { coll: a, op: ops[op], size, bytes: b },
                     4 => EventKind::CollEnd { coll: a },
                     5 => EventKind::Keepalive,
+                    6 => EventKind::Send { msg: a, bytes: b, rendezvous: true },
+                    7 => EventKind::RecvPost { msg: a },
+                    8 => EventKind::SendEnd { msg: a },
                     _ => EventKind::Exit,
                 };
                 ev(proc, cpu_ns, kind)

@@ -1,4 +1,4 @@
-//! Buffered writer of v1 traces.
+//! Buffered writer of traces (the current version, [`super::FORMAT_VERSION`]).
 
 use super::{kind_name, op_name, Header, Summary, FORMAT_NAME, FORMAT_VERSION};
 use crate::event::{Event, EventKind, ProcInfo};
@@ -61,8 +61,19 @@ impl<W: Write> TraceWriter<W> {
             event.proc, event.cpu_ns
         )?;
         match event.kind {
-            EventKind::Send { msg, bytes } => write!(out, r#","msg":{msg},"bytes":{bytes}"#)?,
-            EventKind::RecvEnd { msg } => write!(out, r#","msg":{msg}"#)?,
+            EventKind::Send {
+                msg,
+                bytes,
+                rendezvous,
+            } => {
+                write!(out, r#","msg":{msg},"bytes":{bytes}"#)?;
+                if rendezvous {
+                    out.write_all(br#","rendezvous":true"#)?;
+                }
+            }
+            EventKind::RecvEnd { msg }
+            | EventKind::RecvPost { msg }
+            | EventKind::SendEnd { msg } => write!(out, r#","msg":{msg}"#)?,
             EventKind::CollStart {
                 coll,
                 op,

@@ -301,6 +301,42 @@ pub fn replay_node(
     c
 }
 
+/// Compiles `source` (under tests/workloads) with `cc` into `dir`.
+pub fn compile(cc: &str, source: &str, dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/workloads")
+        .join(source);
+    let stem = src.file_stem().unwrap().to_str().unwrap().to_string();
+    let bin = dir.join(stem);
+    let out = Command::new(cc)
+        .args(["-O1", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("running {cc}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cc} {}: {}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
+/// `lbf-node` on host `netns` streaming the processes `procs` (global ids) under live
+/// capture, with `args`: the selection (`--pid PID`, `--comm NAME`, ...) and other options.
+pub fn live_node(s: &BuilderSetup, netns: &str, name: &str, procs: &str, args: &[&str]) -> Command {
+    let mut node = in_netns(Some(netns), env!("CARGO_BIN_EXE_lbf-node"));
+    node.env("LBF_NODE_TOKEN", format!("token-{name}"))
+        .args(["--builder", &s.listen, "--node", name, "--procs", procs])
+        .arg("--ca")
+        .arg(&s.cert)
+        .arg("--spool-dir")
+        .arg(s.dir.join(format!("spool-{name}")))
+        .args(args);
+    node
+}
+
 /// GET `path` from `addr` (HTTP/1.0); the body, or `None` if nothing answers.
 pub fn http_get(addr: &str, path: &str) -> Option<String> {
     let mut s = TcpStream::connect(addr).ok()?;

@@ -3,17 +3,19 @@
 //! tracer with a capture (or under the `lbf-trace` binary), parses the programs' `LBF-CHECK`
 //! lines, and checks a capture against them: messages, bytes, CPU per process, and the
 //! prediction for the configuration the run had; and checks that `lbf-trace` handed events
-//! out while the program ran.
+//! out while the program ran. A run can also be traced twice at once, from its start and by
+//! a tracer attached while it runs ([`trace_attaching`]).
 
 #![allow(dead_code)] // each test crate uses its own part
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use lbf::capture::{EventLog, Summary};
+use lbf::capture::{EventLog, Library, Summary};
 use lbf::engine::Engine;
 use lbf::event::{Event, EventKind};
 use lbf::probe::{self, HeldChild, RecordSink, Tracer, TracerOptions};
@@ -152,6 +154,8 @@ pub struct Traced {
     pub summary: Summary,
     /// The programs' own accounts.
     pub checks: Vec<Check>,
+    /// What the command printed (standard output and error).
+    pub output: String,
     /// CPU seconds the whole machine used while the command ran (every process, traced or
     /// not), to tell whether other work competed with the run.
     pub machine_cpu_seconds: f64,
@@ -166,8 +170,20 @@ pub fn trace<S: RecordSink>(
     label: &str,
     command: &str,
     prepare: impl FnOnce(&mut Tracer),
+    sink: S,
+    finish: impl FnOnce(S) -> (EventLog, Summary),
+) -> Traced {
+    run_traced(label, command, prepare, sink, finish, |_| {})
+}
+
+/// [`trace`], calling `started` with the command's PID once it runs.
+fn run_traced<S: RecordSink>(
+    label: &str,
+    command: &str,
+    prepare: impl FnOnce(&mut Tracer),
     mut sink: S,
     finish: impl FnOnce(S) -> (EventLog, Summary),
+    started: impl FnOnce(u32),
 ) -> Traced {
     let _one = TRACING.lock().unwrap_or_else(|e| e.into_inner());
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{label}.out"));
@@ -183,6 +199,7 @@ pub fn trace<S: RecordSink>(
         HeldChild::spawn(&["sh".into(), "-c".into(), command.clone()]).expect("spawning");
     tracer.trace_pid(child.pid()).expect("tracing the command");
     child.release().expect("starting the command");
+    started(child.pid());
     let stop = AtomicBool::new(false);
     let (cpu_before, own_before) = (machine_cpu_seconds(), own_cpu_seconds());
     let end = probe::run(&mut tracer, &mut reader, &mut sink, &stop).expect("capturing");
@@ -204,8 +221,217 @@ pub fn trace<S: RecordSink>(
         log,
         summary,
         checks: parse_checks(&output),
+        output,
         machine_cpu_seconds,
         own_cpu_seconds,
+    }
+}
+
+/// An installed MPI implementation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mpi {
+    OpenMpi,
+    Mpich,
+}
+
+impl Mpi {
+    /// The name Debian's compiler wrapper and launcher carry (`mpicc.NAME`, `mpirun.NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mpi::OpenMpi => "openmpi",
+            Mpi::Mpich => "mpich",
+        }
+    }
+
+    /// The shell command that runs `np` ranks of `program args` as `setup` says.
+    pub fn launch(self, np: u32, program: &str, args: &str, setup: Setup) -> String {
+        let Setup { env, mca, cpus } = setup;
+        let taskset = cpus.map_or(String::new(), |c| format!("taskset -c {c} "));
+        match self {
+            Mpi::OpenMpi => format!(
+                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 {env} {taskset}\
+                 mpirun.openmpi --oversubscribe --bind-to none {mca} -np {np} {program} {args}"
+            ),
+            Mpi::Mpich => format!("{env} {taskset}mpirun.mpich -n {np} {program} {args}"),
+        }
+    }
+
+    /// The library.
+    pub fn library(self) -> Library {
+        match self {
+            Mpi::OpenMpi => Library::OpenMpi,
+            Mpi::Mpich => Library::Mpich,
+        }
+    }
+
+    /// How much a waiting rank loads its core (see docs/targets.md): MPICH polls flat out;
+    /// Open MPI, told it is oversubscribed, yields the CPU while it polls.
+    pub fn spin(self) -> f64 {
+        match self {
+            Mpi::OpenMpi => 0.0,
+            Mpi::Mpich => 1.0,
+        }
+    }
+}
+
+/// How an MPI run is launched beyond the defaults.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Setup<'a> {
+    /// Environment variables (`NAME=value ...`) of the launcher and the ranks.
+    pub env: &'a str,
+    /// Open MPI's `--mca` options.
+    pub mca: &'a str,
+    /// The CPUs (a `taskset -c` list) the job runs on; all if `None`.
+    pub cpus: Option<&'a str>,
+}
+
+/// Probes every installed MPI library: how the MPI tests prepare a tracer.
+pub fn probe_mpi(tracer: &mut Tracer) {
+    for path in probe::installed_mpi_libraries().expect("finding MPI libraries") {
+        if let Some(lib) = Library::from_path(&path.to_string_lossy()) {
+            tracer
+                .attach_mpi_library(&path, &lib.fn_reads())
+                .expect("attaching");
+        }
+    }
+}
+
+/// Where [`trace_attaching`] attaches its second tracer: to the `procs` processes named
+/// `program` that the command starts, `after` the tracer from the start has had
+/// `after_records` records (the job is under way).
+pub struct Attach {
+    /// Their command name (`/proc/PID/comm`).
+    pub program: String,
+    /// How many there are.
+    pub procs: usize,
+    /// Records of the tracer from the start to wait for.
+    pub after_records: u64,
+    /// How long to wait after those.
+    pub after: Duration,
+}
+
+/// A record sink that counts the records it passes on.
+struct Counted<'a, S> {
+    sink: S,
+    records: &'a AtomicU64,
+}
+
+impl<S: RecordSink> RecordSink for Counted<'_, S> {
+    fn record(&mut self, record: &lbf_common::Record) -> anyhow::Result<()> {
+        self.records.fetch_add(1, Ordering::Relaxed);
+        self.sink.record(record)
+    }
+    fn finish(&mut self, lost: &probe::LostCounts) -> anyhow::Result<()> {
+        self.sink.finish(lost)
+    }
+    fn tick(&mut self) -> anyhow::Result<()> {
+        self.sink.tick()
+    }
+}
+
+/// Runs `command` traced from its start as [`trace`] does, and meanwhile traces it a second
+/// time as `lbf-trace -p` would: a second tracer, prepared alike and loaded while the command
+/// runs, attaches to the processes `attach` names and feeds the sink `attached_sink` makes,
+/// until they end. Returns the run traced from its start, then the run traced from the attach
+/// (whose measured time starts at the attach; both have the programs' `LBF-CHECK` lines).
+#[allow(clippy::too_many_arguments)]
+pub fn trace_attaching<S: RecordSink, A: RecordSink>(
+    label: &str,
+    command: &str,
+    prepare: impl Fn(&mut Tracer) + Sync,
+    attach: &Attach,
+    sink: S,
+    finish: impl FnOnce(S) -> (EventLog, Summary),
+    attached_sink: impl FnOnce() -> A + Send,
+    finish_attached: impl FnOnce(A) -> (EventLog, Summary) + Send,
+) -> (Traced, Traced) {
+    let prepare = &prepare;
+    let records = &AtomicU64::new(0);
+    let sink = Counted { sink, records };
+    let finish = |counted: Counted<S>| finish(counted.sink);
+    let (from_start, mut attached) = std::thread::scope(|scope| {
+        let mut second = None;
+        let from_start = run_traced(label, command, prepare, sink, finish, |root| {
+            second = Some(scope.spawn(move || {
+                let mut tracer =
+                    Tracer::load(&TracerOptions::default()).expect("loading the second tracer");
+                prepare(&mut tracer);
+                let mut reader = tracer.records().expect("ring buffer");
+                let pids = descendants_named(root, &attach.program, attach.procs);
+                while records.load(Ordering::Relaxed) < attach.after_records {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                std::thread::sleep(attach.after);
+                let (cpu_before, own_before) = (machine_cpu_seconds(), own_cpu_seconds());
+                for pid in pids {
+                    tracer
+                        .trace_pid(pid)
+                        .expect("attaching to a running process");
+                }
+                let mut sink = attached_sink();
+                let stop = AtomicBool::new(false);
+                let end =
+                    probe::run(&mut tracer, &mut reader, &mut sink, &stop).expect("capturing");
+                // Calls entered between the probes' attach and the processes' are expected.
+                assert_eq!(end.lost.ringbuf_full, 0, "the kernel side lost records");
+                let (log, summary) = finish_attached(sink);
+                Traced {
+                    log,
+                    summary,
+                    checks: Vec::new(),
+                    output: String::new(),
+                    machine_cpu_seconds: machine_cpu_seconds() - cpu_before,
+                    own_cpu_seconds: own_cpu_seconds() - own_before,
+                }
+            }));
+        });
+        let second = second.expect("the command started");
+        (
+            from_start,
+            second.join().expect("the attached tracer's thread"),
+        )
+    });
+    attached.checks = from_start.checks.clone();
+    attached.output = from_start.output.clone();
+    (from_start, attached)
+}
+
+/// The `n` processes named `name` descending from `root`, once there are that many (waits up
+/// to a minute).
+fn descendants_named(root: u32, name: &str, n: usize) -> Vec<u32> {
+    let parent = |pid: u32| -> Option<u32> {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("PPid:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    };
+    let descends = |mut pid: u32| {
+        while let Some(p) = parent(pid).filter(|&p| p > 1) {
+            if p == root {
+                return true;
+            }
+            pid = p;
+        }
+        false
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let found: Vec<u32> = std::fs::read_dir("/proc")
+            .expect("listing /proc")
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .filter(|&pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim_end() == name)
+                    && descends(pid)
+            })
+            .collect();
+        if found.len() == n {
+            return found;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{n} processes named {name} did not appear (found {found:?})"
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -493,20 +719,7 @@ pub fn check_prediction(t: &Traced, spin: f64, measured: Measured) -> Result<(),
             (predict_as_run(t, spin) - first_start, wall as f64 * 1e-9)
         }
     };
-    // The prediction is for the machine as the run had it: with other work competing for
-    // the cores (a busy shared machine), the run is slower than any placement predicts.
-    let ours: f64 = s
-        .stats
-        .iter()
-        .map(|st| (st.cpu_ns + st.untimed_cpu_ns) as f64 * 1e-9)
-        .sum();
-    // The command's processes are in `own` when waited for by it, in `ours` when not (PVM
-    // tasks are pvmd's children): the larger counts, once.
-    let others = machine::others_share(
-        t.machine_cpu_seconds,
-        t.own_cpu_seconds.max(ours),
-        s.measured_seconds,
-    );
+    let (ours, others) = (programs_cpu_seconds(t), competing_share(t));
     let starts: Vec<String> = s
         .procs
         .iter()
@@ -529,6 +742,33 @@ pub fn check_prediction(t: &Traced, spin: f64, measured: Measured) -> Result<(),
         );
         return Ok(());
     }
+    within_tolerance(predicted, measured)
+}
+
+/// CPU seconds the traced programs used, by their events and start-up.
+fn programs_cpu_seconds(t: &Traced) -> f64 {
+    t.summary
+        .stats
+        .iter()
+        .map(|st| (st.cpu_ns + st.untimed_cpu_ns) as f64 * 1e-9)
+        .sum()
+}
+
+/// The share of the machine's CPU that other work used during run `t`. A prediction is for
+/// the machine as the run had it: with other work competing for the cores (a busy shared
+/// machine), the run is slower than any placement predicts.
+pub fn competing_share(t: &Traced) -> f64 {
+    // The command's processes are in `own` when waited for by it, in `ours` when not (PVM
+    // tasks are pvmd's children): the larger counts, once.
+    machine::others_share(
+        t.machine_cpu_seconds,
+        t.own_cpu_seconds.max(programs_cpu_seconds(t)),
+        t.summary.measured_seconds,
+    )
+}
+
+/// `Ok` if `predicted` is within [`TIME_TOLERANCE`] of `measured`, else the miss.
+fn within_tolerance(predicted: f64, measured: f64) -> Result<(), String> {
     if (predicted - measured).abs() <= TIME_TOLERANCE * measured {
         Ok(())
     } else {
@@ -539,11 +779,40 @@ pub fn check_prediction(t: &Traced, spin: f64, measured: Measured) -> Result<(),
     }
 }
 
+/// Checks the "what if" prediction from run `traced` for the configuration of run `other`
+/// (one node of `cores` cores; waiting processes loading it by `spin`) against `other`'s run
+/// time, unless other work competed for the machine during either run.
+pub fn check_what_if(traced: &Traced, cores: u32, spin: f64, other: &Traced) -> Result<(), String> {
+    let predicted = predict_on(traced, cores, spin) + traced.summary.teardown_seconds;
+    let measured = other.summary.measured_seconds;
+    let others = competing_share(traced).max(competing_share(other));
+    eprintln!(
+        "measured {measured:.4} s on {cores} cores, predicted {predicted:.4} s from a run of \
+         {:.4} s (others used up to {:.1} % of the machine)",
+        traced.summary.measured_seconds,
+        others * 100.0
+    );
+    if others > BUSY_MACHINE {
+        eprintln!(
+            "NOT CHECKED: other processes used {:.0} % of the machine's CPU during a run",
+            others * 100.0
+        );
+        return Ok(());
+    }
+    within_tolerance(predicted, measured)
+}
+
 /// The engine's prediction for the configuration the run had: every process on one node
 /// with this machine's cores, starting when it started, messages free (loopback and veth
 /// cost microseconds).
 pub fn predict_as_run(t: &Traced, spin: f64) -> f64 {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    predict_on(t, cores, spin)
+}
+
+/// The engine's prediction for run `t` on one node of `cores` cores, each process starting
+/// when it started, messages free.
+pub fn predict_on(t: &Traced, cores: u32, spin: f64) -> f64 {
     let target = Target {
         name: "as run".into(),
         nodes: vec![Node {

@@ -2,13 +2,14 @@
  * 4*WORKERS*ITERS tasks (one int each) with pvm_send, collects results with pvm_recv from any
  * worker (sender from pvm_bufinfo) and sends the next task or a stop; workers compute 1-3 x
  * COMPUTE_MS per task and answer with 1-4 doubles. With ROUTE=direct, messages go task to
- * task (PvmRouteDirect) instead of through pvmd. Needs a running pvmd whose hostfile's `ep=`
- * lists this program's directory.
+ * task (PvmRouteDirect) instead of through pvmd (any other ROUTE: through pvmd). With HOST,
+ * the workers are spawned on that host of the virtual machine (PvmTaskHost), else where PVM
+ * chooses. Needs a running pvmd whose hostfile's `ep=` lists this program's directory.
  *
  * Every task prints an LBF-CHECK line (the workers' through the master, pvm_catchout): pid, tid, role, sends, send_bytes (packed payload),
  * recvs, recv_bytes, cpu_ns (CLOCK_PROCESS_CPUTIME_ID at the end), work_ns, wall_ns.
  *
- * Usage: master_worker WORKERS ITERS COMPUTE_MS [direct] */
+ * Usage: master_worker WORKERS ITERS COMPUTE_MS [ROUTE [HOST]] */
 #include <stdint.h>
 #include <stdio.h> /* before pvm3.h, which declares pvm_catchout(FILE *) */
 #include <pvm3.h>
@@ -69,7 +70,7 @@ int main(int argc, char **argv) {
     int parent = pvm_parent();
     if (parent == PvmNoParent) {
         if (argc < 4) {
-            fprintf(stderr, "usage: master_worker WORKERS ITERS COMPUTE_MS [direct]\n");
+            fprintf(stderr, "usage: master_worker WORKERS ITERS COMPUTE_MS [ROUTE [HOST]]\n");
             pvm_exit();
             return 2;
         }
@@ -78,7 +79,9 @@ int main(int argc, char **argv) {
         int tids[MAX_WORKERS];
         pvm_catchout(stdout); /* the workers' LBF-CHECK lines come out here */
         char *wargv[] = {argv[1], argv[2], argv[3], argc > 4 ? argv[4] : NULL, NULL};
-        if (pvm_spawn(argv[0], wargv, PvmTaskDefault, "", workers, tids) != workers) {
+        char *host = argc > 5 ? argv[5] : "";
+        int where = argc > 5 ? PvmTaskHost : PvmTaskDefault;
+        if (pvm_spawn(argv[0], wargv, where, host, workers, tids) != workers) {
             fprintf(stderr, "pvm_spawn failed\n");
             pvm_exit();
             return 2;

@@ -18,11 +18,17 @@
 //! A channel no descriptor can use any more (see [`super::descriptors`]) is closed
 //! ([`Channels::close`]): what is open on it is settled as at the end of a capture and its
 //! state freed, so that memory follows the connections open, not all those ever made.
+//!
+//! Where the two ends of a stream are seen by different captures (cluster mode: a TCP
+//! connection between hosts), each capture hands its end's sends and receives on
+//! ([`StreamOp`]) to the one place that sees both, the builder, which matches them with these
+//! same [`Channels`]. There the ends finish apart ([`Channels::end_done`]): the sender's once
+//! its node has delivered every send it made on the direction, the receiver's likewise.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 
-use crate::event::MsgId;
+use crate::event::{EventKind, MsgId};
 
 /// One end of a socket connection, as both processes name it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -59,6 +65,59 @@ pub enum Channel {
     },
 }
 
+/// One direction of a stream connection, as both ends name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Direction {
+    /// The sending end.
+    pub from: Endpoint,
+    /// The receiving end.
+    pub to: Endpoint,
+}
+
+impl Direction {
+    /// The channel this direction is.
+    pub fn channel(self) -> Channel {
+        Channel::Stream {
+            from: self.from,
+            to: self.to,
+        }
+    }
+}
+
+/// Which end of a direction did something: the one sending on it or the one receiving.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The sending end.
+    Send,
+    /// The receiving end.
+    Recv,
+}
+
+/// A send or a receive of `bytes` bytes on a stream direction whose other end another capture
+/// sees: handed on to where both ends meet, which matches it as [`Channels::send`] and
+/// [`Channels::recv`] do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamOp {
+    /// The direction.
+    pub dir: Direction,
+    /// Whether the capture's end sent or received.
+    pub role: Role,
+    /// The bytes moved (more than 0).
+    pub bytes: u64,
+}
+
+/// The end `role` of direction `dir` is closed in the capture that saw it, after moving
+/// `bytes` bytes on it in all: once that many are matched, nothing more comes from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EndClosed {
+    /// The direction.
+    pub dir: Direction,
+    /// Which of its ends closed.
+    pub role: Role,
+    /// The bytes that end sent (or received) on the direction, over its whole life.
+    pub bytes: u64,
+}
+
 /// One message a send becomes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Piece {
@@ -93,6 +152,43 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// The token of the send or receive it settles.
+    pub fn token(&self) -> u64 {
+        match self {
+            Outcome::Send { token, .. } | Outcome::Recv { token, .. } => *token,
+        }
+    }
+
+    /// The events its send or receive becomes: a send's messages, or a `Keepalive` carrying
+    /// its CPU when no receive ended in it; a receive's `RecvEnd`, or a `Keepalive` when no
+    /// send is known for its bytes.
+    pub fn events(&self) -> Vec<EventKind> {
+        match self {
+            Outcome::Send { pieces, .. } if !pieces.is_empty() => pieces
+                .iter()
+                .map(|p| EventKind::Send {
+                    msg: p.msg,
+                    bytes: p.bytes,
+                    rendezvous: false,
+                })
+                .collect(),
+            Outcome::Recv { msg: Some(msg), .. } => vec![EventKind::RecvEnd { msg: *msg }],
+            _ => vec![EventKind::Keepalive],
+        }
+    }
+
+    /// The end it leaves unmatched, if any: a send with bytes no receive consumed, a receive
+    /// without a send.
+    pub fn unmatched(&self) -> Option<Role> {
+        match self {
+            Outcome::Send { unconsumed, .. } if *unconsumed > 0 => Some(Role::Send),
+            Outcome::Recv { msg: None, .. } => Some(Role::Recv),
+            _ => None,
+        }
+    }
+}
+
 /// A send whose bytes are not all consumed yet.
 #[derive(Debug)]
 struct OpenSend {
@@ -114,6 +210,10 @@ struct Stream {
     early: VecDeque<(u64, u64)>,
     /// Bytes of resolved sends no receive ended in, for the next message.
     carry: u64,
+    /// No send is to come any more: a receive past the bytes sent has no send.
+    sender_done: bool,
+    /// No receive is to come any more: a send's bytes not consumed yet never will be.
+    receiver_done: bool,
 }
 
 /// Datagrams to one socket.
@@ -173,6 +273,9 @@ impl Channels {
                     });
                 }
                 resolve_consumed(s, &mut out);
+                if s.receiver_done {
+                    settle_sends(s, &mut out);
+                }
             }
             Channel::Datagram { to } => {
                 let d = self.datagrams.entry(to).or_default();
@@ -197,7 +300,15 @@ impl Channels {
                 s.received += bytes;
                 let end = s.received;
                 if end > s.sent || !s.early.is_empty() {
-                    s.early.push_back((token, end));
+                    if s.sender_done {
+                        out.push(Outcome::Recv {
+                            token,
+                            msg: None,
+                            from: None,
+                        });
+                    } else {
+                        s.early.push_back((token, end));
+                    }
                     return out;
                 }
                 let msg = self.next_msg;
@@ -258,6 +369,41 @@ impl Channels {
         out
     }
 
+    /// The end `role` of direction `dir` will do nothing more (its capture delivered all it
+    /// did there): when the sender is done, receives still waiting for bytes get no message;
+    /// when the receiver is done, the sends it did not consume are settled with the cuts
+    /// they have. Later calls of the done end's kind are settled at once, likewise. Once
+    /// both ends are done the direction's state is freed, as [`Channels::close`] frees it.
+    /// Returns the outcomes settled.
+    pub fn end_done(&mut self, dir: Direction, role: Role) -> Vec<Outcome> {
+        let mut out = Vec::new();
+        let key = (dir.from, dir.to);
+        let s = self.streams.entry(key).or_default();
+        match role {
+            Role::Send => {
+                s.sender_done = true;
+                fail_early(s, &mut out);
+            }
+            Role::Recv => {
+                s.receiver_done = true;
+                settle_sends(s, &mut out);
+            }
+        }
+        if s.sender_done && s.receiver_done {
+            self.streams.remove(&key);
+        }
+        sort_outcomes(&mut out);
+        out
+    }
+
+    /// The bytes sent and received so far on direction `dir` (0 and 0 once its state is
+    /// freed, or before any).
+    pub fn moved(&self, dir: Direction) -> (u64, u64) {
+        self.streams
+            .get(&(dir.from, dir.to))
+            .map_or((0, 0), |s| (s.sent, s.received))
+    }
+
     /// Channels whose state is kept: stream directions and datagram receivers.
     pub fn len(&self) -> usize {
         self.streams.len() + self.datagrams.len()
@@ -272,6 +418,12 @@ impl Channels {
 /// Settles what is open on stream direction `s` as at the end of a capture (see
 /// [`Channels::finish`]).
 fn finish_stream(mut s: Stream, out: &mut Vec<Outcome>) {
+    fail_early(&mut s, out);
+    settle_sends(&mut s, out);
+}
+
+/// Receives of `s` waiting for bytes no send will bring: no message.
+fn fail_early(s: &mut Stream, out: &mut Vec<Outcome>) {
     for (token, _) in s.early.drain(..) {
         out.push(Outcome::Recv {
             token,
@@ -279,6 +431,13 @@ fn finish_stream(mut s: Stream, out: &mut Vec<Outcome>) {
             from: None,
         });
     }
+}
+
+/// Sends of `s` whose bytes no receive will consume any more: settled with the cuts they
+/// have, or unconsumed. Those already consumed (by receives still waiting for a later send's
+/// bytes) are settled as consumed, first.
+fn settle_sends(s: &mut Stream, out: &mut Vec<Outcome>) {
+    resolve_consumed(s, out);
     while let Some(send) = s.sends.pop_front() {
         let unconsumed = if send.cuts.is_empty() {
             send.end - send.start

@@ -44,7 +44,13 @@
 //!   (`sendto` and `sendmsg` are).
 //! - Descriptors passed over UNIX sockets are followed when received by `recvmsg`, not by
 //!   `recvmmsg`.
-//! - One host per capture: matching is central (see the trace format for ids).
+//! - Messages are matched where both ends are seen. A cluster node's capture
+//!   ([`SocketCapture::matching_between_hosts`]) sees one end of a TCP connection to another
+//!   host: it matches UNIX and loopback connections itself and hands a TCP connection's
+//!   sends and receives on ([`EventSink::stream_op`]), in their place among the process's
+//!   events, with its ends' closes ([`EventSink::stream_closed`]), for the builder to match
+//!   with the same [`channels`]. UDP datagrams are not matched there at all (their other
+//!   end may be on another host, which nothing tells).
 
 pub mod channels;
 pub mod descriptors;
@@ -58,7 +64,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use lbf_common::{Record, RecordKind};
 
-use self::channels::{Channel, Channels, Outcome};
+use self::channels::{Channel, Channels, Direction, EndClosed, Endpoint, Outcome, Role, StreamOp};
 use self::descriptors::{Descriptors, Fd};
 use self::resolve::{SocketChannels, SocketResolver};
 use self::syscall::Call;
@@ -115,6 +121,14 @@ pub struct SocketCapture {
     /// Per thread id, a `sendmmsg`/`recvmmsg` whose next part's record is still to come, with
     /// its process.
     held: HashMap<u32, (u32, syscall::Decoded)>,
+    /// Whether TCP connections between hosts are left to be matched where both ends meet
+    /// (see [`SocketCapture::matching_between_hosts`]).
+    between_hosts: bool,
+    /// The ends of such connections identified here, with the bytes they moved so far, until
+    /// no descriptor holds them.
+    ends: HashMap<(Direction, Role), u64>,
+    /// Ends closed since the last record, to tell the sink.
+    closed: Vec<EndClosed>,
 }
 
 impl SocketCapture {
@@ -136,7 +150,21 @@ impl SocketCapture {
             unmatched_sends: 0,
             unmatched_recvs: 0,
             held: HashMap::new(),
+            between_hosts: false,
+            ends: HashMap::new(),
+            closed: Vec::new(),
         }
+    }
+
+    /// Leaves TCP connections that may join two hosts (neither address a loopback one) to be
+    /// matched where both ends meet, as a cluster node must: their sends and receives go to
+    /// the sink as they are ([`EventSink::stream_op`]), in their place among the process's
+    /// events, and each end's close with the bytes it moved ([`EventSink::stream_closed`]).
+    /// UNIX and loopback connections are matched here as usual; UDP datagrams are not matched
+    /// (each a `Keepalive`, counted as unmatched and noted).
+    pub fn matching_between_hosts(mut self) -> Self {
+        self.between_hosts = true;
+        self
     }
 
     /// Expects `n` processes to use sockets (`None`: unknown, the default): once they have,
@@ -153,6 +181,9 @@ impl SocketCapture {
     pub fn record(&mut self, rec: &Record, sink: &mut dyn EventSink) {
         self.consume(rec);
         self.roster.hand_out(&mut self.clock, sink);
+        for end in self.closed.drain(..) {
+            sink.stream_closed(&end);
+        }
     }
 
     /// Events held back and events left out so far, and the state kept for open connections
@@ -160,7 +191,7 @@ impl SocketCapture {
     pub fn backlog(&self) -> Backlog {
         Backlog {
             kept: Some(Kept {
-                channels: self.channels.len(),
+                channels: self.channels.len() + self.ends.len(),
                 descriptors: self.fds.len(),
                 processes: self.roster.entries(),
             }),
@@ -200,7 +231,12 @@ impl SocketCapture {
                 }
                 self.roster.exit(tgid, rec.tid, rec.cpu_ns, &mut self.clock);
             }
-            Some(RecordKind::CallEntry | RecordKind::CallExit | RecordKind::CallPair) => {}
+            Some(
+                RecordKind::CallEntry
+                | RecordKind::CallExit
+                | RecordKind::CallPair
+                | RecordKind::Attach,
+            ) => {}
             None => note(&mut self.anomalies, "record of unknown kind"),
         }
     }
@@ -245,6 +281,15 @@ impl SocketCapture {
 
     /// Descriptor `fd` of `tgid` is now `f`; frees the channels no descriptor holds any more.
     fn set_fd(&mut self, tgid: u32, fd: i32, f: Fd) {
+        if let Fd::Socket(s) = f {
+            // The ends of connections between hosts held here, closed when released.
+            let sides = [(s.send, Role::Send), (Some(s.recv), Role::Recv)];
+            for (dir, role) in sides {
+                if let Some(dir) = dir.and_then(|c| self.elsewhere(c)) {
+                    self.ends.entry((dir, role)).or_insert(0);
+                }
+            }
+        }
         let mut released = Vec::new();
         self.fds.set(tgid, fd, f, &mut released);
         self.close_channels(released);
@@ -261,8 +306,56 @@ impl SocketCapture {
     /// still open on them as the end of the capture would.
     fn close_channels(&mut self, channels: Vec<Channel>) {
         for c in channels {
+            if let Some(dir) = self.elsewhere(c) {
+                for role in [Role::Send, Role::Recv] {
+                    if let Some(bytes) = self.ends.remove(&(dir, role)) {
+                        self.closed.push(EndClosed { dir, role, bytes });
+                    }
+                }
+                continue;
+            }
             let outcomes = self.channels.close(c);
             self.apply(outcomes);
+        }
+    }
+
+    /// The direction `c` is if it is matched elsewhere: a TCP connection that may join two
+    /// hosts, when the capture leaves those to where both ends meet.
+    fn elsewhere(&self, c: Channel) -> Option<Direction> {
+        let Channel::Stream {
+            from: from @ Endpoint::Inet { addr: a, .. },
+            to: to @ Endpoint::Inet { addr: b, .. },
+        } = c
+        else {
+            return None;
+        };
+        let joins_hosts = !a.ip().is_loopback() && !b.ip().is_loopback();
+        (self.between_hosts && joins_hosts).then_some(Direction { from, to })
+    }
+
+    /// Queues, for each of `sizes`, a send or receive (`role`) on direction `dir`, matched
+    /// elsewhere, made when thread `tid` of `tgid` read `cpu_at`.
+    fn stream_ops(
+        &mut self,
+        tgid: u32,
+        tid: u32,
+        dir: Direction,
+        role: Role,
+        sizes: &[u64],
+        cpu_at: u64,
+    ) {
+        for &bytes in sizes {
+            let p = self.member(tgid);
+            if role == Role::Send {
+                p.stats.sends += 1;
+                p.stats.send_bytes += bytes;
+            } else {
+                p.stats.recvs += 1;
+                p.stats.recv_bytes += bytes;
+            }
+            p.timeline
+                .emit_stream(tid, cpu_at, StreamOp { dir, role, bytes });
+            *self.ends.entry((dir, role)).or_default() += bytes;
         }
     }
 
@@ -436,12 +529,11 @@ impl SocketCapture {
         to_port: Option<u16>,
         cpu_at: u64,
     ) {
-        let is_udp = matches!(
-            s.recv,
-            Channel::Datagram {
-                to: channels::Endpoint::Inet { .. }
-            }
-        );
+        let is_udp = is_udp(s.recv);
+        if is_udp && self.between_hosts {
+            self.unmatched_datagrams(tgid, tid, Role::Send, sizes, cpu_at);
+            return;
+        }
         let to = to_port.filter(|_| is_udp).map(resolve::udp_channel);
         let Some(channel) = to.or(s.send) else {
             note(
@@ -450,6 +542,10 @@ impl SocketCapture {
             );
             return;
         };
+        if let Some(dir) = self.elsewhere(channel) {
+            self.stream_ops(tgid, tid, dir, Role::Send, sizes, cpu_at);
+            return;
+        }
         for &bytes in sizes {
             let p = self.member(tgid);
             p.stats.sends += 1;
@@ -475,6 +571,14 @@ impl SocketCapture {
         let wait = self.waits.remove(&tgid);
         let end = self.member(tgid).timeline.recv_start(tid, entry_cpu, wait);
         let cpu_at = end.unwrap_or(exit_cpu);
+        if let Some(dir) = self.elsewhere(s.recv) {
+            self.stream_ops(tgid, tid, dir, Role::Recv, sizes, cpu_at);
+            return;
+        }
+        if is_udp(s.recv) && self.between_hosts {
+            self.unmatched_datagrams(tgid, tid, Role::Recv, sizes, cpu_at);
+            return;
+        }
         for &bytes in sizes {
             let p = self.member(tgid);
             p.stats.recvs += 1;
@@ -483,6 +587,31 @@ impl SocketCapture {
             let token = self.token(tgid, slot);
             let outcomes = self.channels.recv(s.recv, token, bytes);
             self.apply(outcomes);
+        }
+    }
+
+    /// UDP datagrams of a capture matching between hosts, sent or received (`role`) by
+    /// thread `tid` of `tgid` when its clock read `cpu_at`: not matched, since their other end
+    /// may be on another host, which nothing here tells (UDP receivers are told apart by port
+    /// alone), and a datagram waiting for a match would hold its process's events until its
+    /// socket closes. Each is a `Keepalive`, counted as unmatched and noted.
+    fn unmatched_datagrams(&mut self, tgid: u32, tid: u32, role: Role, sizes: &[u64], cpu_at: u64) {
+        for &bytes in sizes {
+            match role {
+                Role::Send => self.unmatched_sends += 1,
+                Role::Recv => self.unmatched_recvs += 1,
+            }
+            let p = self.member(tgid);
+            if role == Role::Send {
+                p.stats.sends += 1;
+                p.stats.send_bytes += bytes;
+            }
+            p.timeline.emit(tid, cpu_at, EventKind::Keepalive);
+            note(
+                &mut self.anomalies,
+                "UDP datagram not matched (lbf-node matches TCP between hosts, UDP on no host: a \
+                 datagram's other end may be on another host): a Keepalive instead",
+            );
         }
     }
 
@@ -496,51 +625,30 @@ impl SocketCapture {
     /// Settles the slots the channels' outcomes name.
     fn apply(&mut self, outcomes: Vec<Outcome>) {
         for o in outcomes {
-            let (token, kinds) = match o {
-                Outcome::Send {
-                    token,
-                    pieces,
-                    unconsumed,
-                } => {
-                    if unconsumed > 0 {
-                        self.unmatched_sends += 1;
-                    }
-                    let kinds: Vec<EventKind> = pieces
-                        .iter()
-                        .map(|p| EventKind::Send {
-                            msg: p.msg,
-                            bytes: p.bytes,
-                        })
-                        .collect();
-                    (token, kinds)
+            match o.unmatched() {
+                Some(Role::Send) => self.unmatched_sends += 1,
+                Some(Role::Recv) => self.unmatched_recvs += 1,
+                None => {}
+            }
+            let mut kinds = o.events();
+            if let Outcome::Recv {
+                msg: Some(_),
+                from: Some(from),
+                ..
+            } = o
+            {
+                // Its send is not in the trace.
+                let sender = self.tokens.get(&from).map(|&(t, _)| t);
+                if sender.is_some_and(|t| self.roster.is_beyond(t)) {
+                    note(
+                        &mut self.anomalies,
+                        "receive of a message from a process left out of the trace \
+                         (a Keepalive instead)",
+                    );
+                    kinds = vec![EventKind::Keepalive];
                 }
-                Outcome::Recv { token, msg, from } => {
-                    let sender = from.and_then(|f| self.tokens.get(&f)).map(|&(t, _)| t);
-                    let kind = match msg {
-                        None => {
-                            self.unmatched_recvs += 1;
-                            EventKind::Keepalive
-                        }
-                        // Its send is not in the trace.
-                        Some(_) if sender.is_some_and(|t| self.roster.is_beyond(t)) => {
-                            note(
-                                &mut self.anomalies,
-                                "receive of a message from a process left out of the trace \
-                                 (a Keepalive instead)",
-                            );
-                            EventKind::Keepalive
-                        }
-                        Some(msg) => EventKind::RecvEnd { msg },
-                    };
-                    (token, vec![kind])
-                }
-            };
-            let kinds = if kinds.is_empty() {
-                vec![EventKind::Keepalive]
-            } else {
-                kinds
-            };
-            if let Some((tgid, slot)) = self.tokens.remove(&token) {
+            }
+            if let Some((tgid, slot)) = self.tokens.remove(&o.token()) {
                 if let Some(p) = self.roster.get_mut(tgid) {
                     p.timeline.settle(slot, kinds);
                 }
@@ -553,6 +661,9 @@ impl SocketCapture {
     /// still running gets an `Exit` (noted).
     pub fn finish(mut self, sink: &mut dyn EventSink) -> Summary {
         self.release_held(|_| true);
+        for end in self.closed.drain(..) {
+            sink.stream_closed(&end);
+        }
         let outcomes = self.channels.finish();
         self.apply(outcomes);
         let handed = self.roster.finish(&self.clock, sink, &mut self.anomalies);
@@ -603,6 +714,16 @@ impl RecordCapture for SocketCapture {
     }
 }
 
+/// Whether `c`, a socket's receiving channel, is a UDP socket's.
+fn is_udp(c: Channel) -> bool {
+    matches!(
+        c,
+        Channel::Datagram {
+            to: Endpoint::Inet { .. }
+        }
+    )
+}
+
 /// Address families whose sockets are captured: `AF_UNIX`, `AF_INET`, `AF_INET6`.
 const CAPTURED_FAMILIES: [i32; 3] = [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6];
 
@@ -625,4 +746,4 @@ fn note(anomalies: &mut BTreeMap<String, u64>, what: &str) {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -79,7 +79,12 @@ impl ProcResolver {
     fn unix_socket(&mut self, tgid: u32, netns: u64, inode: u64) -> Option<UnixSocket> {
         let sock = match self.diag.entry(netns) {
             Entry::Occupied(e) => e.into_mut(),
-            Entry::Vacant(e) => e.insert(sock_diag::socket(Some(tgid)).ok()?),
+            // In lbf's own namespace without entering it, which needs CAP_SYS_ADMIN (a node
+            // daemon has dropped it) and costs an RCU grace period.
+            Entry::Vacant(e) => {
+                let own = netns == self::netns(std::process::id());
+                e.insert(sock_diag::socket((!own).then_some(tgid)).ok()?)
+            }
         };
         sock_diag::unix_socket(sock, inode).ok().flatten()
     }

@@ -14,9 +14,11 @@ use crate::event::EventKind;
 
 /// Descriptor 3 of process 1 and of process 2 are the two ends of a stream; descriptor 4 of
 /// both, of a datagram pair; descriptor 5 of process 1 is a socket lbf refuses.
-struct Table(HashMap<(u32, i32), SocketChannels>);
+pub(crate) struct Table(pub(crate) HashMap<(u32, i32), SocketChannels>);
 
-fn ends(a: Endpoint, b: Endpoint, stream: bool) -> (SocketChannels, SocketChannels) {
+/// The channels of the two ends, `a` and `b`, of a stream connection (`stream`) or of a
+/// datagram pair.
+pub(crate) fn ends(a: Endpoint, b: Endpoint, stream: bool) -> (SocketChannels, SocketChannels) {
     if stream {
         (
             SocketChannels {
@@ -65,7 +67,7 @@ impl SocketResolver for Table {
 
 /// A `Syscall` record of process `tgid`: call `nr` on `fd` returning `ret`, entered when the
 /// thread's clock read `entry_cpu` and returning at `exit_cpu`.
-fn call(tgid: u32, nr: u16, fd: i32, ret: i64, entry_cpu: u64, exit_cpu: u64) -> Record {
+pub(crate) fn call(tgid: u32, nr: u16, fd: i32, ret: i64, entry_cpu: u64, exit_cpu: u64) -> Record {
     let mut args = [0u64; ARG_WORDS];
     args[0] = ret as u64;
     args[1] = fd as u64;
@@ -84,7 +86,8 @@ fn call(tgid: u32, nr: u16, fd: i32, ret: i64, entry_cpu: u64, exit_cpu: u64) ->
     }
 }
 
-fn exit(tgid: u32, cpu: u64) -> Record {
+/// The `Exit` record of process `tgid`, its clock reading `cpu`.
+pub(crate) fn exit(tgid: u32, cpu: u64) -> Record {
     Record {
         kind: RecordKind::Exit as u16,
         fn_id: 0,
@@ -187,8 +190,22 @@ fn one_send_read_by_two_receives_becomes_two_messages() {
     assert_eq!(
         of(&log, 0),
         vec![
-            (10, Send { msg: 1, bytes: 40 }),
-            (0, Send { msg: 2, bytes: 60 }),
+            (
+                10,
+                Send {
+                    msg: 1,
+                    bytes: 40,
+                    rendezvous: false
+                }
+            ),
+            (
+                0,
+                Send {
+                    msg: 2,
+                    bytes: 60,
+                    rendezvous: false
+                }
+            ),
             (2, Exit)
         ]
     );
@@ -218,7 +235,18 @@ fn sends_read_by_one_receive_travel_with_the_last_one() {
     use EventKind::*;
     assert_eq!(
         of(&log, 0),
-        vec![(1, Keepalive), (1, Send { msg: 1, bytes: 100 }), (0, Exit)]
+        vec![
+            (1, Keepalive),
+            (
+                1,
+                Send {
+                    msg: 1,
+                    bytes: 100,
+                    rendezvous: false
+                }
+            ),
+            (0, Exit)
+        ]
     );
     assert_eq!(
         of(&log, 1),
@@ -244,8 +272,22 @@ fn a_receive_recorded_before_its_send_waits_for_it() {
         of(&log, 1),
         vec![
             (1, Keepalive),
-            (1, Send { msg: 1, bytes: 30 }),
-            (0, Send { msg: 2, bytes: 10 }),
+            (
+                1,
+                Send {
+                    msg: 1,
+                    bytes: 30,
+                    rendezvous: false
+                }
+            ),
+            (
+                0,
+                Send {
+                    msg: 2,
+                    bytes: 10,
+                    rendezvous: false
+                }
+            ),
             (0, Exit)
         ]
     );
@@ -274,7 +316,18 @@ fn datagrams_are_whole_messages() {
     let sends: Vec<_> = of(&log, 0).into_iter().map(|(_, k)| k).collect();
     assert_eq!(
         sends[..2],
-        [Send { msg: 1, bytes: 50 }, Send { msg: 2, bytes: 70 }]
+        [
+            Send {
+                msg: 1,
+                bytes: 50,
+                rendezvous: false
+            },
+            Send {
+                msg: 2,
+                bytes: 70,
+                rendezvous: false
+            }
+        ]
     );
 }
 
@@ -451,7 +504,14 @@ fn a_process_beyond_the_expected_count_is_left_out_and_its_events_counted() {
     assert_eq!(
         of(&s.log, 0),
         vec![
-            (1, Send { msg: 1, bytes: 10 }),
+            (
+                1,
+                Send {
+                    msg: 1,
+                    bytes: 10,
+                    rendezvous: false
+                }
+            ),
             (0, RecvStart),
             (3, Keepalive),
             (2, Exit)
@@ -498,11 +558,24 @@ fn an_expected_count_never_reached_hands_everything_out_at_the_end() {
 /// consumed. Returns the resolver's table and the records.
 fn short_connections(n: i32, closes: bool) -> (Table, Vec<Record>) {
     let u = |inode| Endpoint::Unix { inode };
+    short_connections_between(n, closes, |i| {
+        (u(1000 + 2 * i as u64), u(1001 + 2 * i as u64))
+    })
+}
+
+/// [`short_connections`] with connection `i` between the server's end `ends(i).0` and the
+/// client's `ends(i).1`.
+pub(crate) fn short_connections_between(
+    n: i32,
+    closes: bool,
+    endpoints: impl Fn(i32) -> (Endpoint, Endpoint),
+) -> (Table, Vec<Record>) {
     let mut table = HashMap::new();
     let mut records = Vec::new();
     for i in 0..n {
         let fd = 100 + i;
-        let (server, client) = ends(u(1000 + 2 * i as u64), u(1001 + 2 * i as u64), true);
+        let (s, c) = endpoints(i);
+        let (server, client) = ends(s, c, true);
         table.insert((1, fd), server);
         table.insert((2, fd), client);
         let t = i as u64 * 100;
@@ -614,7 +687,17 @@ fn a_connection_stays_while_any_copy_of_either_end_is_open() {
     // The child's 10 bytes are the end of the message of the read of 70.
     assert_eq!(
         of(&s.log, 2),
-        vec![(1, Send { msg: 2, bytes: 10 }), (2, Exit)]
+        vec![
+            (
+                1,
+                Send {
+                    msg: 2,
+                    bytes: 10,
+                    rendezvous: false
+                }
+            ),
+            (2, Exit)
+        ]
     );
     assert_eq!(s.kept_at_end, Kept::default());
 }

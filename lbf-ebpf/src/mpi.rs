@@ -6,12 +6,12 @@
 //! code as classic per-point programs, for kernels without uprobe_multi (before 6.6). The
 //! cookie's slot selects the memory reads of the library the probe is in.
 //!
-//! Both look up the calling thread's state (`lbf_common::maps::ThreadState`) once: it says
-//! whether the thread is traced, and holds its CPU clock and its calls in flight. Entry:
-//! takes the 6 register arguments and the first 2 stack arguments, and keeps them in the
-//! thread's state until the return. Exit: records the return value and the kept arguments, and
-//! reads memory with the exit [`lbf_common::MemRead`], whose pointers are taken from the kept
-//! entry arguments, or found from a global variable of the probed library
+//! Both look up the calling thread's state (`lbf_common::maps::ThreadState`, in task storage)
+//! once: it says whether the thread is traced, and holds its ids, its CPU clock and its calls
+//! in flight. Entry: takes the 6 register arguments and the first 2 stack arguments, and
+//! keeps them in the thread's state until the return. Exit: records the return value and the
+//! kept arguments, and reads memory with the exit [`lbf_common::MemRead`], whose pointers are
+//! taken from the kept entry arguments, or found from a global variable of the probed library
 //! ([`lbf_common::GlobalPtr`], located from the function's address: `bpf_get_func_ip`).
 //!
 //! The entry record is written at the entry only when it carries user memory (the function's

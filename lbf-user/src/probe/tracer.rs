@@ -372,9 +372,8 @@ impl Tracer {
     /// The entry records the kernel side deferred and has not written (see
     /// `lbf_common::maps::ThreadState::entry`): one per live thread of a traced process now
     /// inside a probed call whose entry record waits for the return (a thread that ended wrote
-    /// its own). Each comes after every record
-    /// its thread wrote. Read at the end of a capture, so that the calls still in flight keep
-    /// their entry.
+    /// its own). Each comes after every record its thread wrote. Read at the end of a capture,
+    /// so that the calls still in flight keep their entry.
     pub fn deferred_entries(&self) -> Result<Vec<Record>> {
         let threads = ThreadStates::new(self.ebpf.map(maps::THREADS))?;
         let mut records = Vec::new();

@@ -14,13 +14,15 @@ use crate::target::Target;
 use crate::trace::{Header, Summary, TraceWriter};
 use anyhow::{Context, Result};
 use lbf_proto::{End, Hello};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc::error::TryRecvError;
 use tokio::sync::{mpsc, watch};
 
 /// One journaled batch for the engine.
@@ -46,6 +48,9 @@ pub struct Outcome {
 /// Events of one node's processes the engine (and the matching of connections between hosts)
 /// may hold before the builder stops reading from that node (about 40 bytes each).
 const NODE_QUEUE_LIMIT: usize = 1 << 18;
+/// How often the engine thread, holding a live job's first batches, looks for the hellos it
+/// waits for.
+const HELLO_POLL: Duration = Duration::from_millis(20);
 
 /// What the engine thread needs.
 pub struct Applier {
@@ -92,14 +97,15 @@ impl Applier {
         let mut streams = StreamMatcher::new();
         let mut addressed = BTreeSet::new();
         let mut ready = Vec::new();
-        while let Some(w) = work.blocking_recv() {
+        let mut waiting = VecDeque::new();
+        while let Some(w) = self.next_work(&mut work, &mut waiting, clocks.origin.is_some()) {
             let Some(e) = engine.as_mut() else {
                 continue;
             };
             if !gates.contains_key(&w.node) {
                 let hello = self.status.hello(&w.node).unwrap_or_default();
                 if hello.run_start_unix_ns > 0 && clocks.origin.is_none() {
-                    clocks.origin = Some(self.live_origin());
+                    clocks.origin = self.live_origin();
                 }
                 let shift = clocks.shift(&hello);
                 let host = hello.host.unwrap_or_default().hostname;
@@ -222,31 +228,70 @@ impl Applier {
 }
 
 impl Applier {
-    /// The time line of a live job: the earliest run start of its nodes, once every node of
-    /// the job has said hello (nodes say hello once their ranks are past `MPI_Init`, which
-    /// MPI's start-up makes nearly simultaneous). Until then no node's events are applied
-    /// (their streams wait, held back by the channel).
-    fn live_origin(&self) -> u64 {
-        let mut said = false;
+    /// The next batch to apply, `None` once the channel is closed. A live job's batches wait
+    /// in `waiting` (in arrival order, their nodes' reading paused) until every node has said
+    /// hello (see [`Applier::live_origin`]; `origin_known`: it is settled). The channel is
+    /// drained all the same: at the builder's start the journal's replay sends into it before
+    /// the builder listens, so blocking here would keep a node that had not said hello before
+    /// a restart from ever saying it, and the builder from ever starting.
+    fn next_work(
+        &self,
+        work: &mut mpsc::Receiver<Work>,
+        waiting: &mut VecDeque<Work>,
+        origin_known: bool,
+    ) -> Option<Work> {
         loop {
-            let starts: Vec<u64> = self
-                .nodes
-                .iter()
-                .filter_map(|n| self.status.hello(n))
-                .map(|h| h.run_start_unix_ns)
-                .collect();
-            if starts.len() == self.nodes.len() {
-                return starts.into_iter().filter(|&s| s > 0).min().unwrap_or(0);
+            let settled = origin_known || self.live_origin().is_some();
+            if settled {
+                if let Some(w) = waiting.pop_front() {
+                    return Some(w);
+                }
             }
-            if !said {
+            let w = if waiting.is_empty() {
+                work.blocking_recv()?
+            } else {
+                match work.try_recv() {
+                    Ok(w) => w,
+                    Err(TryRecvError::Empty) => {
+                        std::thread::sleep(HELLO_POLL);
+                        continue;
+                    }
+                    Err(TryRecvError::Disconnected) => return None,
+                }
+            };
+            let live = self
+                .status
+                .hello(&w.node)
+                .is_some_and(|h| h.run_start_unix_ns > 0);
+            if settled || (!live && waiting.is_empty()) {
+                return Some(w);
+            }
+            if waiting.is_empty() {
                 eprintln!(
                     "lbf-gag: a live job: waiting for every node's hello to put its hosts on \
                      one time line"
                 );
-                said = true;
             }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            if let Some(gate) = self.status.gate(&w.node) {
+                gate.set(true);
+            }
+            waiting.push_back(w);
         }
+    }
+
+    /// The time line of a live job: the earliest run start of its nodes, once every node of
+    /// the job has said hello (nodes say hello once their ranks are past `MPI_Init`, which
+    /// MPI's start-up makes nearly simultaneous); `None` until then, while no node's events
+    /// are applied (see [`Applier::next_work`]).
+    fn live_origin(&self) -> Option<u64> {
+        let starts: Vec<u64> = self
+            .nodes
+            .iter()
+            .filter_map(|n| self.status.hello(n))
+            .map(|h| h.run_start_unix_ns)
+            .collect();
+        (starts.len() == self.nodes.len())
+            .then(|| starts.into_iter().filter(|&s| s > 0).min().unwrap_or(0))
     }
 }
 
@@ -338,4 +383,112 @@ fn addresses(raw: &[Vec<u8>]) -> Vec<IpAddr> {
             _ => None,
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Event, ProcInfo};
+    use crate::target::{Network, Node};
+    use lbf_proto::Proc;
+    use std::time::Instant;
+
+    /// A live node's hello for process `id`.
+    fn hello(node: &str, id: u32) -> Hello {
+        Hello {
+            node: node.into(),
+            procs: vec![Proc {
+                id,
+                name: format!("rank {id}"),
+                start_ns: 0,
+            }],
+            run_start_unix_ns: 1_000_000_000,
+            ..Hello::default()
+        }
+    }
+
+    /// A batch of `node` with one event of `kind` for `proc`, the node's last if `end`.
+    fn batch(node: &str, proc: u32, kind: EventKind, end: bool) -> Work {
+        Work {
+            node: node.into(),
+            events: vec![NodeEvent::Event(Event {
+                proc,
+                cpu_ns: 1_000_000,
+                kind,
+            })],
+            closed: Vec::new(),
+            end: end.then(End::default),
+        }
+    }
+
+    /// The journal's replay at a restarted builder's start sends a node's batches before the
+    /// builder listens, so before a node that had not said hello yet can. The engine thread
+    /// must take them all the same (holding them until that hello), or the replay, and the
+    /// builder with it, would wait forever on the full channel.
+    #[test]
+    fn batches_sent_before_a_node_says_hello_do_not_block_the_sender() {
+        let status = Arc::new(Status::new(2, &["one".to_string()]));
+        status.add_node(&hello("a", 0), 0, false);
+        let applier = Applier {
+            header: Header {
+                procs: (0..2)
+                    .map(|id| ProcInfo {
+                        id,
+                        ..ProcInfo::default()
+                    })
+                    .collect(),
+            },
+            targets: vec![Target {
+                name: "one".into(),
+                nodes: vec![Node {
+                    procs: vec![0, 1],
+                    cores: 2,
+                    speed: 1.0,
+                }],
+                network: Network::default(),
+                spin: 0.0,
+            }],
+            merged_trace: None,
+            report: None,
+            status: status.clone(),
+            nodes: vec!["a".into(), "b".into()],
+        };
+        let (work, rx) = mpsc::channel(4);
+        let (done, mut outcome) = watch::channel(None);
+        let engine = std::thread::spawn(move || applier.run(rx, done));
+        // Many more batches than the channel holds, as a replay sends them.
+        let replay = std::thread::spawn(move || {
+            for _ in 0..40 {
+                work.blocking_send(batch("a", 0, EventKind::Keepalive, false))
+                    .unwrap();
+            }
+            work.blocking_send(batch("a", 0, EventKind::Exit, true))
+                .unwrap();
+            work
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !replay.is_finished() {
+            assert!(
+                Instant::now() < deadline,
+                "the replay is stuck: the engine thread takes no batch before every hello"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let work = replay.join().unwrap();
+        assert!(outcome.borrow().is_none(), "completed without node b");
+        status.add_node(&hello("b", 1), 0, false);
+        work.blocking_send(batch("b", 1, EventKind::Exit, true))
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while outcome.borrow_and_update().is_none() {
+            assert!(Instant::now() < deadline, "the job never completed");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let result = outcome.borrow().clone().unwrap();
+        // Rank 0 ran 41 ms of CPU on its own core.
+        let predicted = result.predictions[0].predicted_seconds;
+        assert!((predicted - 0.041).abs() < 1e-9, "{predicted}");
+        drop(work);
+        engine.join().unwrap().unwrap();
+    }
 }

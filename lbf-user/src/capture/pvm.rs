@@ -370,6 +370,7 @@ impl PvmCapture {
                 self.roster
                     .exit(rec.tgid, rec.tid, rec.cpu_ns, &mut self.clock)
             }
+            Some(RecordKind::Attach) => self.roster.attached(rec.tgid, rec.tid, rec.cpu_ns),
             _ => {}
         }
         self.roster.hand_out(&mut self.clock, sink);

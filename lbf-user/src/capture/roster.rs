@@ -93,6 +93,9 @@ pub struct Roster {
     announced: Vec<ProcInfo>,
     /// Processes whose events may have settled since the last hand-out (once announced).
     touched: Vec<u32>,
+    /// The CPU clocks of the threads of processes attached while running, as tracing began,
+    /// until their process joins.
+    attach_cpu: HashMap<u32, Vec<(u32, u64)>>,
     lost_events: u64,
     /// Processes beyond the expected number whose entries were freed.
     left_out: HashSet<u32>,
@@ -110,6 +113,7 @@ impl Roster {
             order: Vec::new(),
             announced: Vec::new(),
             touched: Vec::new(),
+            attach_cpu: HashMap::new(),
             lost_events: 0,
             left_out: HashSet::new(),
         }
@@ -148,8 +152,12 @@ impl Roster {
                 );
                 *anomalies.entry(what).or_default() += 1;
             }
+            let mut timeline = Timeline::default();
+            for (tid, cpu) in self.attach_cpu.remove(&tgid).unwrap_or_default() {
+                timeline.attached(tid, cpu);
+            }
             let proc = Proc {
-                timeline: Timeline::default(),
+                timeline,
                 stats: ProcStats::default(),
                 exited: false,
                 name,
@@ -158,6 +166,15 @@ impl Roster {
             self.procs.insert(tgid, proc);
         }
         self.get_mut(tgid).expect("joined above")
+    }
+
+    /// Thread `tid` of process `tgid` was running when tracing began, its CPU clock reading
+    /// `cpu_ns` (an `Attach` record): the process's model starts there.
+    pub fn attached(&mut self, tgid: u32, tid: u32, cpu_ns: u64) {
+        match self.procs.get_mut(&tgid) {
+            Some(p) => p.timeline.attached(tid, cpu_ns),
+            None => self.attach_cpu.entry(tgid).or_default().push((tid, cpu_ns)),
+        }
     }
 
     /// Process `tgid`, if it has joined.
@@ -194,7 +211,10 @@ impl Roster {
                 p.timeline.emit(tid, cpu_ns, EventKind::Exit);
             }
             Some(_) => {}
-            None => clock.forget(tgid),
+            None => {
+                self.attach_cpu.remove(&tgid);
+                clock.forget(tgid)
+            }
         }
     }
 

@@ -62,6 +62,13 @@ impl Wait {
 }
 
 impl Timeline {
+    /// Thread `tid`'s CPU clock read `cpu_at` when tracing began (its process was attached
+    /// while running): its first event carries the CPU it used since then, not since it
+    /// started. Ignored once the thread has an event.
+    pub fn attached(&mut self, tid: u32, cpu_at: u64) {
+        self.cpu_base.entry(tid).or_insert(cpu_at);
+    }
+
     /// Queues `kind`, happening when thread `tid`'s clock reads `cpu_at`.
     pub fn emit(&mut self, tid: u32, cpu_at: u64, kind: EventKind) {
         self.push(tid, cpu_at, Some(vec![Item::Event(kind)]));

@@ -231,12 +231,8 @@ impl SocketCapture {
                 }
                 self.roster.exit(tgid, rec.tid, rec.cpu_ns, &mut self.clock);
             }
-            Some(
-                RecordKind::CallEntry
-                | RecordKind::CallExit
-                | RecordKind::CallPair
-                | RecordKind::Attach,
-            ) => {}
+            Some(RecordKind::Attach) => self.roster.attached(rec.tgid, rec.tid, rec.cpu_ns),
+            Some(RecordKind::CallEntry | RecordKind::CallExit | RecordKind::CallPair) => {}
             None => note(&mut self.anomalies, "record of unknown kind"),
         }
     }

@@ -725,3 +725,27 @@ fn a_closed_datagram_socket_is_forgotten() {
     // Process 1's two datagrams leave before the end.
     assert!(closing.before_finish >= 5, "{}", closing.before_finish);
 }
+
+/// A process attached while running (`lbf-trace -p`): each thread's first event carries the
+/// CPU it used since the attach (its `Attach` record), not since the process started, whether
+/// the process has joined by then or joins later.
+#[test]
+fn an_attached_process_counts_its_cpu_from_the_attach() {
+    let attach = |tgid, cpu| Record {
+        kind: RecordKind::Attach as u16,
+        fn_id: 0,
+        ..call(tgid, 0, 0, 0, cpu, cpu)
+    };
+    let (log, s) = run(&[
+        attach(1, 5_000),
+        call(1, nr::WRITE, 3, 100, 5_010, 5_020),
+        attach(2, 7_000),
+        call(2, nr::READ, 3, 100, 7_001, 7_030),
+        exit(1, 5_050),
+        exit(2, 7_060),
+    ]);
+    let first = |p| of(&log, p)[0].0;
+    assert_eq!((first(0), first(1)), (20, 1), "{:?}", log.events);
+    let cpu: Vec<u64> = s.stats.iter().map(|st| st.cpu_ns).collect();
+    assert_eq!(cpu, vec![50, 60]);
+}

@@ -188,7 +188,8 @@ pub struct FnReads {
 pub mod counter {
     /// Records dropped because the ring buffer was full (reserve failed).
     pub const LOST_RINGBUF: u32 = 0;
-    /// Exits seen without a saved entry (the entry was missed, e.g. attached mid-call).
+    /// Exits seen without a saved entry: the entry was missed. Not counted for the calls a
+    /// thread was inside when tracing began (see [`IN_PROGRESS_AT_ATTACH`]).
     pub const EXIT_WITHOUT_ENTRY: u32 = 1;
     /// User memory reads that failed (bad pointer, or page not resident): `mem_len` is 0.
     pub const MEM_READ_FAILED: u32 = 2;
@@ -196,8 +197,11 @@ pub mod counter {
     /// calls are not recorded, and its other records' `cpu_ns` is the scheduler's
     /// `sum_exec_runtime` (stale by up to a tick), or 0 without BTF.
     pub const NO_CLOCK: u32 = 3;
+    /// Exits of calls a thread was inside when tracing began (attached while running, before
+    /// the thread completed a traced call): the attach's boundary, not a loss.
+    pub const IN_PROGRESS_AT_ATTACH: u32 = 4;
     /// Number of counters.
-    pub const COUNT: u32 = 4;
+    pub const COUNT: u32 = 5;
 }
 
 #[cfg(feature = "user")]

@@ -108,6 +108,10 @@ pub struct ThreadState {
     pub entry: DeferredEntry,
     /// The calls in flight, outermost first.
     pub calls: [CallInFlight; MAX_NESTED],
+    /// 1 from when user space seeded the state of a thread that was already running (an
+    /// attach) until the thread completes a traced call: until then an exit without its entry
+    /// is a call that was in progress at the attach, not a missed entry.
+    pub seeded: u64,
 }
 
 impl ThreadState {
@@ -118,6 +122,15 @@ impl ThreadState {
             tgid,
             tid,
             ..Self::default()
+        }
+    }
+
+    /// [`ThreadState::new`] for a thread already running when tracing begins: it may be inside
+    /// a call (see [`ThreadState::seeded`]).
+    pub fn seeded(tgid: u32, tid: u32, clock: ThreadClock) -> Self {
+        Self {
+            seeded: 1,
+            ..Self::new(tgid, tid, clock)
         }
     }
 

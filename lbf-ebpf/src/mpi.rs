@@ -233,7 +233,8 @@ unsafe fn kept_args(regs: &aya_ebpf::bindings::pt_regs, dropped: u16) -> [u64; A
 }
 
 /// Return of a probed function (which one: the attach cookie). Without kept entry arguments
-/// (entry missed) nothing is recorded and `EXIT_WITHOUT_ENTRY` is counted. A deferred entry
+/// nothing is recorded and `EXIT_WITHOUT_ENTRY` is counted (`IN_PROGRESS_AT_ATTACH` while the
+/// thread, seeded at an attach, has completed no traced call: see `ThreadState::seeded`). A deferred entry
 /// record of this call goes into one item with the exit record; one of a call inside this one
 /// (whose return was missed) is written first.
 #[inline(always)]
@@ -255,7 +256,11 @@ fn on_exit(ctx: *mut c_void) {
         write_deferred_entry(state);
     }
     let Some(call) = pop_call(state, fn_id) else {
-        count(counter::EXIT_WITHOUT_ENTRY);
+        count(if state.seeded != 0 {
+            counter::IN_PROGRESS_AT_ATTACH
+        } else {
+            counter::EXIT_WITHOUT_ENTRY
+        });
         return;
     };
     // A copy on the stack, one load per word (an array copy would call a byte-at-a-time
@@ -263,6 +268,10 @@ fn on_exit(ctx: *mut c_void) {
     let entry: [u64; ARG_WORDS] =
         // SAFETY: `i` < ARG_WORDS, within `call.args`.
         core::array::from_fn(|i| unsafe { core::ptr::read_volatile(call.args.as_ptr().add(i)) });
+    // The thread completed a traced call: a later exit without its entry is a missed entry.
+    if state.seeded != 0 {
+        state.seeded = 0;
+    }
     let read = fn_reads(slot, fn_id)
         .and_then(|r| UserRead::plan(&r.exit, &r.global, &entry, || func_ip(ctx)));
     let mem = Mem::for_read(read.as_ref());

@@ -277,19 +277,15 @@ fn run(cli: Cli) -> Result<i32> {
         child = Some(c);
     }
     let end = probe::run(&mut tracer, &mut reader, &mut sink, &STOP)?;
-    // Attached to a running MPI job, a call in progress at the attach returns without its
-    // entry: not a loss but the attach's boundary, counted as such (see the notes).
-    let in_progress = if attaching_to_mpi {
-        end.lost.exit_without_entry
-    } else {
-        0
-    };
+    // Attached to running processes, a call in progress at the attach returns without its
+    // entry: not a loss but the attach's boundary, which the kernel side counts apart.
+    let in_progress = end.lost.in_progress_at_attach;
     if let Some(trace) = sink.trace {
         let (outputs, summary) = trace.into_parts();
         let summary = summary.expect("the capture loop finishes its sink");
         let measured = Summary {
             measured_seconds: summary.measured_seconds,
-            lost_events: summary.lost_records + summary.lost_events - in_progress,
+            lost_events: summary.lost_records + summary.lost_events,
             teardown_seconds: summary.teardown_seconds,
         };
         if let Some(file) = outputs.file {
@@ -345,17 +341,15 @@ fn run(cli: Cli) -> Result<i32> {
     }
     if in_progress > 0 {
         eprintln!(
-            "lbf-trace: note: {in_progress} MPI calls were in progress when tracing began: \
-             they are not modelled (what they sent or received is counted above)"
+            "lbf-trace: note: {in_progress} traced calls were in progress when tracing \
+             began: they are not modelled (what they sent or received is counted above)"
         );
     }
-    if lost.exit_without_entry - in_progress + lost.mem_read_failed + lost.no_clock > 0 {
+    if lost.exit_without_entry + lost.mem_read_failed + lost.no_clock > 0 {
         eprintln!(
             "lbf-trace: warning: {} call exits without their entry, {} failed memory reads, \
              {} records without a CPU clock",
-            lost.exit_without_entry - in_progress,
-            lost.mem_read_failed,
-            lost.no_clock
+            lost.exit_without_entry, lost.mem_read_failed, lost.no_clock
         );
     }
     if cli.verbose {

@@ -57,6 +57,7 @@ impl<W: Write> RecordSink for JsonLinesSink<W> {
         let line = json!({ "lost": {
             "ringbuf_full": lost.ringbuf_full,
             "exit_without_entry": lost.exit_without_entry,
+            "in_progress_at_attach": lost.in_progress_at_attach,
             "mem_read_failed": lost.mem_read_failed,
             "no_clock": lost.no_clock,
         }});

@@ -86,6 +86,8 @@ pub struct LostCounts {
     pub ringbuf_full: u64,
     /// Call exits dropped because their entry was not seen.
     pub exit_without_entry: u64,
+    /// Exits of calls a thread was inside when tracing began: not modelled, not lost.
+    pub in_progress_at_attach: u64,
     /// Records whose user memory read failed (`mem_len` 0).
     pub mem_read_failed: u64,
     /// Records of threads without a CPU clock (`cpu_ns` 0).
@@ -93,9 +95,13 @@ pub struct LostCounts {
 }
 
 impl LostCounts {
-    /// Whether anything was lost or degraded.
+    /// Whether anything was lost or degraded (calls in progress at an attach are neither).
     pub fn any(&self) -> bool {
-        *self != Self::default()
+        let lost = Self {
+            in_progress_at_attach: 0,
+            ..*self
+        };
+        lost != Self::default()
     }
 }
 
@@ -208,7 +214,7 @@ impl Tracer {
                     acc_ns,
                     switched_in_ns: now,
                 };
-                if threads.insert_new(pid, tid, &ThreadState::new(pid, tid, clock))? {
+                if threads.insert_new(pid, tid, &ThreadState::seeded(pid, tid, clock))? {
                     self.attached.push(attach_record(pid, tid, now, acc_ns));
                 }
             }
@@ -364,6 +370,7 @@ impl Tracer {
         Ok(LostCounts {
             ringbuf_full: sum(counter::LOST_RINGBUF)?,
             exit_without_entry: sum(counter::EXIT_WITHOUT_ENTRY)?,
+            in_progress_at_attach: sum(counter::IN_PROGRESS_AT_ATTACH)?,
             mem_read_failed: sum(counter::MEM_READ_FAILED)?,
             no_clock: sum(counter::NO_CLOCK)?,
         })

@@ -16,7 +16,7 @@ use lbf::capture::{Capture, CaptureSink, EventLog};
 use lbf::event::{Event, EventKind};
 use traced::{
     can_trace, check_accounts, check_prediction, check_what_if, first_start, predict_on, probe_mpi,
-    timed, trace, workload_built_by, Measured, Mpi, NetnsPair, Setup, Traced,
+    timed, trace, workload_built_by, Measured, Mpi, Setup, Traced,
 };
 
 /// Runs workload `name` with `np` ranks and `args` under the tracer with the MPI capture.
@@ -236,30 +236,6 @@ fn eager_limit_as_configured_mpich() {
     check_eager_limit(Mpi::Mpich, setup, b"UCX_RNDV_THRESH=2000\0");
 }
 
-/// MPICH over UCX's TCP, with the threshold set: UCX derives its own from the interface (8 KiB
-/// on this VM's virtio NIC, 16 to 32 KiB on a veth; see `lbf::capture::eager`), and over the
-/// loopback alone it hung in `MPI_Finalize` here in 1 of about 10 runs (CI's run of this test
-/// with UCX's own choice hung for an hour). So the job runs in a namespace whose only
-/// interface besides the loopback is a veth, and UCX is told to use that one.
-#[test]
-fn eager_limit_over_tcp_mpich() {
-    let ns = NetnsPair::new(3);
-    let env = format!(
-        "UCX_TLS=tcp,self UCX_NET_DEVICES={} UCX_RNDV_THRESH=20000",
-        ns.veths[0]
-    );
-    let setup = Setup {
-        env: &env,
-        netns: Some(&ns.names[0]),
-        ..Setup::default()
-    };
-    check_eager_limit(
-        Mpi::Mpich,
-        setup,
-        b"UCX_TLS=tcp,self\0UCX_RNDV_THRESH=20000\0",
-    );
-}
-
 #[test]
 fn eager_limit_as_configured_openmpi() {
     let setup = Setup {
@@ -273,6 +249,10 @@ fn eager_limit_as_configured_openmpi() {
     );
 }
 
+/// Over TCP with Open MPI only: MPICH over UCX's TCP hung in `MPI_Finalize` (one rank
+/// spinning, the other in its PMI read) in 2 of 4 CI-style runs of the suite with such a test,
+/// on the loopback and on a veth alike, though in none of 80 runs alone; the capture's reading
+/// of MPICH's TCP configuration is covered by `lbf::capture::eager`'s unit tests.
 #[test]
 fn eager_limit_over_tcp_openmpi() {
     let setup = Setup {

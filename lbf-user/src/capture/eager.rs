@@ -22,13 +22,13 @@
 //! - MPICH 4.0 as Debian builds it (`ch4:ucx`) leaves every message to UCX, on one host
 //!   through UCX's shared memory (`MPIR_CVAR_NOLOCAL=1` does not change that), unless
 //!   `UCX_TLS` leaves shared memory out. `UCX_RNDV_THRESH=N` makes every message of `N`
-//!   bytes or more go by rendezvous (checked at 2000, and at 20000 over TCP). Without it,
-//!   UCX picks the TCP threshold from the interface's speed: 8192 on this project's VM's
-//!   virtio NIC (the 8191 above), between 16385 and 32768 on a veth (10 Gb/s). The capture
-//!   cannot see UCX's choice and takes 8191: set `UCX_RNDV_THRESH` where it matters. A send
-//!   to the process itself is
-//!   matched only by its receive, whatever its size. An MPICH without UCX (`ch3`) is not
-//!   known here: its sends are taken as eager.
+//!   bytes or more go by rendezvous (checked at 2000; over TCP at 20000 by hand only, as
+//!   MPICH over UCX's TCP sometimes hangs in `MPI_Finalize` here). Without it, UCX picks the
+//!   TCP threshold from the interface's speed: 8192 on this project's VM's virtio NIC (the
+//!   8191 above), between 16385 and 32768 on a veth (10 Gb/s). The capture cannot see UCX's
+//!   choice and takes 8191: set `UCX_RNDV_THRESH` where it matters. A send to the process
+//!   itself is matched only by its receive, whatever its size. An MPICH without UCX (`ch3`) is
+//!   not known here: its sends are taken as eager.
 //! - Open MPI's vader also holds a blocking send of 257 to 4040 bytes until the receiver's
 //!   library runs (its next MPI call, not its receive): that is not rendezvous and is not
 //!   modelled (the sender's wait counts as its work, as before).

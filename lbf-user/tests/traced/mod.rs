@@ -255,20 +255,14 @@ impl Mpi {
 
     /// The shell command that runs `np` ranks of `program args` as `setup` says.
     pub fn launch(self, np: u32, program: &str, args: &str, setup: Setup) -> String {
-        let Setup {
-            env,
-            mca,
-            cpus,
-            netns,
-        } = setup;
+        let Setup { env, mca, cpus } = setup;
         let taskset = cpus.map_or(String::new(), |c| format!("taskset -c {c} "));
-        let netns = netns.map_or(String::new(), |n| format!("ip netns exec {n} "));
         match self {
             Mpi::OpenMpi => format!(
-                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 {env} {netns}{taskset}\
+                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 {env} {taskset}\
                  mpirun.openmpi --oversubscribe --bind-to none {mca} -np {np} {program} {args}"
             ),
-            Mpi::Mpich => format!("{env} {netns}{taskset}mpirun.mpich -n {np} {program} {args}"),
+            Mpi::Mpich => format!("{env} {taskset}mpirun.mpich -n {np} {program} {args}"),
         }
     }
 
@@ -302,8 +296,6 @@ pub struct Setup<'a> {
     pub mca: &'a str,
     /// The CPUs (a `taskset -c` list) the job runs on; all if `None`.
     pub cpus: Option<&'a str>,
-    /// The network namespace the job runs in; this one if `None`.
-    pub netns: Option<&'a str>,
 }
 
 /// Probes every installed MPI library: how the MPI tests prepare a tracer.
@@ -886,8 +878,6 @@ pub struct NetnsPair {
     pub names: [String; 2],
     /// Their addresses.
     pub addrs: [String; 2],
-    /// The veth pair's two ends, the first in the first namespace.
-    pub veths: [String; 2],
 }
 
 fn ip(args: &[&str]) {
@@ -905,7 +895,6 @@ impl NetnsPair {
         let pair = NetnsPair {
             names: names.clone(),
             addrs: addrs.clone(),
-            veths: veth.clone(),
         };
         for name in &names {
             ip(&["netns", "add", name]);

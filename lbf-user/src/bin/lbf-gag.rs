@@ -35,7 +35,7 @@ enum Command {
 /// Run the central GAG builder of cluster mode: node daemons (lbf-node) stream events to it
 /// over TLS, and it predicts every configured target online.
 ///
-/// Nodes authenticate with a per-node token ([tokens] in the configuration). Every batch is
+/// Nodes authenticate with a per-node token (`[tokens]` in the configuration). Every batch is
 /// journaled before it is acknowledged, so a restarted builder (same --config, same journal)
 /// carries on where it stopped and predicts exactly what an undisturbed run would. Live
 /// results: GET /results and /nodes (JSON), /metrics (Prometheus) on the `http` address.

@@ -58,7 +58,7 @@ struct Cli {
     #[arg(long, value_name = "NAME", help_heading = "Builder")]
     node: Option<String>,
 
-    /// File holding this node's token (as in the builder's [tokens]); or set LBF_NODE_TOKEN.
+    /// File holding this node's token (as in the builder's `[tokens]`); or set LBF_NODE_TOKEN.
     #[arg(long, value_name = "FILE", help_heading = "Builder")]
     token_file: Option<PathBuf>,
 

@@ -23,7 +23,7 @@
 //! cannot be resolved and stays unmatched.
 //!
 //! A capture attached to a running job numbers the envelopes both of whose ends it sees from
-//! the attach, and matches them only when it ends ([`alignment`]): a resolved receive of such
+//! the attach, and matches them only when it ends ([`alignment`](super::alignment)): a resolved receive of such
 //! an envelope takes its place among the envelope's receives, and its message once the
 //! envelope's offset is known ([`Matcher::align`]). A wildcard receive whose status is not
 //! visible cannot take a place there: it is left unmatched and counted.
@@ -168,7 +168,7 @@ impl Matcher {
     }
 
     /// Numbers the envelopes between processes of this capture that are first used from now
-    /// on from an attach: a process was found running (see [`alignment`]).
+    /// on from an attach: a process was found running (see [`alignment`](super::alignment)).
     pub fn attached_mid_run(&mut self) {
         self.from_attach = true;
     }
@@ -201,7 +201,7 @@ impl Matcher {
     }
 
     /// Registers a send of `bytes` with envelope `env`, entered at `ts`, and returns its
-    /// message id. A send to a process of this capture ([`is_local`]) is kept until its
+    /// message id. A send to a process of this capture (`is_local`) is kept until its
     /// receive resolves.
     pub fn send(&mut self, env: Envelope, bytes: u64, ts: u64) -> MsgId {
         if self.numbered_from_attach(&env) {
@@ -269,7 +269,7 @@ impl Matcher {
         std::mem::take(&mut self.matched)
     }
 
-    /// Matches the receives of the envelopes numbered from an attach (see [`alignment`]);
+    /// Matches the receives of the envelopes numbered from an attach (see [`alignment`](super::alignment));
     /// `ended`: the capture saw every process to its end. Returns what it could not pair, the
     /// wildcard receives it could not place, and the sends and receives with an end on another
     /// host, which it numbered from the attach.
@@ -403,7 +403,7 @@ impl Matcher {
 enum Resolution {
     /// It took message `k` of `(src, tag)` on its communicator, of the size given if known.
     Message((u32, i32), u64, Option<u64>),
-    /// Its envelope is numbered from an attach: it took its place there (see [`alignment`]).
+    /// Its envelope is numbered from an attach: it took its place there (see [`alignment`](super::alignment)).
     Attached,
     /// A wildcard without a visible status after an attach: left unmatched.
     Unplaced,

@@ -1,7 +1,7 @@
 //! Target configurations from the outside world: TOML target files, named network presets,
 //! and the command line's short form for common placements (see `docs/targets.md`).
 //!
-//! Everything here produces a validated [`Target`](crate::target::Target): every process of
+//! Everything here produces a validated [`Target`]: every process of
 //! the trace on exactly one node, cores and speeds positive, communication tables well formed.
 //! This module knows nothing of traces beyond their process count, nor of the engine.
 

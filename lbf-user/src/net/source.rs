@@ -156,7 +156,7 @@ pub fn replay(
 }
 
 /// Streams the events of processes `ids` of the synthetic trace `config` describes (see
-/// [`synthetic`]), generated on the fly: the benchmark's source, no file needed.
+/// [`synthetic`](mod@crate::trace::synthetic)), generated on the fly: the benchmark's source, no file needed.
 pub fn synthetic(
     config: synthetic::Config,
     ids: &BTreeSet<ProcId>,

@@ -46,7 +46,7 @@ pub fn run(
     run_adopting(tracer, reader, sink, stop, &mut |_| Ok(()))
 }
 
-/// [`run`], calling `adopt` with the tracer every [`LIVENESS`] interval (before the check for
+/// [`run`], calling `adopt` with the tracer every `LIVENESS` interval (before the check for
 /// live processes) so that it can trace processes that appeared since: a node daemon's
 /// selection by command name or cgroup matches processes that are not descendants of the
 /// ones it traces already.

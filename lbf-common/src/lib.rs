@@ -26,7 +26,7 @@ pub const SHORT_MEM_BYTES: usize = 32;
 /// Bytes of a [`Record`] before `mem`: the least a ring buffer item holds.
 pub const RECORD_HEAD_BYTES: usize = core::mem::offset_of!(Record, mem);
 
-/// Capacity of the per-function table of memory reads (indexed by [`FnId`] as `u16`).
+/// Capacity of the per-function table of memory reads (indexed by function id, a `u16`).
 pub const MAX_FNS: u32 = 128;
 
 /// What a record describes: a process lifecycle change or a probed library call.

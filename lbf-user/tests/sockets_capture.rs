@@ -15,9 +15,10 @@ mod traced;
 
 use lbf::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use lbf::capture::{CaptureSink, EventLog};
+use lbf::event::EventKind;
 use traced::{
     can_trace, capture_reports, check, check_streamed, check_trace_file, kept_reports, lbf_trace,
-    predicted_so_far, read_trace, timed, trace, workload, NetnsPair, Traced,
+    parse_checks, predicted_so_far, read_trace, timed, trace, workload, NetnsPair, Traced,
 };
 
 /// Runs `command` with the socket capture.
@@ -331,6 +332,53 @@ fn lbf_trace_with_a_count_never_reached_hands_everything_out_at_the_end() {
     assert!(capture_reports(&run.stderr)
         .iter()
         .all(|&(handed, _)| handed == 0));
+}
+
+/// Without --procs a socket capture holds every event until the program ends: past
+/// --max-held it stops, as Ctrl-C would, writes what it has, and lets the program run on.
+#[test]
+fn lbf_trace_stops_a_capture_that_holds_more_than_max_held() {
+    if !can_trace() {
+        return;
+    }
+    let spa = workload("sockets", "spa", &[]);
+    let path = std::env::temp_dir().join(format!("lbf-max-held-{}.sock", std::process::id()));
+    let endpoint = format!("unix:{}", path.display());
+    let spa = spa.to_string_lossy();
+    let args = [
+        "--source",
+        "sockets",
+        "--max-held",
+        "100",
+        "--",
+        &spa,
+        "all",
+        &endpoint,
+    ];
+    let run = lbf_trace("spa-max-held", &[&args[..], &["400", "2"]].concat());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("stopping the capture: it holds")
+            && run.stderr.contains("more than --max-held 100"),
+        "{}",
+        run.stderr
+    );
+    // The program ran to its end, untraced after the stop.
+    assert_eq!(parse_checks(&run.stdout).len(), 4, "{}", run.stdout);
+    let (_, events, summary) = read_trace(&run.trace);
+    assert!(!events.is_empty() && summary.measured_seconds > 0.0);
+    let full: u64 = parse_checks(&run.stdout)
+        .iter()
+        .map(|c| c.num("recvs"))
+        .sum();
+    let received = events
+        .iter()
+        .filter(|e| matches!(e.kind, EventKind::RecvEnd { .. }))
+        .count() as u64;
+    assert!(
+        received < full,
+        "{received} receives of {full}: the capture did not stop"
+    );
 }
 
 #[test]

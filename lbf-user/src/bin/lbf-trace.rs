@@ -98,6 +98,14 @@ struct Cli {
     #[arg(long, value_name = "SECONDS", value_parser = parse_interval)]
     interval: Option<Duration>,
 
+    /// Stop the capture, as Ctrl-C would, once it holds more than N events in memory (some
+    /// 90 bytes each). A capture attached to a running MPI job (-p), and a socket or PVM
+    /// capture without --procs, hold every event until the program ends. What was captured is
+    /// then written and predicted, matched as a capture stopped early is; the program runs on,
+    /// untraced.
+    #[arg(long, value_name = "N", default_value_t = 5_000_000)]
+    max_held: u64,
+
     /// Sockets and PVM: the program has N processes (those that send or receive). Once N have,
     /// they are announced and the events flow while the program runs, memory holding only
     /// those whose messages are not settled yet. Without it (or a --target file, whose
@@ -255,6 +263,8 @@ fn run(cli: Cli) -> Result<i32> {
         trace,
         interval: cli.interval,
         last_report: Instant::now(),
+        max_held: cli.max_held,
+        last_held_check: Instant::now(),
     };
     let mut reader = tracer.records()?;
     // SAFETY: the handler only stores to atomics.
@@ -360,6 +370,10 @@ fn run(cli: Cli) -> Result<i32> {
         };
         eprintln!("lbf-trace: {} records; {how}", end.records);
     }
+    // The probes go before the wait: a command still running (the capture was stopped) runs
+    // on untraced, at its normal speed.
+    drop(reader);
+    drop(tracer);
     match child {
         Some(mut c) => {
             if end.stopped {
@@ -482,6 +496,35 @@ struct Tee {
     /// How often to report live predictions (--interval).
     interval: Option<Duration>,
     last_report: Instant,
+    /// The most events the capture may hold (--max-held).
+    max_held: u64,
+    last_held_check: Instant,
+}
+
+/// How often the capture's held events are compared with --max-held.
+const HELD_CHECK: Duration = Duration::from_secs(1);
+
+impl Tee {
+    /// Stops the capture (sets [`STOP`]) once it holds more than --max-held events.
+    fn check_held(&mut self) {
+        let Some(trace) = &self.trace else {
+            return;
+        };
+        if self.last_held_check.elapsed() < HELD_CHECK {
+            return;
+        }
+        self.last_held_check = Instant::now();
+        let held = trace.backlog().held_events;
+        if held as u64 > self.max_held && !STOP.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "lbf-trace: stopping the capture: it holds {held} events, more than --max-held \
+                 {} (about 90 bytes each). What was captured is written and predicted as a \
+                 capture stopped early; the program runs on, untraced. A socket or PVM capture \
+                 holds nothing once --procs is given.",
+                self.max_held
+            );
+        }
+    }
 }
 
 impl RecordSink for Tee {
@@ -500,6 +543,7 @@ impl RecordSink for Tee {
         }
     }
     fn tick(&mut self) -> Result<()> {
+        self.check_held();
         let (Some(interval), Some(trace)) = (self.interval, &mut self.trace) else {
             return Ok(());
         };

@@ -120,6 +120,8 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
         (per_call[1] - per_call[0]) / empty * 100.0
     );
 
+    user_space_cost(&tools, loop_cmd(vec![]), runs)?;
+
     println!(
         "\nwhole runs (2 ranks; wall time reported by the ranks), {runs} runs each; \"empty\": \
          the empty uprobe+uretprobe on all {} functions lbf probes",
@@ -176,6 +178,39 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
         "  (the empty probes' slowdown is what the uprobe mechanism alone costs a workload, \
          {empty:.0} ns per probed call here: no uprobe-based tracer does better; lbf's own \
          share is its ratio to the empty probes' run)"
+    );
+    Ok(())
+}
+
+/// lbf-trace's user space per record: the CPU it used while capturing `command` into a trace
+/// file (`-v` reports it, all its threads), over the records read; the least of `runs` runs.
+fn user_space_cost(tools: &Tools, command: Vec<String>, runs: usize) -> Result<()> {
+    let trace = std::env::temp_dir().join(format!("lbf-bench-probe-{}.jsonl", std::process::id()));
+    let mut cmd = vec![
+        tools.lbf_trace.display().to_string(),
+        "-v".into(),
+        "-o".into(),
+    ];
+    cmd.push(trace.display().to_string());
+    cmd.extend(lbf_trace_prefix(tools).into_iter().skip(1));
+    cmd.extend(command);
+    let mut per_record = Vec::new();
+    for _ in 0..runs {
+        let out = run_cmd(&cmd)?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let ns = stderr
+            .lines()
+            .filter_map(|l| l.strip_suffix(" ns per record)"))
+            .filter_map(|l| l.rsplit('(').next()?.trim().parse::<f64>().ok())
+            .next()
+            .with_context(|| format!("lbf-trace -v reported no cost per record:\n{stderr}"))?;
+        per_record.push(ns);
+    }
+    let _ = std::fs::remove_file(&trace);
+    println!(
+        "  lbf-trace's user space, capturing to a trace file: {:.0} ns of CPU per record \
+         (least of {runs} runs; a call is an entry and an exit record)",
+        fastest(&per_record)
     );
     Ok(())
 }

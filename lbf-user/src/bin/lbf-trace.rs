@@ -286,7 +286,9 @@ fn run(cli: Cli) -> Result<i32> {
         c.release()?;
         child = Some(c);
     }
+    let cpu_before = own_cpu_seconds();
     let end = probe::run(&mut tracer, &mut reader, &mut sink, &STOP)?;
+    let capture_cpu = own_cpu_seconds() - cpu_before;
     // Attached to running processes, a call in progress at the attach returns without its
     // entry: not a loss but the attach's boundary, which the kernel side counts apart.
     let in_progress = end.lost.in_progress_at_attach;
@@ -368,7 +370,13 @@ fn run(cli: Cli) -> Result<i32> {
         } else {
             "all traced processes ended"
         };
-        eprintln!("lbf-trace: {} records; {how}", end.records);
+        eprintln!(
+            "lbf-trace: {} records; {how}; lbf-trace used {:.3} s of CPU while capturing \
+             ({:.0} ns per record)",
+            end.records,
+            capture_cpu,
+            capture_cpu * 1e9 / end.records.max(1) as f64
+        );
     }
     // The probes go before the wait: a command still running (the capture was stopped) runs
     // on untraced, at its normal speed.
@@ -383,6 +391,15 @@ fn run(cli: Cli) -> Result<i32> {
         }
         None => Ok(0),
     }
+}
+
+/// CPU seconds this process has used (all its threads; not its children).
+fn own_cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the zeroed struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 * 1e-6;
+    t(ru.ru_utime) + t(ru.ru_stime)
 }
 
 /// How many processes a socket or PVM capture is to expect: --procs, or the processes the

@@ -289,9 +289,9 @@ fn run(cli: Cli) -> Result<i32> {
     let cpu_before = own_cpu_seconds();
     let end = probe::run(&mut tracer, &mut reader, &mut sink, &STOP)?;
     let capture_cpu = own_cpu_seconds() - cpu_before;
-    // Attached to running processes, a call in progress at the attach returns without its
-    // entry: not a loss but the attach's boundary, which the kernel side counts apart.
-    let in_progress = end.lost.in_progress_at_attach;
+    // A call in progress at an attach (its exit came without its entry) is the attach's
+    // boundary, not a loss: the kernel side counts it apart, the capture notes it, and it is
+    // not in `lost_records`.
     if let Some(trace) = sink.trace {
         let (outputs, summary) = trace.into_parts();
         let summary = summary.expect("the capture loop finishes its sink");
@@ -349,12 +349,6 @@ fn run(cli: Cli) -> Result<i32> {
         eprintln!(
             "lbf-trace: warning: {} records lost (ring buffer full); try a larger --ringbuf-size",
             lost.ringbuf_full
-        );
-    }
-    if in_progress > 0 {
-        eprintln!(
-            "lbf-trace: note: {in_progress} traced calls were in progress when tracing \
-             began: they are not modelled (what they sent or received is counted above)"
         );
     }
     if lost.exit_without_entry + lost.mem_read_failed + lost.no_clock > 0 {

@@ -60,7 +60,8 @@ impl<S: EventSink> RecordSink for CaptureSink<S> {
         Ok(())
     }
 
-    /// Finishes the capture; records the kernel side dropped are noted as anomalies.
+    /// Finishes the capture; records the kernel side dropped are noted as anomalies, and so
+    /// are calls in progress at an attach (the attach's boundary, not a loss).
     fn finish(&mut self, lost: &LostCounts) -> anyhow::Result<()> {
         if let Some(capture) = self.capture.take() {
             let mut summary = capture.finish(&mut self.events);
@@ -69,6 +70,10 @@ impl<S: EventSink> RecordSink for CaptureSink<S> {
                 (
                     "records lost: call exit without its entry",
                     lost.exit_without_entry,
+                ),
+                (
+                    "call in progress at the attach (not modelled)",
+                    lost.in_progress_at_attach,
                 ),
             ] {
                 if n > 0 {

@@ -392,14 +392,7 @@ impl Live {
             }
             Ok(())
         };
-        let end = probe::run_adopting(&mut self.tracer, &mut reader, &mut sink, stop, &mut adopt)?;
-        if end.lost.in_progress_at_attach > 0 {
-            eprintln!(
-                "lbf-node: note: {} traced calls were in progress when tracing began: not \
-                 modelled, and not counted as lost",
-                end.lost.in_progress_at_attach
-            );
-        }
+        probe::run_adopting(&mut self.tracer, &mut reader, &mut sink, stop, &mut adopt)?;
         let (mut filter, summary) = sink.into_parts();
         let summary = summary.unwrap_or_default();
         for (what, n) in &summary.anomalies {

@@ -345,7 +345,8 @@ fn check_matching(full: &Traced, attached: &Traced) -> (usize, usize) {
     // The first event of each rank the attached capture saw, in the full capture.
     let window = |rank: u32| at[&rank].first().copied().unwrap_or(usize::MAX);
     let (mut matched, mut earlier) = (0, 0);
-    let mut ticked = HashSet::new();
+    // The event of each rank whose CPU differed by up to a tick (the seed's staleness).
+    let mut ticked = HashMap::new();
     for (&rank, events) in &b {
         for (k, e) in events.iter().enumerate() {
             let x = at[&rank][k];
@@ -364,11 +365,17 @@ fn check_matching(full: &Traced, attached: &Traced) -> (usize, usize) {
                 let close = off <= 200_000 + since / 100;
                 // The attached thread's clock starts from /proc's figure, up to a scheduler
                 // tick stale, until the thread is first switched out: once per rank.
-                let stale_seed = !close && off <= TICK_NS && ticked.insert(rank);
+                let stale_seed =
+                    !close && off <= TICK_NS && ticked.insert(rank, (k, e.cpu_ns, since)).is_none();
                 assert!(
                     close || stale_seed,
-                    "rank {rank} event {k} {e:?}: CPU {} ns, from the start {since} ns",
-                    e.cpu_ns
+                    "rank {rank} event {k} {e:?}: CPU {} ns, from the start {since} ns (the \
+                     full capture's events {}..={x}: {:?}; a tick-sized difference allowed \
+                     once per rank was taken by (event, CPU, from the start) {:?})",
+                    e.cpu_ns,
+                    at[&rank][k - 1] + 1,
+                    &a[&rank][at[&rank][k - 1] + 1..=x],
+                    ticked.get(&rank)
                 );
             }
             let EventKind::RecvEnd { msg: truth } = full_event.kind else {

@@ -239,14 +239,14 @@ fn a_command_run_directly_has_exactly_its_own_messages() {
     );
 }
 
-/// `lbf-trace --procs 4 --nodes 2 --interval 0.4 -o FILE -- spa all unix:PATH ITERS 2`: the
-/// SPA server and its 3 clients for `iters` rounds, `extra` added to the options.
-fn spa_under_lbf_trace(label: &str, procs: &str, iters: &str, extra: &[&str]) -> traced::TraceRun {
+/// `lbf-trace --source sockets --interval 0.4 OPTIONS -o FILE -- spa all unix:PATH ITERS 2`:
+/// the SPA server and its 3 clients for `iters` rounds.
+fn spa_under_lbf_trace(label: &str, iters: &str, options: &[&str]) -> traced::TraceRun {
     let spa = workload("sockets", "spa", &[]);
     let path = std::env::temp_dir().join(format!("lbf-{label}-{}.sock", std::process::id()));
     let endpoint = format!("unix:{}", path.display());
-    let mut args = vec!["--source", "sockets", "--procs", procs, "--interval", "0.4"];
-    args.extend(extra);
+    let mut args = vec!["--source", "sockets", "--interval", "0.4"];
+    args.extend(options);
     let spa = spa.to_string_lossy();
     args.extend(["--", &spa, "all", &endpoint, iters, "2"]);
     lbf_trace(label, &args)
@@ -260,7 +260,7 @@ fn lbf_trace_with_procs_hands_a_socket_run_out_while_it_runs() {
     if !can_trace() {
         return;
     }
-    let run = spa_under_lbf_trace("spa-live", "4", "400", &["--nodes", "2"]);
+    let run = spa_under_lbf_trace("spa-live", "400", &["--procs", "4", "--nodes", "2"]);
     check_trace_file(&run, 4);
     let held = check_streamed(&run, 200);
     eprintln!("held at most {held} events");
@@ -280,7 +280,7 @@ fn lbf_trace_with_too_small_procs_leaves_the_process_beyond_out_and_says_so() {
     if !can_trace() {
         return;
     }
-    let run = spa_under_lbf_trace("spa-too-few", "3", "100", &[]);
+    let run = spa_under_lbf_trace("spa-too-few", "100", &["--procs", "3"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
         run.stderr
@@ -319,7 +319,7 @@ fn lbf_trace_with_a_count_never_reached_hands_everything_out_at_the_end() {
     if !can_trace() {
         return;
     }
-    let run = spa_under_lbf_trace("spa-too-many", "5", "100", &[]);
+    let run = spa_under_lbf_trace("spa-too-many", "100", &["--procs", "5"]);
     check_trace_file(&run, 4);
     assert!(
         run.stderr.contains(
@@ -341,21 +341,7 @@ fn lbf_trace_stops_a_capture_that_holds_more_than_max_held() {
     if !can_trace() {
         return;
     }
-    let spa = workload("sockets", "spa", &[]);
-    let path = std::env::temp_dir().join(format!("lbf-max-held-{}.sock", std::process::id()));
-    let endpoint = format!("unix:{}", path.display());
-    let spa = spa.to_string_lossy();
-    let args = [
-        "--source",
-        "sockets",
-        "--max-held",
-        "100",
-        "--",
-        &spa,
-        "all",
-        &endpoint,
-    ];
-    let run = lbf_trace("spa-max-held", &[&args[..], &["400", "2"]].concat());
+    let run = spa_under_lbf_trace("spa-max-held", "400", &["--max-held", "100"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(
         run.stderr.contains("stopping the capture: it holds")

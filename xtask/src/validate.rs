@@ -86,7 +86,7 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
                     "-c".into(),
                     cpus.into(),
                 ];
-                cmd.extend(launcher(mpi, args.np)?);
+                cmd.extend(launcher(mpi, args.np, false)?);
                 cmd.push(progs.join(workload).display().to_string());
                 cmd.push(args.iters.to_string());
                 cmd.push(args.compute_ms.to_string());
@@ -136,23 +136,47 @@ pub fn build_workloads(root: &Path, mpi: &str) -> Result<PathBuf> {
     Ok(progs)
 }
 
-/// The launcher command for `np` ranks of `mpi`, inheriting the CPU set it is started in.
-fn launcher(mpi: &str, np: u32) -> Result<Vec<String>> {
-    let args: &[&str] = match mpi {
-        "openmpi" => &[
-            "mpirun.openmpi",
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "--bind-to",
-            "none",
+/// The launcher command for `np` ranks of `mpi`, inheriting the CPU set it is started in;
+/// with `tcp_on_loopback`, the ranks talk over TCP on the loopback only (Open MPI's `tcp`
+/// BTL, MPICH's UCX `tcp` transport), as `validate-nf` needs.
+pub fn launcher(mpi: &str, np: u32, tcp_on_loopback: bool) -> Result<Vec<String>> {
+    // The environment and the options that make it TCP on the loopback, the launcher and its
+    // options, and the flag before the rank count.
+    let (tcp_env, launcher, tcp_options, np_flag): (&[&str], &[&str], &[&str], &str) = match mpi {
+        "openmpi" => (
+            &[],
+            &[
+                "mpirun.openmpi",
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "--bind-to",
+                "none",
+            ],
+            &[
+                "--mca",
+                "btl",
+                "tcp,self",
+                "--mca",
+                "btl_tcp_if_include",
+                "lo",
+                "--mca",
+                "oob_tcp_if_include",
+                "lo",
+            ],
             "-np",
-        ],
-        "mpich" => &["mpirun.mpich", "-n"],
+        ),
+        "mpich" => (&["env", "UCX_TLS=tcp,self"], &["mpirun.mpich"], &[], "-n"),
         other => bail!("unknown MPI `{other}`; use openmpi or mpich"),
     };
-    let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    args.push(np.to_string());
-    Ok(args)
+    let tcp = |words: &'static [&'static str]| if tcp_on_loopback { words } else { &[] };
+    let np = np.to_string();
+    Ok(tcp(tcp_env)
+        .iter()
+        .chain(launcher)
+        .chain(tcp(tcp_options))
+        .chain(&[np_flag, np.as_str()])
+        .map(|s| s.to_string())
+        .collect())
 }
 
 /// Writes one target file per configuration and spin for `np` processes; returns their

@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::cmd::run_cmd;
-use crate::validate::{bin_dir, build_workloads, load_average, measured, output_dir, predict};
+use crate::validate::{
+    bin_dir, build_workloads, launcher, load_average, measured, output_dir, predict,
+};
 
 /// Options of `cargo xtask validate-nf`.
 #[derive(clap::Args)]
@@ -75,7 +77,7 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
                     "--".into(),
                 ];
                 cmd.extend(ns.enter());
-                cmd.extend(launcher(mpi)?);
+                cmd.extend(launcher(mpi, 2, true)?);
                 cmd.push(program.display().to_string());
                 cmd.push(args.iters.to_string());
                 cmd.push(args.compute_ms.to_string());
@@ -105,33 +107,6 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     Ok(())
 }
 
-/// The launcher command for 2 ranks of `mpi` talking over TCP on the loopback.
-fn launcher(mpi: &str) -> Result<Vec<String>> {
-    let args: &[&str] = match mpi {
-        "openmpi" => &[
-            "mpirun.openmpi",
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-            "--mca",
-            "btl",
-            "tcp,self",
-            "--mca",
-            "btl_tcp_if_include",
-            "lo",
-            "--mca",
-            "oob_tcp_if_include",
-            "lo",
-            "-np",
-            "2",
-        ],
-        "mpich" => &["env", "UCX_TLS=tcp,self", "mpirun.mpich", "-n", "2"],
-        other => bail!("unknown MPI `{other}`; use openmpi or mpich"),
-    };
-    Ok(args.iter().map(|s| s.to_string()).collect())
-}
-
 /// How much a waiting rank loads its node (see docs/targets.md): MPICH polls flat out, Open
 /// MPI yields.
 fn spin(mpi: &str) -> f64 {
@@ -145,7 +120,7 @@ fn spin(mpi: &str) -> f64 {
 /// The least half round trips of [`TABLE_SIZES`] on the link as it is now, in seconds.
 fn half_round_trips(ns: &Namespace, mpi: &str, program: &Path) -> Result<Vec<(u64, f64)>> {
     let mut cmd = ns.enter();
-    cmd.extend(launcher(mpi)?);
+    cmd.extend(launcher(mpi, 2, true)?);
     cmd.push(program.display().to_string());
     cmd.extend(["0".into(), "0".into()]);
     cmd.extend(TABLE_SIZES.map(|b| format!("halfrtt:{b}")));

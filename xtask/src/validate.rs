@@ -214,18 +214,23 @@ fn report(
     targets: &[Vec<PathBuf>],
     span: bool,
 ) -> Result<()> {
-    let untimed = |trace: &Path| if span { untimed(trace) } else { Ok(0.0) };
+    // Each run's untimed seconds, read once (not once per target it is predicted for).
+    let untimed: Vec<f64> = runs
+        .iter()
+        .map(|t| if span { untimed(t) } else { Ok(0.0) })
+        .collect::<Result<_>>()?;
     let measured: Vec<f64> = runs
         .iter()
-        .map(|t| Ok(measured(t)? - untimed(t)?))
+        .zip(&untimed)
+        .map(|(t, u)| Ok(measured(t)? - u))
         .collect::<Result<_>>()?;
     let mut cells = Vec::new();
-    for run in runs {
+    for (run, untimed) in runs.iter().zip(&untimed) {
         for (config, spins) in targets.iter().enumerate() {
             let errors: Vec<String> = spins
                 .iter()
                 .map(|target| {
-                    let p = predict(bin, run, target)? - untimed(run)?;
+                    let p = predict(bin, run, target)? - untimed;
                     Ok(format!(
                         "{:+.1}%",
                         100.0 * (p - measured[config]) / measured[config]

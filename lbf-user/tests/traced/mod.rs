@@ -279,9 +279,8 @@ impl Mpi {
     /// more ranks than slots (this machine's cores, whatever `taskset` allows), and polls flat
     /// out otherwise.
     pub fn spin(self, np: u32) -> f64 {
-        let slots = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
         match self {
-            Mpi::OpenMpi if np > slots => 0.0,
+            Mpi::OpenMpi if f64::from(np) > machine::cores() => 0.0,
             Mpi::OpenMpi | Mpi::Mpich => 1.0,
         }
     }
@@ -845,7 +844,7 @@ pub fn check_what_if(traced: &Traced, cores: u32, spin: f64, other: &Traced) -> 
 /// with this machine's cores, starting when it started, messages free (loopback and veth
 /// cost microseconds).
 pub fn predict_as_run(t: &Traced, spin: f64) -> f64 {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let cores = machine::cores() as u32;
     predict_on(t, cores, spin)
 }
 

@@ -269,9 +269,7 @@ fn on_exit(ctx: *mut c_void) {
         // SAFETY: `i` < ARG_WORDS, within `call.args`.
         core::array::from_fn(|i| unsafe { core::ptr::read_volatile(call.args.as_ptr().add(i)) });
     // The thread completed a traced call: a later exit without its entry is a missed entry.
-    if state.seeded != 0 {
-        state.seeded = 0;
-    }
+    state.seeded = 0;
     let read = fn_reads(slot, fn_id)
         .and_then(|r| UserRead::plan(&r.exit, &r.global, &entry, || func_ip(ctx)));
     let mem = Mem::for_read(read.as_ref());

@@ -365,8 +365,10 @@ fn check_matching(full: &Traced, attached: &Traced) -> (usize, usize) {
                 let close = off <= 200_000 + since / 100;
                 // The attached thread's clock starts from /proc's figure, up to a scheduler
                 // tick stale, until the thread is first switched out: once per rank.
-                let stale_seed =
-                    !close && off <= TICK_NS && ticked.insert(rank, (k, e.cpu_ns, since)).is_none();
+                let stale_seed = !close && off <= TICK_NS && !ticked.contains_key(&rank) && {
+                    ticked.insert(rank, (k, e.cpu_ns, since));
+                    true
+                };
                 assert!(
                     close || stale_seed,
                     "rank {rank} event {k} {e:?}: CPU {} ns, from the start {since} ns (the \

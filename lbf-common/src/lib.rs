@@ -26,6 +26,53 @@ pub const SHORT_MEM_BYTES: usize = 32;
 /// Bytes of a [`Record`] before `mem`: the least a ring buffer item holds.
 pub const RECORD_HEAD_BYTES: usize = core::mem::offset_of!(Record, mem);
 
+/// Argument words a [`RecordKind::CallPair`] item carries for a function of at most this many
+/// arguments (see [`mpi::pair_arg_words`]) instead of [`ARG_WORDS`]: `MPI_Comm_rank`,
+/// `MPI_Wait`, `MPI_Test`, `MPI_Barrier` and the like take 32 bytes less of the ring buffer
+/// per call, and the kernel side writes 4 words less.
+pub const SHORT_ARG_WORDS: usize = 4;
+
+/// Bytes of a [`RecordKind::CallPair`] item before its argument words: its [`PairHead`].
+pub const PAIR_HEAD_BYTES: usize = core::mem::size_of::<PairHead>();
+
+/// The start of a [`RecordKind::CallPair`] item: a call's entry and exit stamps and its
+/// return value. The item goes on with [`PairHead::arg_words`] argument words (the entry's
+/// `args`; the rest are 0) and then the exit's `mem`, reserved as for a [`Record`]: none,
+/// [`SHORT_MEM_BYTES`] or [`MEM_BYTES`], of which [`PairHead::mem_len`] bytes are valid.
+///
+/// Its first 32 bytes are laid out as a [`Record`]'s, so that `kind` is found in the same
+/// place in every item. Compared with two [`Record`] heads (an entry's and an exit's, whose
+/// `args` repeat the entry's), it takes 72 bytes less of the ring buffer per call (104 with
+/// [`SHORT_ARG_WORDS`]), and the kernel side writes the arguments once instead of twice:
+/// writing records is most of what lbf's probes add to a uprobe's own cost
+/// (`cargo xtask bench-probe`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PairHead {
+    /// [`RecordKind::CallPair`] as `u16`.
+    pub kind: u16,
+    /// The probed function.
+    pub fn_id: u16,
+    /// Number of valid bytes of the exit's `mem`.
+    pub mem_len: u16,
+    /// Number of argument words after this head: [`SHORT_ARG_WORDS`] or [`ARG_WORDS`].
+    pub arg_words: u16,
+    /// Process id (thread group id).
+    pub tgid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// The entry's `ts_ns`.
+    pub entry_ts_ns: u64,
+    /// The entry's `cpu_ns`.
+    pub entry_cpu_ns: u64,
+    /// The exit's `ts_ns`.
+    pub exit_ts_ns: u64,
+    /// The exit's `cpu_ns`.
+    pub exit_cpu_ns: u64,
+    /// The return value (the exit record's `args[0]`).
+    pub ret: u64,
+}
+
 /// Capacity of the per-function table of memory reads (indexed by function id, a `u16`).
 pub const MAX_FNS: u32 = 128;
 
@@ -47,11 +94,11 @@ pub enum RecordKind {
     /// the return value, `args[1..7]` its 6 arguments, `args[7]` the thread's CPU clock at
     /// its entry (`cpu_ns` is the clock at the return).
     Syscall = 6,
-    /// A probed call's entry and exit in one ring buffer item: a `CallEntry` record cut after
-    /// its head (no `mem`) whose `kind` reads `CallPair`, then the call's `CallExit` record.
+    /// A probed call's entry and exit in one ring buffer item, laid out as [`PairHead`] says.
     /// The kernel side writes one for a call whose entry record carries no user memory (one
-    /// reservation per call instead of two); user space splits it (`lbf-user`'s
-    /// `probe::decode`), so record consumers only ever see `CallEntry` and `CallExit`.
+    /// reservation per call instead of two); user space splits it into the call's
+    /// `CallEntry` and `CallExit` records (`lbf-user`'s `probe::decode`), so record consumers
+    /// only ever see those.
     CallPair = 7,
     /// Tracing of a running thread began here: written by user space (never by the kernel
     /// side) for each thread of a process it starts tracing, when it seeds the thread's CPU
@@ -84,7 +131,7 @@ impl RecordKind {
 /// [`RECORD_HEAD_BYTES`] + `n` bytes, `n` being 0 for records without memory,
 /// [`SHORT_MEM_BYTES`] for short reads and [`MEM_BYTES`] otherwise (`mem_len <= n`). Most
 /// records take 96 or 128 bytes of the ring instead of 352. A [`RecordKind::CallPair`] item
-/// holds two records: an entry record's head, then an exit record cut as above.
+/// holds two records in the shorter form [`PairHead`] describes.
 ///
 /// `cpu_ns` is the calling thread's cumulative on-CPU time in nanoseconds, kept exact by the
 /// scheduler hooks (time switched in is added at every switch out), so the CPU used between two

@@ -127,13 +127,15 @@ pub const fn entry_at_once(fn_id: u16) -> bool {
 /// the function may take stack arguments (more than the 6 passed in registers, or a count
 /// [`arg_count`] does not know), which the entry program then reads; bits 33-44: the
 /// [`dropped_args`] mask, with which the entry program reads all [`MAX_ARGS`] and keeps the
-/// others; bit 45: [`entry_at_once`].
+/// others; bit 45: [`entry_at_once`]; bit 46: its [`pair_arg_words`] are
+/// [`crate::SHORT_ARG_WORDS`].
 pub const fn cookie(fn_id: u16, slot: u32) -> u64 {
     let stack_args = match arg_count(fn_id) {
         Some(n) => n > 6,
         None => true,
     };
-    ((entry_at_once(fn_id) as u64) << 45)
+    (((pair_arg_words(fn_id) == crate::SHORT_ARG_WORDS) as u64) << 46)
+        | ((entry_at_once(fn_id) as u64) << 45)
         | ((dropped_args(fn_id) as u64 & 0xfff) << 33)
         | ((stack_args as u64) << 32)
         | ((slot as u64 & 0xffff) << 16)
@@ -153,6 +155,18 @@ pub struct Cookie {
     pub dropped: u16,
     /// Whether its entry record is written at the entry ([`entry_at_once`]).
     pub entry_at_once: bool,
+    /// Whether its [`pair_arg_words`] are [`crate::SHORT_ARG_WORDS`].
+    pub short_args: bool,
+}
+
+/// The argument words a [`crate::RecordKind::CallPair`] item of `fn_id` carries:
+/// [`crate::SHORT_ARG_WORDS`] for the functions known to take at most that many arguments,
+/// [`crate::ARG_WORDS`] for the others (and for ids not in the list).
+pub const fn pair_arg_words(fn_id: u16) -> usize {
+    match arg_count(fn_id) {
+        Some(n) if n as usize <= crate::SHORT_ARG_WORDS => crate::SHORT_ARG_WORDS,
+        _ => crate::ARG_WORDS,
+    }
 }
 
 /// Decodes a [`cookie`].
@@ -163,6 +177,7 @@ pub const fn split_cookie(cookie: u64) -> Cookie {
         stack_args: (cookie >> 32) & 1 != 0,
         dropped: ((cookie >> 33) & 0xfff) as u16,
         entry_at_once: (cookie >> 45) & 1 != 0,
+        short_args: (cookie >> 46) & 1 != 0,
     }
 }
 
@@ -181,6 +196,17 @@ mod tests {
         }
         let at_once = |id| split_cookie(cookie(id, 0)).entry_at_once;
         assert!(at_once(COMM_SPLIT) && at_once(crate::pvm::SEND) && !at_once(SEND));
+    }
+
+    #[test]
+    fn pairs_of_functions_of_at_most_4_arguments_carry_4_words() {
+        let short = |id| split_cookie(cookie(id, 2)).short_args;
+        assert!(short(COMM_RANK) && short(WAIT) && short(TEST) && short(BARRIER));
+        assert!(short(PROBE) && short(FINALIZE));
+        assert!(!short(IPROBE) && !short(SEND) && !short(SENDRECV) && !short(crate::pvm::SEND));
+        for &(id, _) in NAMES {
+            assert_eq!(short(id), pair_arg_words(id) == crate::SHORT_ARG_WORDS);
+        }
     }
 
     /// Every function's kept arguments fit a record, and those with more arguments than a

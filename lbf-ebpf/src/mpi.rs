@@ -38,7 +38,7 @@ use lbf_common::{
 
 use crate::{
     maps::{count, fn_reads, thread_state},
-    record::{clock_at, stamp_now, write_deferred_entry, Draft, Mem, UserRead},
+    record::{clock_at, stamp_now, write_deferred_entry, Draft, Mem, PairDraft, UserRead},
 };
 
 /// What the probe that fired was attached with: function, library slot, stack arguments.
@@ -160,14 +160,16 @@ fn enter(
     // A call made inside a call in flight: the outer call's entry record comes first.
     write_deferred_entry(state);
     push_call(state, call.fn_id, args);
-    let read = fn_reads(cookie.slot, call.fn_id)
-        .and_then(|r| UserRead::plan(&r.entry, &r.global, args, || func_ip(ctx)));
+    let read = UserRead::or_none(
+        fn_reads(cookie.slot, call.fn_id)
+            .and_then(|r| UserRead::plan(&r.entry, &r.global, args, || func_ip(ctx))),
+    );
     if read.is_none() && !cookie.entry_at_once {
         let (ts_ns, cpu_ns) = stamp_now(|now| clock_at(&mut state.clock, now));
         state.entry = DeferredEntry { ts_ns, cpu_ns };
         return;
     }
-    let mem = Mem::for_read(read.as_ref());
+    let mem = Mem::for_read(&read);
     let Call { fn_id, tgid, tid } = call;
     let draft = Draft::reserve_with_clock(
         RecordKind::CallEntry,
@@ -177,17 +179,15 @@ fn enter(
         mem,
         &mut state.clock,
     );
-    submit(draft, read.as_ref(), |i| args[i]);
+    submit(draft, &read, |i| args[i]);
 }
 
 /// Fills the record `draft` reserved (none if the ring buffer was full) with the user memory
 /// `read` asks for and `words` as its arguments, and submits it.
 #[inline(always)]
-fn submit(draft: Option<Draft>, read: Option<&UserRead>, words: impl Fn(usize) -> u64) {
+fn submit(draft: Option<Draft>, read: &UserRead, words: impl Fn(usize) -> u64) {
     if let Some(mut d) = draft {
-        if let Some(read) = read {
-            d.read_user(read);
-        }
+        d.read_user(read);
         d.submit(words);
     }
 }
@@ -245,7 +245,12 @@ fn on_exit(ctx: *mut c_void) {
     // SAFETY: as in `on_entry`.
     let state = unsafe { &mut *state };
     let (tgid, tid) = (state.tgid, state.tid);
-    let Cookie { fn_id, slot, .. } = attach_cookie(ctx);
+    let Cookie {
+        fn_id,
+        slot,
+        short_args,
+        ..
+    } = attach_cookie(ctx);
     // SAFETY: `regs` is the probe's register context.
     let ret = unsafe { (*RetProbeContext::new(ctx).regs).rax };
     let deferred = state.entry;
@@ -270,22 +275,31 @@ fn on_exit(ctx: *mut c_void) {
         core::array::from_fn(|i| unsafe { core::ptr::read_volatile(call.args.as_ptr().add(i)) });
     // The thread completed a traced call: a later exit without its entry is a missed entry.
     state.seeded = 0;
-    let read = fn_reads(slot, fn_id)
-        .and_then(|r| UserRead::plan(&r.exit, &r.global, &entry, || func_ip(ctx)));
-    let mem = Mem::for_read(read.as_ref());
+    let read = UserRead::or_none(
+        fn_reads(slot, fn_id)
+            .and_then(|r| UserRead::plan(&r.exit, &r.global, &entry, || func_ip(ctx))),
+    );
+    let mem = Mem::for_read(&read);
     let clock = &mut state.clock;
-    let draft = if paired {
-        Draft::reserve_pair(fn_id, tgid, tid, mem, clock, &deferred, &entry)
-    } else {
-        Draft::reserve_with_clock(RecordKind::CallExit, fn_id, tgid, tid, mem, clock)
-    };
-    submit(draft, read.as_ref(), |i| {
-        if i == 0 {
-            ret
-        } else {
-            entry[i - 1]
+    if paired {
+        let draft = PairDraft::reserve(
+            fn_id,
+            (tgid, tid),
+            mem,
+            short_args,
+            clock,
+            &deferred,
+            ret,
+            &entry,
+        );
+        if let Some(mut d) = draft {
+            d.read_user(&read);
+            d.submit();
         }
-    });
+        return;
+    }
+    let draft = Draft::reserve_with_clock(RecordKind::CallExit, fn_id, tgid, tid, mem, clock);
+    submit(draft, &read, |i| if i == 0 { ret } else { entry[i - 1] });
 }
 
 /// Entry of any probed function, through a uprobe_multi link.

@@ -15,8 +15,8 @@ use aya_ebpf::{
 use lbf_common::{
     counter,
     maps::{DeferredEntry, ThreadClock, ThreadState},
-    GlobalPtr, MemRead, Record, RecordKind, ARG_WORDS, MEM_BYTES, RECORD_HEAD_BYTES,
-    SHORT_MEM_BYTES,
+    GlobalPtr, MemRead, PairHead, Record, RecordKind, ARG_WORDS, MEM_BYTES, PAIR_HEAD_BYTES,
+    RECORD_HEAD_BYTES, SHORT_ARG_WORDS, SHORT_MEM_BYTES,
 };
 
 use crate::maps::{add, count, current_sum_exec_runtime, wake_bytes, EVENTS, THREADS};
@@ -78,18 +78,32 @@ pub enum Mem {
 }
 
 impl Mem {
+    /// Bytes of `mem` reserved.
+    #[inline(always)]
+    fn bytes(self) -> usize {
+        match self {
+            Self::None => 0,
+            Self::Short => SHORT_MEM_BYTES,
+            Self::Full => MEM_BYTES,
+        }
+    }
+
     /// The room a record needs for `read`.
     #[inline(always)]
-    pub fn for_read(read: Option<&UserRead>) -> Self {
-        match read {
-            None => Self::None,
-            Some(r) if r.len as usize <= SHORT_MEM_BYTES => Self::Short,
-            Some(_) => Self::Full,
+    pub fn for_read(read: &UserRead) -> Self {
+        match read.len as usize {
+            0 => Self::None,
+            1..=SHORT_MEM_BYTES => Self::Short,
+            _ => Self::Full,
         }
     }
 }
 
-/// A read of user memory a record carries: `len` (1 to [`MEM_BYTES`]) bytes at `ptr`.
+/// A read of user memory a record carries: `len` (1 to [`MEM_BYTES`]) bytes at `ptr`, or none
+/// ([`UserRead::NONE`], `len` 0).
+///
+/// "None" is a value rather than an `Option`: the read is kept across helper calls, and
+/// LLVM spills an `Option`'s undefined payload to the stack, which the verifier rejects.
 #[derive(Clone, Copy)]
 pub struct UserRead {
     ptr: u64,
@@ -97,6 +111,21 @@ pub struct UserRead {
 }
 
 impl UserRead {
+    /// No read.
+    pub const NONE: Self = Self { ptr: 0, len: 0 };
+
+    /// Whether this is [`UserRead::NONE`].
+    #[inline(always)]
+    pub fn is_none(&self) -> bool {
+        self.len == 0
+    }
+
+    /// `read`, or [`UserRead::NONE`].
+    #[inline(always)]
+    pub fn or_none(read: Option<Self>) -> Self {
+        read.unwrap_or(Self::NONE)
+    }
+
     /// The read `read` asks for, taking the pointer and the element count from `args` (the
     /// call's entry arguments), or for [`MemRead::FROM_GLOBAL`] the pointer `global` leads to
     /// from the probed function's address `func_ip()`; the length is capped at [`MEM_BYTES`].
@@ -173,15 +202,9 @@ pub fn write_deferred_entry(state: &mut ThreadState) {
         return;
     };
     let (fn_id, tgid, tid) = (call.fn_id as u16, state.tgid, state.tid);
-    let draft = Draft::reserve_stamped(
-        RecordKind::CallEntry,
-        fn_id,
-        tgid,
-        tid,
-        Mem::None,
-        1,
-        || (entry.ts_ns, entry.cpu_ns),
-    );
+    let draft = Draft::reserve_stamped(RecordKind::CallEntry, fn_id, tgid, tid, Mem::None, || {
+        (entry.ts_ns, entry.cpu_ns)
+    });
     if let Some(d) = draft {
         // SAFETY: `i` < ARG_WORDS, within `call.args`; one load per word (no `memcpy`).
         d.submit(|i| unsafe { core::ptr::read_volatile(call.args.as_ptr().add(i)) });
@@ -190,11 +213,10 @@ pub fn write_deferred_entry(state: &mut ThreadState) {
 
 /// A reserved record being filled; submitted with [`Draft::submit`].
 pub struct Draft {
-    /// The ring buffer item reserved, submitted as a whole.
+    /// The ring buffer item reserved: the record.
     item: *mut c_void,
-    /// The record being filled: the item's only record, or the second of a
-    /// [`RecordKind::CallPair`].
-    record: *mut Record,
+    /// The item's size in bytes.
+    size: u64,
     mem: Mem,
 }
 
@@ -209,7 +231,7 @@ impl Draft {
             // SAFETY: a map value, written only by this thread's probes and hooks.
             write_deferred_entry(unsafe { &mut *state });
         }
-        Self::reserve_stamped(kind, fn_id, tgid, tid, mem, 1, || {
+        Self::reserve_stamped(kind, fn_id, tgid, tid, mem, || {
             stamp_now(|now| cpu_of(state, now))
         })
     }
@@ -225,46 +247,14 @@ impl Draft {
         mem: Mem,
         clock: &mut ThreadClock,
     ) -> Option<Self> {
-        Self::reserve_stamped(kind, fn_id, tgid, tid, mem, 1, || {
+        Self::reserve_stamped(kind, fn_id, tgid, tid, mem, || {
             stamp_now(|now| clock_at(clock, now))
         })
     }
 
-    /// Reserves one [`RecordKind::CallPair`] item for a call of `fn_id` whose entry record was
-    /// deferred: writes that entry record (stamped `entry`, with the call's entry arguments
-    /// `args`) and returns the call's `CallExit` record, with room `mem`, stamped now.
-    /// `None` (both records counted as lost) when the ring buffer is full.
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    pub fn reserve_pair(
-        fn_id: u16,
-        tgid: u32,
-        tid: u32,
-        mem: Mem,
-        clock: &mut ThreadClock,
-        entry: &DeferredEntry,
-        args: &[u64; ARG_WORDS],
-    ) -> Option<Self> {
-        let pair = Self::reserve_stamped(RecordKind::CallPair, fn_id, tgid, tid, mem, 2, || {
-            (entry.ts_ns, entry.cpu_ns)
-        })?;
-        pair.write_args(|i| args[i]);
-        // SAFETY: a pair item holds the entry record's head, then the exit record (room
-        // reserved above).
-        let exit = unsafe { (pair.item as *mut u8).add(RECORD_HEAD_BYTES) } as *mut Record;
-        let stamp = stamp_now(|now| clock_at(clock, now));
-        // SAFETY: the exit record's head, within the reserved item.
-        unsafe { write_head(exit, RecordKind::CallExit, fn_id, tgid, tid, stamp) };
-        Some(Self {
-            record: exit,
-            ..pair
-        })
-    }
-
-    /// Reserves an item of `records` records (1, or 2 for a [`RecordKind::CallPair`]), the
-    /// last with room `mem`, and writes the head of the first: `kind`, the ids, and the
-    /// `(ts_ns, cpu_ns)` `stamp` gives (called once reserved). A full ring buffer counts
-    /// `records` lost.
+    /// Reserves a record with room `mem` and writes its head: `kind`, the ids, and the
+    /// `(ts_ns, cpu_ns)` `stamp` gives (called once reserved). A full ring buffer counts it
+    /// lost.
     #[inline(always)]
     fn reserve_stamped(
         kind: RecordKind,
@@ -272,60 +262,41 @@ impl Draft {
         tgid: u32,
         tid: u32,
         mem: Mem,
-        records: u64,
         stamp: impl FnOnce() -> (u64, u64),
     ) -> Option<Self> {
-        let size = RECORD_HEAD_BYTES * records as usize
-            + match mem {
-                Mem::None => 0,
-                Mem::Short => SHORT_MEM_BYTES,
-                Mem::Full => MEM_BYTES,
-            };
-        let ring = &EVENTS as *const RingBuf as *mut c_void;
-        // SAFETY: `ring` is the ring buffer map; the size is one of six constants.
-        let item = unsafe { bpf_ringbuf_reserve(ring, size as u64, 0) };
-        if item.is_null() {
-            add(counter::LOST_RINGBUF, records);
-            return None;
-        }
-        let record = item as *mut Record;
-        // SAFETY: `record` points at a reserved, exclusively owned record head.
-        unsafe { write_head(record, kind, fn_id, tgid, tid, stamp()) };
-        Some(Self { item, record, mem })
+        // Each arm a constant (computed apart, LLVM spills an undefined register the verifier
+        // rejects).
+        let size = match mem {
+            Mem::None => RECORD_HEAD_BYTES,
+            Mem::Short => RECORD_HEAD_BYTES + SHORT_MEM_BYTES,
+            Mem::Full => RECORD_HEAD_BYTES + MEM_BYTES,
+        } as u64;
+        let item = reserve(size, 1)?;
+        // SAFETY: `item` is a reserved, exclusively owned record head.
+        unsafe { write_head(item as *mut Record, kind, fn_id, tgid, tid, stamp()) };
+        Some(Self { item, size, mem })
     }
 
     /// The record being filled; only its head, and `mem` as far as reserved, exist.
     #[inline(always)]
     pub fn record(&mut self) -> *mut Record {
-        self.record
+        self.item as *mut Record
     }
 
     /// Reads user memory into `mem` as `read` says, as much as the record has room for. A
     /// failed read leaves `mem_len` 0 (counted).
     #[inline(always)]
     pub fn read_user(&mut self, read: &UserRead) {
-        let len = match self.mem {
-            Mem::None => return,
-            Mem::Short => read.len.min(SHORT_MEM_BYTES as u32),
-            Mem::Full => read.len.min(MEM_BYTES as u32),
-        };
-        let r = self.record;
-        // SAFETY: the destination is the reserved record's `mem`, `len` within its room.
-        let rc = unsafe {
-            bpf_probe_read_user((*r).mem.as_mut_ptr() as *mut _, len, read.ptr as *const _)
-        };
-        if rc == 0 {
-            unsafe { (*r).mem_len = len as u16 };
-        } else {
-            count(counter::MEM_READ_FAILED);
-        }
+        let r = self.record();
+        // SAFETY: the reserved record's `mem`, with room `self.mem`, and its `mem_len`.
+        unsafe { read_into((*r).mem.as_mut_ptr(), &mut (*r).mem_len, self.mem, read) };
     }
 
     /// Marks the record as part `part` of its call (see [`lbf_common::Record::part`]).
     #[inline(always)]
     pub fn set_part(&mut self, part: u16) {
         // SAFETY: the reserved record head.
-        unsafe { (*self.record).part = part };
+        unsafe { (*self.record()).part = part };
     }
 
     /// Reads the `u32` at user address `ptr` into word `index` of `mem` (a [`Mem::Full`]
@@ -336,7 +307,7 @@ impl Draft {
         if self.mem != Mem::Full || index >= MEM_BYTES / 4 {
             return false;
         }
-        let r = self.record;
+        let r = self.record();
         // SAFETY: 4 bytes within the reserved record's `mem`, `index` < MEM_BYTES / 4.
         let rc = unsafe {
             bpf_probe_read_user(
@@ -353,37 +324,169 @@ impl Draft {
         true
     }
 
-    /// Sets `args[i]` to `word(i)` for every `i` and hands the record to user space, waking
-    /// the reader only once the ring buffer is an eighth full ([`wake_bytes`]): a wake-up per
-    /// record (an interrupt, and a context switch on a machine whose cores run the traced
-    /// program) costs several times the probe itself. The reader polls on a short timer
-    /// besides.
+    /// Sets `args[i]` to `word(i)` for every `i` and hands the record to user space
+    /// ([`commit`]).
     ///
     /// The words are stored one by one: the BPF backend lowers array copies and fills to
     /// calls of byte-at-a-time `memcpy`/`memset` subprograms, some hundreds of instructions
     /// per record (volatile keeps LLVM from forming those calls).
     #[inline(always)]
     pub fn submit(self, word: impl Fn(usize) -> u64) {
-        self.write_args(word);
-        let wake = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= wake_bytes() {
-            BPF_RB_FORCE_WAKEUP
-        } else {
-            BPF_RB_NO_WAKEUP
-        };
-        // SAFETY: the item reserved, submitted once.
-        unsafe { bpf_ringbuf_submit(self.item, wake as u64) };
-    }
-
-    /// Sets `args[i]` of the record being filled to `word(i)` for every `i`, one store per
-    /// word (see [`Draft::submit`]).
-    #[inline(always)]
-    fn write_args(&self, word: impl Fn(usize) -> u64) {
         // SAFETY: `args` of the reserved record head, `i` < ARG_WORDS.
-        let args = unsafe { (*self.record).args.as_mut_ptr() };
+        let args = unsafe { (*(self.item as *mut Record)).args.as_mut_ptr() };
         for i in 0..ARG_WORDS {
             unsafe { core::ptr::write_volatile(args.add(i), word(i)) };
         }
+        commit(self.item, self.size);
     }
+}
+
+/// A reserved [`RecordKind::CallPair`] item ([`PairHead`]) whose head and arguments are
+/// written: its exit's user memory is read with [`PairDraft::read_user`], then it is
+/// submitted with [`PairDraft::submit`].
+pub struct PairDraft {
+    /// The ring buffer item reserved.
+    item: *mut c_void,
+    /// The item's size in bytes.
+    size: u64,
+    /// Where the exit's `mem` starts in the item.
+    mem: *mut u8,
+    /// Its room.
+    room: Mem,
+}
+
+impl PairDraft {
+    /// Reserves the [`RecordKind::CallPair`] item of a call of `fn_id` by thread `tid` of
+    /// `tgid`, whose entry record was deferred (stamped `entry`): writes its head, with the
+    /// exit stamped now by `clock` and returning `ret`, and the call's entry arguments
+    /// `args`: the first [`SHORT_ARG_WORDS`] if `short_args`, else all. The exit's `mem` gets
+    /// room `mem`. `None` (both records counted as lost) when the ring buffer is full.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn reserve(
+        fn_id: u16,
+        (tgid, tid): (u32, u32),
+        mem: Mem,
+        short_args: bool,
+        clock: &mut ThreadClock,
+        entry: &DeferredEntry,
+        ret: u64,
+        args: &[u64; ARG_WORDS],
+    ) -> Option<Self> {
+        let words = if short_args {
+            SHORT_ARG_WORDS
+        } else {
+            ARG_WORDS
+        };
+        let size = (PAIR_HEAD_BYTES + words * 8 + mem.bytes()) as u64;
+        let item = reserve(size, 2)?;
+        let (exit_ts_ns, exit_cpu_ns) = stamp_now(|now| clock_at(clock, now));
+        let head = PairHead {
+            kind: RecordKind::CallPair as u16,
+            fn_id,
+            mem_len: 0,
+            arg_words: words as u16,
+            tgid,
+            tid,
+            entry_ts_ns: entry.ts_ns,
+            entry_cpu_ns: entry.cpu_ns,
+            exit_ts_ns,
+            exit_cpu_ns,
+            ret,
+        };
+        // SAFETY: the reserved item holds the head, `words` argument words and `mem`; one
+        // store per word (see `Draft::submit`).
+        unsafe {
+            core::ptr::write(item as *mut PairHead, head);
+            let at = (item as *mut u8).add(PAIR_HEAD_BYTES) as *mut u64;
+            for (i, &word) in args.iter().enumerate().take(words) {
+                core::ptr::write_volatile(at.add(i), word);
+            }
+            Some(Self {
+                item,
+                size,
+                mem: at.add(words) as *mut u8,
+                room: mem,
+            })
+        }
+    }
+
+    /// Reads the exit's user memory as `read` says, as much as the item has room for. A
+    /// failed read leaves `mem_len` 0 (counted).
+    #[inline(always)]
+    pub fn read_user(&mut self, read: &UserRead) {
+        let head = self.item as *mut PairHead;
+        // SAFETY: the reserved item's `mem`, with room `self.room`, and its head's `mem_len`.
+        unsafe { read_into(self.mem, &mut (*head).mem_len, self.room, read) };
+    }
+
+    /// Hands the item to user space ([`commit`]).
+    #[inline(always)]
+    pub fn submit(self) {
+        commit(self.item, self.size);
+    }
+}
+
+/// Reserves a ring buffer item of `size` bytes (one of a few constants) holding `records`
+/// records; `None`, and `records` counted lost, when the ring buffer is full.
+#[inline(always)]
+fn reserve(size: u64, records: u64) -> Option<*mut c_void> {
+    let ring = &EVENTS as *const RingBuf as *mut c_void;
+    // SAFETY: `ring` is the ring buffer map.
+    let item = unsafe { bpf_ringbuf_reserve(ring, size, 0) };
+    if item.is_null() {
+        add(counter::LOST_RINGBUF, records);
+        return None;
+    }
+    Some(item)
+}
+
+/// Reads user memory into `mem` (room `room`) as `read` says, as much as fits, and sets
+/// `*mem_len` to the bytes read; a failed read leaves it as it was (counted).
+///
+/// # Safety
+/// `mem` and `mem_len` point into a reserved item, `mem` with room `room`.
+#[inline(always)]
+unsafe fn read_into(mem: *mut u8, mem_len: *mut u16, room: Mem, read: &UserRead) {
+    let len = match room {
+        Mem::None => return,
+        Mem::Short => read.len.min(SHORT_MEM_BYTES as u32),
+        Mem::Full => read.len.min(MEM_BYTES as u32),
+    };
+    // SAFETY: the caller's; `len` is within the room.
+    unsafe {
+        if bpf_probe_read_user(mem as *mut _, len, read.ptr as *const _) == 0 {
+            *mem_len = len as u16;
+        } else {
+            count(counter::MEM_READ_FAILED);
+        }
+    }
+}
+
+/// Hands the reserved `item` (`size` bytes) to user space. It wakes the reader once, when
+/// this item takes the unread bytes past an eighth of the ring buffer ([`wake_bytes`]), and
+/// then at every record only from half full on.
+///
+/// A wake-up costs the traced thread some 10 µs here (an interrupt; on a virtual machine an
+/// exit to the hypervisor), twenty times the probe itself. Waking the reader at every record
+/// from an eighth on, while it pauses between batches, made the probes cost that much each
+/// on long runs. From half full on, though, the reader is falling behind, and that cost is
+/// what keeps the ring from overflowing: it slows the traced threads down to the reader's
+/// pace instead of losing their records. The reader polls on a short timer besides, which
+/// also catches a crossing that two CPUs' records hide from each other.
+#[inline(always)]
+fn commit(item: *mut c_void, size: u64) {
+    let unread = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+    let wake = wake_bytes();
+    // The item's own bytes include the ring buffer's 8-byte header (sizes are multiples of 8).
+    let crossed = unread >= wake && unread < wake + size + 8;
+    let flag = if crossed || unread >= 4 * wake {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    // SAFETY: the item reserved, submitted once.
+    unsafe { bpf_ringbuf_submit(item, flag as u64) };
 }
 
 /// `(now, cpu_at(now))`: a record's `ts_ns` and `cpu_ns` for an event happening now.

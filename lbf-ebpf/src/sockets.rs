@@ -107,20 +107,13 @@ pub fn sys_exit(ctx: RawTracePointContext) -> u32 {
         return 0;
     }
     let read = if (ret as i64) >= 0 {
-        plan(&reads, &saved)
+        UserRead::or_none(plan(&reads, &saved))
     } else {
-        None
+        UserRead::NONE
     };
-    if let Some(mut d) = Draft::reserve(
-        RecordKind::Syscall,
-        nr as u16,
-        tgid,
-        tid,
-        Mem::for_read(read.as_ref()),
-    ) {
-        if let Some(read) = &read {
-            d.read_user(read);
-        }
+    let mem = Mem::for_read(&read);
+    if let Some(mut d) = Draft::reserve(RecordKind::Syscall, nr as u16, tgid, tid, mem) {
+        d.read_user(&read);
         d.submit(word);
     }
     0

@@ -71,7 +71,8 @@ struct Cli {
     )]
     pids: Vec<u32>,
 
-    /// Ring buffer size in bytes (rounded up to a power of two). Each record takes 360 bytes.
+    /// Ring buffer size in bytes (rounded up to a power of two). Most MPI calls take 120 or
+    /// 152 bytes of it, a few up to 376.
     #[arg(long, default_value_t = TracerOptions::DEFAULT_RINGBUF_BYTES)]
     ringbuf_size: u32,
 

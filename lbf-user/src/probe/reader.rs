@@ -5,7 +5,9 @@ use std::{mem, os::fd::AsRawFd, time::Duration};
 
 use anyhow::Result;
 use aya::maps::{MapData, RingBuf};
-use lbf_common::{Record, RecordKind, RECORD_HEAD_BYTES};
+use lbf_common::{
+    PairHead, Record, RecordKind, ARG_WORDS, MEM_BYTES, PAIR_HEAD_BYTES, RECORD_HEAD_BYTES,
+};
 
 /// Where the record stream goes: the capture layer implements this to turn records into
 /// engine events and trace files; `JsonLinesSink` dumps them for debugging.
@@ -24,12 +26,25 @@ pub trait RecordSink {
 /// Drains the record ring buffer.
 pub struct RecordReader {
     ring: RingBuf<MapData>,
+    /// Unread bytes from which the kernel side wakes the reader.
+    wake_bytes: u64,
+}
+
+/// What one [`RecordReader::drain`] read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Drained {
+    /// Records handed to the sink.
+    pub records: u64,
+    /// Whether the reader is behind: it read at least as many bytes as make the kernel side
+    /// wake it. The capture loop then drains again at once rather than pause.
+    pub behind: bool,
 }
 
 impl RecordReader {
-    /// Wraps the ring buffer taken from the tracer.
-    pub(super) fn new(ring: RingBuf<MapData>) -> Self {
-        Self { ring }
+    /// Wraps the ring buffer taken from the tracer, whose kernel side wakes the reader from
+    /// `wake_bytes` unread bytes.
+    pub(super) fn new(ring: RingBuf<MapData>, wake_bytes: u64) -> Self {
+        Self { ring, wake_bytes }
     }
 
     /// Waits until records are ready or `timeout` passes; true if records are ready.
@@ -52,38 +67,72 @@ impl RecordReader {
         Ok(n > 0)
     }
 
-    /// Hands every record now in the buffer to `sink`; returns how many.
-    pub fn drain(&mut self, sink: &mut dyn RecordSink) -> Result<u64> {
-        let mut n = 0;
+    /// Hands every record now in the buffer to `sink`.
+    pub fn drain(&mut self, sink: &mut dyn RecordSink) -> Result<Drained> {
+        let (mut records, mut bytes) = (0, 0);
         while let Some(item) = self.ring.next() {
+            bytes += item.len() as u64;
             for record in decode(&item) {
                 sink.record(&record)?;
-                n += 1;
+                records += 1;
             }
         }
-        Ok(n)
+        Ok(Drained {
+            records,
+            behind: bytes >= self.wake_bytes,
+        })
     }
 }
 
 /// The records in the bytes of a ring buffer item, in order: its one record, or the entry and
-/// the exit record of a [`RecordKind::CallPair`] (the first as a `CallEntry`). A record may
-/// end anywhere after its head (see [`Record`]): the bytes past its end read as 0. None for
-/// an item shorter than a head (never written by lbf-ebpf).
+/// the exit record of a [`RecordKind::CallPair`] item ([`PairHead`]). A record may end
+/// anywhere after its head (see [`Record`]): the bytes past its end read as 0. None for an
+/// item shorter than a head (never written by lbf-ebpf).
 pub fn decode(bytes: &[u8]) -> impl Iterator<Item = Record> + '_ {
-    let pair = bytes.len() >= 2 * RECORD_HEAD_BYTES
-        && bytes[..2] == (RecordKind::CallPair as u16).to_ne_bytes();
-    let (first, second) = if pair {
-        bytes.split_at(RECORD_HEAD_BYTES)
-    } else {
-        (bytes, &[][..])
+    let (first, second) = match pair(bytes) {
+        Some((entry, exit)) => (Some(entry), Some(exit)),
+        None => (one(bytes), None),
     };
-    let entry = one(first).map(|mut r| {
-        if pair {
-            r.kind = RecordKind::CallEntry as u16;
-        }
-        r
-    });
-    entry.into_iter().chain(one(second))
+    first.into_iter().chain(second)
+}
+
+/// The entry and the exit record of a [`RecordKind::CallPair`] item; `None` for any other
+/// item, and for one shorter than a [`PairHead`].
+fn pair(bytes: &[u8]) -> Option<(Record, Record)> {
+    if bytes.len() < PAIR_HEAD_BYTES || bytes[..2] != (RecordKind::CallPair as u16).to_ne_bytes() {
+        return None;
+    }
+    // SAFETY: PairHead is plain old data and `bytes` holds one; it may be unaligned.
+    let head: PairHead = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const PairHead) };
+    let rest = &bytes[PAIR_HEAD_BYTES..];
+    let (words, mem) = rest.split_at(rest.len().min(head.arg_words as usize * 8));
+    let mut args = [0u64; ARG_WORDS];
+    for (arg, word) in args.iter_mut().zip(words.chunks_exact(8)) {
+        *arg = u64::from_ne_bytes(word.try_into().expect("8 bytes"));
+    }
+    // SAFETY: Record is plain old data, for which all zeros is a valid value.
+    let blank: Record = unsafe { mem::zeroed() };
+    let entry = Record {
+        kind: RecordKind::CallEntry as u16,
+        fn_id: head.fn_id,
+        tgid: head.tgid,
+        tid: head.tid,
+        ts_ns: head.entry_ts_ns,
+        cpu_ns: head.entry_cpu_ns,
+        args,
+        ..blank
+    };
+    let mut exit = Record {
+        kind: RecordKind::CallExit as u16,
+        mem_len: head.mem_len,
+        ts_ns: head.exit_ts_ns,
+        cpu_ns: head.exit_cpu_ns,
+        args: std::array::from_fn(|i| if i == 0 { head.ret } else { args[i - 1] }),
+        ..entry
+    };
+    let n = mem.len().min(MEM_BYTES);
+    exit.mem[..n].copy_from_slice(&mem[..n]);
+    Some((entry, exit))
 }
 
 /// The record at the start of `bytes`, which may end anywhere after its head; `None` if
@@ -131,25 +180,71 @@ mod tests {
         assert_eq!(decode(&item[..RECORD_HEAD_BYTES - 1]).count(), 0);
     }
 
+    /// The bytes of a pair item's head: `fn_id` 9, `mem_len` 4, `arg_words` `words`, tgid 1,
+    /// tid 2, stamps 10, 11 (entry) and 12, 13 (exit), return value 14.
+    fn pair_head(words: u16) -> Vec<u8> {
+        let head = PairHead {
+            kind: RecordKind::CallPair as u16,
+            fn_id: 9,
+            mem_len: 4,
+            arg_words: words,
+            tgid: 1,
+            tid: 2,
+            entry_ts_ns: 10,
+            entry_cpu_ns: 11,
+            exit_ts_ns: 12,
+            exit_cpu_ns: 13,
+            ret: 14,
+        };
+        // SAFETY: PairHead is plain old data without padding.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(&head as *const PairHead as *const u8, PAIR_HEAD_BYTES)
+        };
+        bytes.to_vec()
+    }
+
     /// A pair item yields its entry record (as a `CallEntry`, without memory) and then its exit
-    /// record with the exit's memory; a record whose memory happens to be as long as a head is
-    /// no pair.
+    /// record with the return value, the entry's arguments after it, and the exit's memory.
     #[test]
     fn a_call_pair_item_decodes_as_its_entry_then_its_exit() {
-        let mut item = head(RecordKind::CallPair, 1);
-        item.extend(head(RecordKind::CallExit, 2));
-        item.extend([3; SHORT_MEM_BYTES]);
+        for words in [lbf_common::SHORT_ARG_WORDS, ARG_WORDS] {
+            let mut item = pair_head(words as u16);
+            for w in 0..words as u64 {
+                item.extend((100 + w).to_ne_bytes());
+            }
+            item.extend([3; SHORT_MEM_BYTES]);
+            let records: Vec<Record> = decode(&item).collect();
+            assert_eq!(records.len(), 2);
+            let (entry, exit) = (&records[0], &records[1]);
+            assert_eq!(entry.kind, RecordKind::CallEntry as u16);
+            assert_eq!((entry.fn_id, entry.tgid, entry.tid), (9, 1, 2));
+            assert_eq!((entry.ts_ns, entry.cpu_ns, entry.mem_len), (10, 11, 0));
+            let args: [u64; ARG_WORDS] =
+                std::array::from_fn(|i| if i < words { 100 + i as u64 } else { 0 });
+            assert_eq!(entry.args, args);
+            assert!(entry.mem.iter().all(|&b| b == 0));
+            assert_eq!(exit.kind, RecordKind::CallExit as u16);
+            assert_eq!((exit.fn_id, exit.tgid, exit.tid), (9, 1, 2));
+            assert_eq!((exit.ts_ns, exit.cpu_ns, exit.mem_len), (12, 13, 4));
+            assert_eq!(exit.args[0], 14);
+            assert_eq!(exit.args[1..], args[..ARG_WORDS - 1]);
+            assert!(exit.mem[..SHORT_MEM_BYTES].iter().all(|&b| b == 3));
+            assert!(exit.mem[SHORT_MEM_BYTES..].iter().all(|&b| b == 0));
+        }
+    }
+
+    /// A pair item cut inside its arguments decodes with zeros past its end; one cut inside
+    /// its head is no pair, and a record whose `kind` is another's is no pair either.
+    #[test]
+    fn cut_pair_items_decode_with_zeros_and_other_kinds_are_no_pairs() {
+        let mut item = pair_head(ARG_WORDS as u16);
+        item.extend(7u64.to_ne_bytes());
         let records: Vec<Record> = decode(&item).collect();
         assert_eq!(records.len(), 2);
-        let (entry, exit) = (&records[0], &records[1]);
-        assert_eq!(entry.kind, RecordKind::CallEntry as u16);
-        assert_eq!(entry.args, [0x0101_0101_0101_0101; 8]);
-        assert!(entry.mem.iter().all(|&b| b == 0));
-        assert_eq!(exit.kind, RecordKind::CallExit as u16);
-        assert_eq!(exit.args, [0x0202_0202_0202_0202; 8]);
-        assert!(exit.mem[..SHORT_MEM_BYTES].iter().all(|&b| b == 3));
+        assert_eq!(records[0].args, [7, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(decode(&item[..PAIR_HEAD_BYTES - 1]).next().is_none());
         let mut single = head(RecordKind::CallEntry, 1);
-        single.extend(head(RecordKind::CallPair, 2));
+        single.extend(pair_head(4));
         assert_eq!(decode(&single).count(), 1);
     }
 }

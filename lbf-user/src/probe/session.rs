@@ -15,7 +15,9 @@ use super::{procfs, LostCounts, RecordReader, RecordSink, Tracer};
 const POLL: Duration = Duration::from_millis(10);
 /// Pause after each drain, so that records are read in batches: without it the reader would
 /// find a record or two after every drain and compete with the traced program for the CPUs.
-/// The ring buffer must hold this long's records (16 MiB by default: 46,000).
+/// No pause when the reader is behind (a drain read an eighth of the ring buffer or more):
+/// the kernel side wakes the reader only once as the ring fills (a wake-up per record would
+/// cost the traced program several times the probe), so the reader must catch up by itself.
 const BATCH: Duration = Duration::from_millis(5);
 /// How often the traced set is checked for ended processes.
 const LIVENESS: Duration = Duration::from_millis(200);
@@ -66,8 +68,11 @@ pub fn run_adopting(
             records += 1;
         }
         if reader.wait(POLL)? {
-            records += reader.drain(sink)?;
-            std::thread::sleep(BATCH);
+            let drained = reader.drain(sink)?;
+            records += drained.records;
+            if !drained.behind {
+                std::thread::sleep(BATCH);
+            }
         }
         sink.tick()?;
         if stop.load(Ordering::Relaxed) {
@@ -82,7 +87,7 @@ pub fn run_adopting(
         }
     };
     // Records of the last exits were submitted before their process left the traced set.
-    records += reader.drain(sink)?;
+    records += reader.drain(sink)?.records;
     for entry in tracer.deferred_entries()? {
         sink.record(&entry)?;
         records += 1;

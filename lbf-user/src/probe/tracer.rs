@@ -52,7 +52,7 @@ pub struct TracerOptions {
 }
 
 impl TracerOptions {
-    /// Default ring buffer size: 16 MiB, about 47,000 records.
+    /// Default ring buffer size: 16 MiB, about 110,000 calls (most take 120 or 152 bytes).
     pub const DEFAULT_RINGBUF_BYTES: u32 = 16 << 20;
 }
 
@@ -141,6 +141,8 @@ pub struct Tracer {
     libraries: Vec<AttachedLibrary>,
     /// `Attach` records of the threads [`Tracer::trace_pid`] seeded, not yet handed out.
     attached: Vec<Record>,
+    /// Unread bytes from which the kernel side wakes the reader (an eighth of the ring).
+    wake_bytes: u64,
 }
 
 impl Tracer {
@@ -153,7 +155,7 @@ impl Tracer {
         let mut ebpf = object_loader()
             .map_max_entries(maps::EVENTS, ring)
             .override_global(maps::KERNEL_OFFSETS, &offsets, true)
-            .override_global(maps::WAKE_BYTES, &(ring as u64 / 8), true)
+            .override_global(maps::WAKE_BYTES, &wake_bytes(ring), true)
             .load(OBJECT)
             .context("loading lbf's eBPF object into the kernel")?;
         let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
@@ -186,6 +188,7 @@ impl Tracer {
             mode,
             libraries: Vec::new(),
             attached: Vec::new(),
+            wake_bytes: wake_bytes(ring),
         })
     }
 
@@ -416,7 +419,7 @@ impl Tracer {
             .ebpf
             .take_map(maps::EVENTS)
             .context("the record ring buffer was already taken")?;
-        Ok(RecordReader::new(RingBuf::try_from(map)?))
+        Ok(RecordReader::new(RingBuf::try_from(map)?, self.wake_bytes))
     }
 
     /// Attaches the entry and the exit program at `points` of the file at `path` (absolute),
@@ -471,6 +474,12 @@ pub(super) fn object_loader<'a>() -> EbpfLoader<'a> {
     let mut loader = EbpfLoader::new();
     loader.allow_unsupported_maps();
     loader
+}
+
+/// The unread bytes from which a record's submit wakes the reader: an eighth of a ring buffer
+/// of `ring` bytes (`lbf_common::maps::WAKE_BYTES`).
+fn wake_bytes(ring: u32) -> u64 {
+    ring as u64 / 8
 }
 
 /// A ring buffer size the kernel accepts: a power of two, at least one page.

@@ -143,13 +143,18 @@ pub fn is_traced(tgid: u32) -> bool {
 /// `None` when the offset is unknown (no BTF) or the read fails.
 #[inline(always)]
 pub fn current_sum_exec_runtime() -> Option<u64> {
+    // SAFETY: the current task is valid while the program runs.
+    sum_exec_runtime(unsafe { aya_ebpf::helpers::bpf_get_current_task() })
+}
+
+/// `se.sum_exec_runtime` of the task at kernel address `task` (see
+/// [`current_sum_exec_runtime`]).
+#[inline(always)]
+pub fn sum_exec_runtime(task: u64) -> Option<u64> {
     let off = offsets().task_sum_exec_runtime;
     if off == KernelOffsets::ABSENT {
         return None;
     }
-    // SAFETY: the current task is valid while the program runs; the read is checked.
-    unsafe {
-        let task = aya_ebpf::helpers::bpf_get_current_task();
-        aya_ebpf::helpers::bpf_probe_read_kernel((task + off as u64) as *const u64).ok()
-    }
+    // SAFETY: a checked read of kernel memory.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel((task + off as u64) as *const u64).ok() }
 }

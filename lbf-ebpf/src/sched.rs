@@ -23,7 +23,8 @@ use lbf_common::{maps::KernelOffsets, RecordKind, MEM_BYTES};
 
 use crate::{
     maps::{
-        current_sum_exec_runtime, is_traced, new_thread_state, offsets, ADOPT_COMM, THREADS, TRACED,
+        current_sum_exec_runtime, is_traced, new_thread_state, offsets, sum_exec_runtime,
+        ADOPT_COMM, THREADS, TRACED,
     },
     record::{current_ids, write_deferred_entry, Draft, Mem},
 };
@@ -166,8 +167,11 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
 
 /// Context switch: close the running interval of the traced thread switched out (taking the
 /// scheduler's own total, just updated for it, when the offset is known) and open one for the
-/// traced thread switched in. The tracepoint's arguments: `preempt`, the task switched out,
-/// the task switched in, its state.
+/// traced thread switched in, from its total too: exact, as it is not running. (That also
+/// corrects a clock user space seeded at an attach from /proc just before the thread was
+/// switched out, unseen: the CPU it used between the two would otherwise go to a later
+/// interval.) The tracepoint's arguments: `preempt`, the task switched out, the task switched
+/// in, its state.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     let now = unsafe { bpf_ktime_get_ns() };
@@ -184,10 +188,16 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
             (*c).switched_in_ns = 0;
         }
     }
+    let next = task_arg(&ctx, 2);
     // SAFETY: argument 2 is the task switched in.
-    if let Some(s) = unsafe { THREADS.of(task_arg(&ctx, 2)) } {
+    if let Some(s) = unsafe { THREADS.of(next) } {
         // SAFETY: as above; the thread is switching in on this CPU.
-        unsafe { (*s).clock.switched_in_ns = now };
+        unsafe {
+            if let Some(sum) = sum_exec_runtime(next as u64) {
+                (*s).clock.acc_ns = sum;
+            }
+            (*s).clock.switched_in_ns = now;
+        }
     }
     0
 }

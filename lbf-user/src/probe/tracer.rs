@@ -208,9 +208,11 @@ impl Tracer {
             procfs::exists(pid),
             "no process with PID {pid} (nothing in /proc/{pid})"
         );
-        let now = monotonic_ns();
         let threads = ThreadStates::new(self.ebpf.map(maps::THREADS))?;
         for tid in procfs::thread_ids(pid)? {
+            // Stamped just before its CPU is read: the clock counts the thread as running
+            // from then on (the kernel side corrects it at its next switch-in if it was not).
+            let now = monotonic_ns();
             // A thread that ended meanwhile has no schedstat; it needs no clock either.
             if let Ok(acc_ns) = procfs::thread_cpu_ns(pid, tid) {
                 let clock = ThreadClock {

@@ -334,6 +334,54 @@ fn mpich_calls_and_cpu_time() {
     fs::remove_dir_all(dir).ok();
 }
 
+/// 20,000 `MPI_Comm_rank` calls through a 16 KiB ring buffer: their records (one 128-byte
+/// item per call) wrap around its end again and again, items straddling it. The reader falls
+/// behind (it needs more time per call than the program, certainly as a debug build), so
+/// records are lost: every call read must read back whole (its entry, and its exit with the
+/// entry's arguments and the rank), and every call not read must be counted lost.
+#[test]
+fn calls_read_back_whole_through_a_ring_buffer_that_wraps() {
+    const CALLS: usize = 20_000;
+    const RING: usize = 16384;
+    let dir = scratch("small-ring");
+    let exe = build_program("call_loop", "mpicc.mpich", &dir);
+    let dump = dir.join("raw.jsonl");
+    let (calls, ring) = (CALLS.to_string(), RING.to_string());
+    let args = [
+        "--ringbuf-size",
+        &ring,
+        "--",
+        "mpirun.mpich",
+        "-n",
+        "1",
+        exe.to_str().unwrap(),
+        &calls,
+    ];
+    let out = lbf_trace(&args, &dump, &[]);
+    assert!(out.status.success(), "mpirun failed: {out:?}");
+    let (records, lost) = read_dump(&dump);
+    let entries = count(&records, "CallEntry", "PMPI_Comm_rank", None);
+    assert_eq!(count(&records, "CallExit", "PMPI_Comm_rank", None), entries);
+    assert!(
+        entries * 128 > 4 * RING,
+        "{entries} calls read: the ring wrapped too few times"
+    );
+    // The loop's calls and the one before it, each read or lost (an entry and an exit).
+    let lost = lost["ringbuf_full"].as_u64().unwrap() as usize;
+    assert!(
+        entries + lost / 2 > CALLS,
+        "{entries} calls read, {lost} records lost"
+    );
+    check_exits_carry_their_entry_args(&records);
+    let ranks = records
+        .iter()
+        .filter(|r| r["kind"] == "CallExit" && r["fn"] == "PMPI_Comm_rank")
+        .filter(|r| r["mem"] == "00000000")
+        .count();
+    assert_eq!(ranks, entries, "every exit carries rank 0");
+    fs::remove_dir_all(dir).ok();
+}
+
 #[test]
 fn attach_to_running_mpich_ranks() {
     let dir = scratch("attach");

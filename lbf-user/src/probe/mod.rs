@@ -30,6 +30,7 @@ mod libraries;
 mod procfs;
 pub mod pvm;
 mod reader;
+mod ring;
 mod session;
 mod symbols;
 mod syscalls;

@@ -1,13 +1,18 @@
 //! Reading records out of the ring buffer. The kernel side never waits for this reader: when
 //! the buffer is full it drops the record and counts it (see `Tracer::lost_counts`).
 
-use std::{mem, os::fd::AsRawFd, time::Duration};
+use std::{
+    mem,
+    os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd},
+    time::Duration,
+};
 
-use anyhow::Result;
-use aya::maps::{MapData, RingBuf};
+use anyhow::{Context, Result};
 use lbf_common::{
     PairHead, Record, RecordKind, ARG_WORDS, MEM_BYTES, PAIR_HEAD_BYTES, RECORD_HEAD_BYTES,
 };
+
+use super::ring::RecordRing;
 
 /// Where the record stream goes: the capture layer implements this to turn records into
 /// engine events and trace files; `JsonLinesSink` dumps them for debugging.
@@ -25,7 +30,11 @@ pub trait RecordSink {
 
 /// Drains the record ring buffer.
 pub struct RecordReader {
-    ring: RingBuf<MapData>,
+    ring: RecordRing,
+    /// An epoll instance watching `ring` edge-triggered: it reports the kernel side's
+    /// wake-ups, not the mere presence of unread records (which a plain `poll` would report
+    /// at once, making the reader chase the traced program record by record).
+    epoll: OwnedFd,
     /// Unread bytes from which the kernel side wakes the reader.
     wake_bytes: u64,
 }
@@ -36,47 +45,67 @@ pub struct Drained {
     /// Records handed to the sink.
     pub records: u64,
     /// Whether the reader is behind: it read at least as many bytes as make the kernel side
-    /// wake it. The capture loop then drains again at once rather than pause.
+    /// wake it. The capture loop then drains again at once rather than wait.
     pub behind: bool,
 }
 
 impl RecordReader {
     /// Wraps the ring buffer taken from the tracer, whose kernel side wakes the reader from
     /// `wake_bytes` unread bytes.
-    pub(super) fn new(ring: RingBuf<MapData>, wake_bytes: u64) -> Self {
-        Self { ring, wake_bytes }
+    pub(super) fn new(ring: RecordRing, wake_bytes: u64) -> Result<Self> {
+        // SAFETY: a plain system call; the descriptor is owned from here on.
+        let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epoll < 0 {
+            return Err(std::io::Error::last_os_error()).context("creating an epoll instance");
+        }
+        // SAFETY: a new descriptor nothing else owns.
+        let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
+        let mut event = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+            u64: 0,
+        };
+        let ring_fd = ring.as_fd().as_raw_fd();
+        // SAFETY: both descriptors are open; `event` outlives the call.
+        let rc =
+            unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, ring_fd, &mut event) };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error())
+                .context("watching the record ring buffer with epoll");
+        }
+        Ok(Self {
+            ring,
+            epoll,
+            wake_bytes,
+        })
     }
 
-    /// Waits until records are ready or `timeout` passes; true if records are ready.
-    pub fn wait(&self, timeout: Duration) -> Result<bool> {
-        let mut pfd = libc::pollfd {
-            fd: self.ring.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
+    /// Waits until the kernel side wakes the reader (the ring buffer has filled to an eighth
+    /// since the last drain, see `lbf-ebpf`'s `record::commit`) or `timeout` passes. Records
+    /// may be waiting either way: drain after it.
+    pub fn wait(&self, timeout: Duration) -> Result<()> {
+        let mut event = libc::epoll_event { events: 0, u64: 0 };
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        // SAFETY: room for one event.
+        let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), &mut event, 1, ms) };
         if n < 0 {
             let err = std::io::Error::last_os_error();
-            if err.kind() == std::io::ErrorKind::Interrupted {
-                return Ok(false);
+            if err.kind() != std::io::ErrorKind::Interrupted {
+                return Err(anyhow::Error::new(err).context("waiting for the record ring buffer"));
             }
-            return Err(anyhow::Error::new(err).context("polling the record ring buffer"));
         }
-        Ok(n > 0)
+        Ok(())
     }
 
     /// Hands every record now in the buffer to `sink`.
     pub fn drain(&mut self, sink: &mut dyn RecordSink) -> Result<Drained> {
-        let (mut records, mut bytes) = (0, 0);
-        while let Some(item) = self.ring.next() {
-            bytes += item.len() as u64;
-            for record in decode(&item) {
+        let mut records = 0;
+        let bytes = self.ring.drain(|item| {
+            for record in decode(item) {
                 sink.record(&record)?;
                 records += 1;
             }
-        }
+            Ok(())
+        })?;
         Ok(Drained {
             records,
             behind: bytes >= self.wake_bytes,

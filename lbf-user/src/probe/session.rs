@@ -10,15 +10,13 @@ use anyhow::Result;
 
 use super::{procfs, LostCounts, RecordReader, RecordSink, Tracer};
 
-/// How long one wait for records lasts: bounds the reaction to a stop request and how late
-/// records are read (the kernel side wakes the reader only when the ring buffer fills up).
+/// How long one wait for records lasts at most: bounds the reaction to a stop request and how
+/// late records are read. The kernel side wakes the reader sooner when the ring buffer has
+/// filled to an eighth since it was last drained, so records are read in batches (a reader
+/// that drained after every record would compete with the traced program for the CPUs). No
+/// wait when the reader is behind (a drain read an eighth of the ring buffer or more): it
+/// drains again at once.
 const POLL: Duration = Duration::from_millis(10);
-/// Pause after each drain, so that records are read in batches: without it the reader would
-/// find a record or two after every drain and compete with the traced program for the CPUs.
-/// No pause when the reader is behind (a drain read an eighth of the ring buffer or more):
-/// the kernel side wakes the reader only once as the ring fills (a wake-up per record would
-/// cost the traced program several times the probe), so the reader must catch up by itself.
-const BATCH: Duration = Duration::from_millis(5);
 /// How often the traced set is checked for ended processes.
 const LIVENESS: Duration = Duration::from_millis(200);
 
@@ -67,12 +65,10 @@ pub fn run_adopting(
             sink.record(&attach)?;
             records += 1;
         }
-        if reader.wait(POLL)? {
-            let drained = reader.drain(sink)?;
-            records += drained.records;
-            if !drained.behind {
-                std::thread::sleep(BATCH);
-            }
+        let drained = reader.drain(sink)?;
+        records += drained.records;
+        if !drained.behind {
+            reader.wait(POLL)?;
         }
         sink.tick()?;
         if stop.load(Ordering::Relaxed) {

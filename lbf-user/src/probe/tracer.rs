@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::{bail, ensure, Context, Result};
 use aya::{
-    maps::{Array, HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, Map, MapData, PerCpuArray},
     programs::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
         BtfTracePoint, TracePoint, UProbe,
@@ -22,7 +22,9 @@ use lbf_common::{
     mpi, FnReads, Record, RecordKind, MAX_FNS, MEM_BYTES,
 };
 
-use super::{procfs, reader::RecordReader, symbols, thread_states::ThreadStates, tracefs};
+use super::{
+    procfs, reader::RecordReader, ring::RecordRing, symbols, thread_states::ThreadStates, tracefs,
+};
 
 /// The `Attach` record of thread `tid` of `pid`, seeded at `ts_ns` with CPU clock `cpu_ns`.
 fn attach_record(pid: u32, tid: u32, ts_ns: u64, cpu_ns: u64) -> Record {
@@ -141,8 +143,8 @@ pub struct Tracer {
     libraries: Vec<AttachedLibrary>,
     /// `Attach` records of the threads [`Tracer::trace_pid`] seeded, not yet handed out.
     attached: Vec<Record>,
-    /// Unread bytes from which the kernel side wakes the reader (an eighth of the ring).
-    wake_bytes: u64,
+    /// Size of the record ring buffer in bytes.
+    ring_bytes: u32,
 }
 
 impl Tracer {
@@ -188,7 +190,7 @@ impl Tracer {
             mode,
             libraries: Vec::new(),
             attached: Vec::new(),
-            wake_bytes: wake_bytes(ring),
+            ring_bytes: ring,
         })
     }
 
@@ -421,7 +423,11 @@ impl Tracer {
             .ebpf
             .take_map(maps::EVENTS)
             .context("the record ring buffer was already taken")?;
-        Ok(RecordReader::new(RingBuf::try_from(map)?, self.wake_bytes))
+        let Map::RingBuf(data) = map else {
+            bail!("map {} is not a ring buffer", maps::EVENTS);
+        };
+        let ring = RecordRing::new(data, self.ring_bytes)?;
+        RecordReader::new(ring, wake_bytes(self.ring_bytes))
     }
 
     /// Attaches the entry and the exit program at `points` of the file at `path` (absolute),

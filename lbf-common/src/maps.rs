@@ -48,11 +48,12 @@ pub const MAX_NESTED: usize = 4;
 /// One traced thread's CPU clock, as the `sched_switch` hook keeps it.
 ///
 /// While the thread runs, its on-CPU time is `acc_ns + (now - switched_in_ns)`. At each
-/// switch-out `acc_ns` is set to the scheduler's own `sum_exec_runtime` (exact; or, without
-/// BTF, increased by the time since the switch-in). `switched_in_ns == 0` means "not known to
-/// be running": switched out, just seeded, or its switch-in was not seen (some machines do
-/// not report every `sched_switch`); a probe hit of such a (running) thread re-reads
-/// `sum_exec_runtime` into `acc_ns` and starts the running interval there.
+/// switch-out and switch-in `acc_ns` is set from the scheduler's own `sum_exec_runtime`
+/// (exact, less `offset_ns`; or, without BTF, increased at the switch-out by the time since
+/// the switch-in). `switched_in_ns == 0` means "not known to be running": switched out, or
+/// its switch-in was not seen (some machines do not report every `sched_switch`); a probe hit
+/// of such a (running) thread re-reads `sum_exec_runtime` into `acc_ns` and starts the
+/// running interval there.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadClock {
@@ -60,6 +61,30 @@ pub struct ThreadClock {
     pub acc_ns: u64,
     /// `bpf_ktime_get_ns()` at the last switch-in, 0 if unknown or switched out.
     pub switched_in_ns: u64,
+    /// The scheduler's total less this clock, wrapping (0 for a thread traced from its
+    /// start): the clock reads `sum_exec_runtime - offset_ns` wherever it takes the
+    /// scheduler's total. Set for a clock seeded at an attach at its first context switch
+    /// (see `unanchored`).
+    pub offset_ns: u64,
+    /// 1 for a clock user space seeded from /proc at an attach, until its first context
+    /// switch. /proc's figure for a running thread is up to a scheduler tick stale (the
+    /// scheduler updates it at ticks and switches), so rather than jump by that much at its
+    /// first exact reading, which would put CPU used before the attach into an interval after
+    /// it, the clock keeps its reading there and takes the difference as `offset_ns`.
+    pub unanchored: u64,
+}
+
+impl ThreadClock {
+    /// The clock of a thread user space seeds at an attach: `acc_ns` its CPU then (from
+    /// /proc), counted as running since `now` (see [`ThreadClock::unanchored`]).
+    pub fn seeded(acc_ns: u64, now: u64) -> Self {
+        Self {
+            acc_ns,
+            switched_in_ns: now,
+            offset_ns: 0,
+            unanchored: 1,
+        }
+    }
 }
 
 /// The entry arguments of a probed call in flight, kept for its exit record.

@@ -56,7 +56,7 @@ fn cpu_of(state: Option<*mut ThreadState>, now: u64) -> u64 {
 pub fn clock_at(clock: &mut ThreadClock, now: u64) -> u64 {
     if clock.switched_in_ns == 0 {
         if let Some(sum) = current_sum_exec_runtime() {
-            clock.acc_ns = sum;
+            clock.acc_ns = sum.wrapping_sub(clock.offset_ns);
         }
         clock.switched_in_ns = now;
         clock.acc_ns

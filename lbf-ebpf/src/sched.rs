@@ -167,11 +167,10 @@ pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
 
 /// Context switch: close the running interval of the traced thread switched out (taking the
 /// scheduler's own total, just updated for it, when the offset is known) and open one for the
-/// traced thread switched in, from its total too: exact, as it is not running. (That also
-/// corrects a clock user space seeded at an attach from /proc just before the thread was
-/// switched out, unseen: the CPU it used between the two would otherwise go to a later
-/// interval.) The tracepoint's arguments: `preempt`, the task switched out, the task switched
-/// in, its state.
+/// traced thread switched in, from its total too: exact, as it is not running. A clock seeded
+/// at an attach is anchored at its first switch instead (see
+/// `lbf_common::maps::ThreadClock::unanchored`). The tracepoint's arguments: `preempt`, the
+/// task switched out, the task switched in, its state.
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     let now = unsafe { bpf_ktime_get_ns() };
@@ -179,13 +178,19 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     if let Some(s) = unsafe { THREADS.of(task_arg(&ctx, 1)) } {
         // SAFETY: the task's state; the thread is switching out on this CPU.
         unsafe {
-            let c = &raw mut (*s).clock;
+            let c = &mut (*s).clock;
             if let Some(sum) = current_sum_exec_runtime() {
-                (*c).acc_ns = sum;
-            } else if (*c).switched_in_ns != 0 {
-                (*c).acc_ns += now.saturating_sub((*c).switched_in_ns);
+                if c.unanchored != 0 {
+                    // Seeded at an attach, running since (see `ThreadClock::unanchored`).
+                    let reading = c.acc_ns + now.saturating_sub(c.switched_in_ns);
+                    c.offset_ns = sum.wrapping_sub(reading);
+                    c.unanchored = 0;
+                }
+                c.acc_ns = sum.wrapping_sub(c.offset_ns);
+            } else if c.switched_in_ns != 0 {
+                c.acc_ns += now.saturating_sub(c.switched_in_ns);
             }
-            (*c).switched_in_ns = 0;
+            c.switched_in_ns = 0;
         }
     }
     let next = task_arg(&ctx, 2);
@@ -193,10 +198,16 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     if let Some(s) = unsafe { THREADS.of(next) } {
         // SAFETY: as above; the thread is switching in on this CPU.
         unsafe {
+            let c = &mut (*s).clock;
             if let Some(sum) = sum_exec_runtime(next as u64) {
-                (*s).clock.acc_ns = sum;
+                if c.unanchored != 0 {
+                    // Seeded at an attach, not running since.
+                    c.offset_ns = sum.wrapping_sub(c.acc_ns);
+                    c.unanchored = 0;
+                }
+                c.acc_ns = sum.wrapping_sub(c.offset_ns);
             }
-            (*s).clock.switched_in_ns = now;
+            c.switched_in_ns = now;
         }
     }
     0

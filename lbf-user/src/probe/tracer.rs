@@ -217,10 +217,7 @@ impl Tracer {
             let now = monotonic_ns();
             // A thread that ended meanwhile has no schedstat; it needs no clock either.
             if let Ok(acc_ns) = procfs::thread_cpu_ns(pid, tid) {
-                let clock = ThreadClock {
-                    acc_ns,
-                    switched_in_ns: now,
-                };
+                let clock = ThreadClock::seeded(acc_ns, now);
                 if threads.insert_new(pid, tid, &ThreadState::seeded(pid, tid, clock))? {
                     self.attached.push(attach_record(pid, tid, now, acc_ns));
                 }

@@ -85,6 +85,19 @@ impl ThreadClock {
             unanchored: 1,
         }
     }
+
+    /// Sets `acc_ns` from the scheduler's total `sum` (exact at a context switch), at an
+    /// instant when this clock reads `reading`: `sum - offset_ns`. An unanchored clock is
+    /// anchored first: its offset becomes `sum - reading` (wrapping), so that it keeps its
+    /// reading (see [`ThreadClock::unanchored`]).
+    #[inline(always)]
+    pub fn set_from_total(&mut self, sum: u64, reading: u64) {
+        if self.unanchored != 0 {
+            self.offset_ns = sum.wrapping_sub(reading);
+            self.unanchored = 0;
+        }
+        self.acc_ns = sum.wrapping_sub(self.offset_ns);
+    }
 }
 
 /// The entry arguments of a probed call in flight, kept for its exit record.
@@ -213,4 +226,28 @@ mod pod {
     unsafe impl aya::Pod for super::ThreadState {}
     // SAFETY: repr(C) plain old data, every bit pattern valid.
     unsafe impl aya::Pod for super::KernelOffsets {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ThreadClock;
+
+    /// A seeded clock keeps its reading at its first exact total, whatever /proc missed, and
+    /// follows the total from then on; a clock traced from the start takes the total as is.
+    #[test]
+    fn a_seeded_clock_is_anchored_at_its_first_total_and_follows_it_after() {
+        let mut seeded = ThreadClock::seeded(1_000, 50);
+        seeded.set_from_total(1_700, 1_200);
+        assert_eq!((seeded.acc_ns, seeded.unanchored), (1_200, 0));
+        seeded.set_from_total(2_700, 0);
+        assert_eq!(seeded.acc_ns, 2_200);
+        // A reading ahead of the total (the thread ran less than counted) wraps the offset.
+        let mut ahead = ThreadClock::seeded(1_000, 50);
+        ahead.set_from_total(1_100, 1_300);
+        ahead.set_from_total(2_100, 0);
+        assert_eq!(ahead.acc_ns, 2_300);
+        let mut from_start = ThreadClock::default();
+        from_start.set_from_total(900, 0);
+        assert_eq!(from_start.acc_ns, 900);
+    }
 }

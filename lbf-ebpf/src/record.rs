@@ -49,14 +49,14 @@ fn cpu_of(state: Option<*mut ThreadState>, now: u64) -> u64 {
 }
 
 /// The running (current) thread's cumulative on-CPU nanoseconds at `now`, by its `clock`. A
-/// clock that does not know when the thread was switched in (seeded by user space, or its
-/// switch-in not seen) takes the scheduler's `sum_exec_runtime` (stale by at most a scheduler
-/// tick) and starts its running interval now.
+/// clock that does not know when the thread was switched in (its switch-in not seen) takes
+/// the scheduler's `sum_exec_runtime` (stale by at most a scheduler tick) and starts its
+/// running interval now.
 #[inline(always)]
 pub fn clock_at(clock: &mut ThreadClock, now: u64) -> u64 {
     if clock.switched_in_ns == 0 {
         if let Some(sum) = current_sum_exec_runtime() {
-            clock.acc_ns = sum.wrapping_sub(clock.offset_ns);
+            clock.set_from_total(sum, clock.acc_ns);
         }
         clock.switched_in_ns = now;
         clock.acc_ns

@@ -180,13 +180,9 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
         unsafe {
             let c = &mut (*s).clock;
             if let Some(sum) = current_sum_exec_runtime() {
-                if c.unanchored != 0 {
-                    // Seeded at an attach, running since (see `ThreadClock::unanchored`).
-                    let reading = c.acc_ns + now.saturating_sub(c.switched_in_ns);
-                    c.offset_ns = sum.wrapping_sub(reading);
-                    c.unanchored = 0;
-                }
-                c.acc_ns = sum.wrapping_sub(c.offset_ns);
+                // Running since its switch-in (or, seeded at an attach, since the seed).
+                let reading = c.acc_ns + now.saturating_sub(c.switched_in_ns);
+                c.set_from_total(sum, reading);
             } else if c.switched_in_ns != 0 {
                 c.acc_ns += now.saturating_sub(c.switched_in_ns);
             }
@@ -200,12 +196,8 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
         unsafe {
             let c = &mut (*s).clock;
             if let Some(sum) = sum_exec_runtime(next as u64) {
-                if c.unanchored != 0 {
-                    // Seeded at an attach, not running since.
-                    c.offset_ns = sum.wrapping_sub(c.acc_ns);
-                    c.unanchored = 0;
-                }
-                c.acc_ns = sum.wrapping_sub(c.offset_ns);
+                // Not running since its switch-out (or, seeded at an attach, since the seed).
+                c.set_from_total(sum, c.acc_ns);
             }
             c.switched_in_ns = now;
         }

@@ -33,9 +33,9 @@ fn an_mpi_job_across_two_hosts_is_matched_and_predicted_centrally() {
 
 /// One run of the job across two hosts, checked for completeness (every message matched,
 /// nothing lost, the builder's prediction equal to `lbf-gag predict` on the merged trace);
-/// returns the measured and the centrally predicted seconds, and the share of the machine
-/// other work used meanwhile.
-fn run_across_two_hosts() -> (f64, f64, f64) {
+/// returns the measured and the centrally predicted seconds, and who else used the machine
+/// meanwhile.
+fn run_across_two_hosts() -> (f64, f64, Shares) {
     let hosts = Hosts::new("live");
     let root = scratch("live");
     let ring = compile("mpicc.openmpi", "mpi/ring.c", &root);
@@ -103,18 +103,16 @@ fn run_across_two_hosts() -> (f64, f64, f64) {
     n1.wait_attached(&root.join("node-n1.log"));
     n2.wait_attached(&root.join("node-n2.log"));
     machine::raise_priority();
-    let watch = machine::CpuWatch::start(&[
-        n1.child.id(),
-        n2.child.id(),
-        builder.child.id(),
-        rshd.child.id(),
-    ]);
+    let watch = machine::CpuWatch::start(
+        &[n1.child.id(), n2.child.id(), builder.child.id()],
+        &[rshd.child.id()],
+    );
     std::fs::write(&go, "go\n").unwrap();
     let (ok, out) = job.wait(Duration::from_secs(90));
     // Every process of the job is waited for: rank 0 by mpirun (waited for here), rank 1 by
     // its daemon, which the remote shell's server (a helper) reaps; so the programs' CPU is
     // in `own` and the helpers', and is not added again.
-    let others = watch.others_share(0.0);
+    let shares = watch.shares(0.0);
     let job_log = std::fs::read_to_string(root.join("job.log")).unwrap();
     assert!(ok, "the MPI job failed:\n{out}\n{job_log}");
     assert_eq!(out.matches("LBF-CHECK").count(), 2, "{out}\n{job_log}");
@@ -136,7 +134,7 @@ fn run_across_two_hosts() -> (f64, f64, f64) {
     (
         report["measured_seconds"].as_f64().unwrap(),
         predicted[0].1,
-        others,
+        shares,
     )
 }
 

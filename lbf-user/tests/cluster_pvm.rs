@@ -35,9 +35,9 @@ fn a_pvm_job_is_streamed_by_its_pvm_calls_and_predicted_centrally() {
 
 /// One run: pvmd and the master/worker started by a shell the node follows by PID (its
 /// source named with `--source pvm`: the shell itself maps no PVM library), checked for
-/// completeness; returns the measured and the centrally predicted seconds, and the share of
-/// the machine other work used meanwhile.
-fn run_pvm_job(attempt: u32) -> (f64, f64, f64) {
+/// completeness; returns the measured and the centrally predicted seconds, and who else used
+/// the machine meanwhile.
+fn run_pvm_job(attempt: u32) -> (f64, f64, Shares) {
     let root = scratch(&format!("pvm-{attempt}"));
     let bin = compile(&root, "pvm/master_worker.c", &["-lgpvm3", "-lpvm3"]);
     let (cores, workers) = cores_and_workers();
@@ -86,7 +86,7 @@ fn run_pvm_job(attempt: u32) -> (f64, f64, f64) {
     let mut node = Daemon::spawn("lbf-node", node, &root.join("node.log"));
     node.wait_attached(&root.join("node.log"));
     machine::raise_priority();
-    let watch = machine::CpuWatch::start(&[node.child.id(), builder.child.id()]);
+    let watch = machine::CpuWatch::start(&[node.child.id(), builder.child.id()], &[]);
     std::fs::write(&go, "go\n").unwrap();
     let (ok, out) = job.wait(Duration::from_secs(90));
     // The master (and the PVM console) are waited for by the job, which is waited for here;
@@ -96,7 +96,7 @@ fn run_pvm_job(attempt: u32) -> (f64, f64, f64) {
         .filter(|l| l.contains("role=worker"))
         .map(|l| check_sum(l, "cpu_ns") * 1e-9)
         .sum();
-    let others = watch.others_share(workers_cpu + pvmd_cpu_seconds(&out));
+    let shares = watch.shares(workers_cpu + pvmd_cpu_seconds(&out));
     let job_log = std::fs::read_to_string(root.join("job.log")).unwrap();
     assert!(ok, "the PVM job failed:\n{out}\n{job_log}");
     assert_eq!(out.matches("LBF-CHECK").count(), workers + 1, "{out}");
@@ -105,7 +105,7 @@ fn run_pvm_job(attempt: u32) -> (f64, f64, f64) {
     assert_eq!(predict(&s.merged(), &root, &["as-run"]), predicted);
     assert_every_message_merged(&out, &s.merged(), &node_log);
     let (measured, predicted) = program_time_and_prediction(&out, &s, predicted[0].1);
-    (measured, predicted, others)
+    (measured, predicted, shares)
 }
 
 /// Compiles `source` (under tests/workloads) with `cc` and `libs` into `dir`.
@@ -176,9 +176,8 @@ fn a_pvm_job_across_two_hosts_is_matched_and_predicted_centrally() {
 /// `lbf-node` under live eBPF capture on each host (n1: the job's shell, n2: the remote
 /// shell's server), the builder on a third. Checked: every message matched across the hosts,
 /// nothing lost, the central prediction equal to `lbf-gag predict` on the merged trace.
-/// Returns the measured and the centrally predicted seconds, and the share of the machine
-/// other work used.
-fn run_across_two_hosts(attempt: u32) -> (f64, f64, f64) {
+/// Returns the measured and the centrally predicted seconds, and who else used the machine.
+fn run_across_two_hosts(attempt: u32) -> (f64, f64, Shares) {
     // Before anything of the job starts: the pvmds and the tasks they spawn inherit it.
     machine::raise_priority();
     let hosts = Hosts::new("pvm");
@@ -292,12 +291,10 @@ fn run_across_two_hosts(attempt: u32) -> (f64, f64, f64) {
     );
     std::fs::write(&go, "go\n").unwrap();
     std::fs::read(&ready).unwrap();
-    let watch = machine::CpuWatch::start(&[
-        n1.child.id(),
-        n2.child.id(),
-        builder.child.id(),
-        rshd.child.id(),
-    ]);
+    let watch = machine::CpuWatch::start(
+        &[n1.child.id(), n2.child.id(), builder.child.id()],
+        &[rshd.child.id()],
+    );
     std::fs::write(&go, "go\n").unwrap();
     let (ok, out) = job.wait(Duration::from_secs(90));
     // The master and the consoles are waited for by the job; the workers are n2's pvmd's
@@ -308,7 +305,7 @@ fn run_across_two_hosts(attempt: u32) -> (f64, f64, f64) {
         .filter(|l| l.contains("role=worker"))
         .map(|l| check_sum(l, "cpu_ns") * 1e-9)
         .sum();
-    let others = watch.others_share(workers_cpu + pvmd_cpu_seconds(&out));
+    let shares = watch.shares(workers_cpu + pvmd_cpu_seconds(&out));
     let job_log = std::fs::read_to_string(root.join("job.log")).unwrap();
     assert!(ok, "the PVM job failed:\n{out}\n{job_log}");
     assert_eq!(out.matches("LBF-CHECK").count(), workers + 1, "{out}");
@@ -332,7 +329,7 @@ fn run_across_two_hosts(attempt: u32) -> (f64, f64, f64) {
     assert_eq!(predict(&s.merged(), &root, &["as-run"]), predicted);
     assert_every_message_merged(&out, &s.merged(), &logs);
     let (measured, predicted) = program_time_and_prediction(&out, &s, predicted[0].1);
-    (measured, predicted, others)
+    (measured, predicted, shares)
 }
 
 /// pvmd's CPU seconds, from the `LBF-PVMD ... cpu_s=TICKS/HZ` line the job prints before it

@@ -58,7 +58,7 @@ fn a_tcp_program_across_two_hosts_is_matched_and_predicted_centrally() {
         // What one node reports waits for the other's next batch (a tenth of a second
         // apart): some tens of events, where holding everything would be some 550.
         assert!(run.most_held < HELD_BOUND, "held {} events", run.most_held);
-        (run.measured, run.predicted, run.others)
+        (run.measured, run.predicted, run.shares)
     });
 }
 
@@ -133,8 +133,8 @@ struct Run {
     measured: f64,
     /// Its prediction for the configuration the run had.
     predicted: f64,
-    /// The share of the machine other work used meanwhile.
-    others: f64,
+    /// Who else used the machine meanwhile.
+    shares: Shares,
     /// The most events the builder held behind connections between hosts, as sampled.
     most_held: u64,
     /// The run's scratch directory.
@@ -223,7 +223,7 @@ fn run_spa(
         // It waits for a process of that name, which starts after `go`.
         Select::ByCgroupAndCommand => n2.wait_logged(&root.join("node-n2.log"), "probes loaded"),
     }
-    let watch = machine::CpuWatch::start(&[n1.child.id(), n2.child.id(), builder.child.id()]);
+    let watch = machine::CpuWatch::start(&[n1.child.id(), n2.child.id(), builder.child.id()], &[]);
     std::fs::write(&go_server, "go\n").unwrap();
     std::fs::write(&go_clients, "go\n").unwrap();
     let builder = meanwhile(&s, builder);
@@ -250,7 +250,7 @@ fn run_spa(
         });
     // The server and the clients' shell are this test's children, the clients the shell's:
     // their CPU is this process's own.
-    let others = watch.others_share(0.0);
+    let shares = watch.shares(0.0);
     let out = out_server + &out_clients;
     assert!(ok_server && ok_clients, "the SPA failed:\n{out}");
     assert_eq!(out.matches("LBF-CHECK").count(), 4, "{out}");
@@ -281,7 +281,7 @@ fn run_spa(
     Run {
         measured: report["measured_seconds"].as_f64().unwrap(),
         predicted: predicted[0].1,
-        others,
+        shares,
         most_held,
         dir: root,
     }

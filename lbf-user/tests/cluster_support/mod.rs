@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test crate uses its own part
 
 use lbf::trace::{synthetic, Summary, TraceWriter};
+pub use machine::Shares;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -557,35 +558,42 @@ pub const TOLERANCE: f64 = 0.10;
 pub const ATTEMPTS: u32 = 3;
 
 /// Runs a job up to [`ATTEMPTS`] times (`run(attempt)` gives the measured seconds, the
-/// central prediction and the share of the machine other work used) until its prediction
-/// is within [`TOLERANCE`]; panics with every miss. A run on a machine busy with other work
+/// central prediction and who else used the machine meanwhile) until its prediction is within
+/// [`TOLERANCE`]; panics with every miss. lbf's node daemons and builder shared the job's
+/// cores, so a prediction of the job alone may also fall short by their share of the machine
+/// ([`Shares::lbf`]). A run on a machine busy with other work
 /// ([`machine::BUSY_MACHINE`]) is not the configuration predicted: it ends the test
 /// unchecked, and says so.
-pub fn predicted_within_tolerance(mut run: impl FnMut(u32) -> (f64, f64, f64)) {
+pub fn predicted_within_tolerance(mut run: impl FnMut(u32) -> (f64, f64, Shares)) {
     let mut misses = Vec::new();
     for attempt in 1..=ATTEMPTS {
-        let (measured, predicted, others) = run(attempt);
+        let (measured, predicted, shares) = run(attempt);
         eprintln!(
             "attempt {attempt}: measured {measured:.3} s, predicted centrally {predicted:.3} s \
-             ({:+.1} %); other work used {:.0} % of the machine",
+             ({:+.1} %); lbf's daemons used {:.1} % of the machine, other work {:.0} %",
             (predicted / measured - 1.0) * 100.0,
-            others * 100.0
+            shares.lbf * 100.0,
+            shares.others * 100.0
         );
-        if others > machine::BUSY_MACHINE {
+        if shares.others > machine::BUSY_MACHINE {
             eprintln!(
                 "NOT CHECKED: other work competed with the run, so its configuration is not \
                  the one predicted"
             );
             return;
         }
-        if (predicted - measured).abs() <= TOLERANCE * measured {
+        let short = (TOLERANCE + shares.lbf) * measured;
+        if predicted <= (1.0 + TOLERANCE) * measured && predicted >= measured - short {
             return;
         }
-        misses.push(format!("{predicted:.3} s for {measured:.3} s"));
+        misses.push(format!(
+            "{predicted:.3} s for {measured:.3} s (lbf {:.1} %)",
+            shares.lbf * 100.0
+        ));
     }
     panic!(
-        "the central prediction missed the measured time by more than {:.0} % in all {ATTEMPTS} \
-         runs: {}",
+        "the central prediction missed the measured time by more than {:.0} % (below it, by \
+         more than that and lbf's daemons' share) in all {ATTEMPTS} runs: {}",
         TOLERANCE * 100.0,
         misses.join("; ")
     );

@@ -79,39 +79,67 @@ pub fn others_share(machine: f64, ours: f64, wall: f64) -> f64 {
 pub struct CpuWatch {
     machine: f64,
     own: f64,
-    helpers: Vec<(u32, f64)>,
+    /// lbf's daemons: (PID, CPU seconds at the start).
+    daemons: Vec<(u32, f64)>,
+    /// Hosts of the job's processes: (PID, CPU seconds at the start).
+    hosts: Vec<(u32, f64)>,
     start: std::time::Instant,
 }
 
+/// Each of `pids` with its CPU seconds now.
+fn cpu_now(pids: &[u32]) -> Vec<(u32, f64)> {
+    pids.iter().map(|&p| (p, process_cpu_seconds(p))).collect()
+}
+
+/// The CPU seconds `watched` used since their readings.
+fn cpu_since(watched: &[(u32, f64)]) -> f64 {
+    watched
+        .iter()
+        .map(|&(p, before)| (process_cpu_seconds(p) - before).max(0.0))
+        .sum()
+}
+
 impl CpuWatch {
-    /// Starts watching; `helpers` are running processes of the test (daemons, tracers) whose
-    /// CPU is not competing work.
-    pub fn start(helpers: &[u32]) -> CpuWatch {
+    /// Starts watching; `daemons` (lbf's node daemons and builder) and `hosts` (a remote
+    /// shell's server, whose children are the job's processes on its host and are counted in
+    /// its CPU once reaped) are running processes of the test whose CPU is not competing
+    /// work.
+    pub fn start(daemons: &[u32], hosts: &[u32]) -> CpuWatch {
         CpuWatch {
             machine: machine_cpu_seconds(),
             own: own_cpu_seconds(),
-            helpers: helpers
-                .iter()
-                .map(|&p| (p, process_cpu_seconds(p)))
-                .collect(),
+            daemons: cpu_now(daemons),
+            hosts: cpu_now(hosts),
             start: std::time::Instant::now(),
         }
     }
 
-    /// [`others_share`] since the start, the test's own CPU being this process's, its
-    /// waited-for descendants', the helpers', and `unwaited` seconds of the job's processes
-    /// that none of those waits for (PVM tasks are pvmd's children). Call it while the
-    /// helpers still run.
-    pub fn others_share(&self, unwaited: f64) -> f64 {
-        let helpers: f64 = self
-            .helpers
-            .iter()
-            .map(|&(p, before)| (process_cpu_seconds(p) - before).max(0.0))
-            .sum();
-        others_share(
-            machine_cpu_seconds() - self.machine,
-            own_cpu_seconds() - self.own + helpers + unwaited,
-            self.start.elapsed().as_secs_f64(),
-        )
+    /// The shares of the machine's CPU since the start: [`others_share`], the test's own CPU
+    /// being this process's, its waited-for descendants', the daemons' and hosts', and
+    /// `unwaited` seconds of the job's processes that none of those waits for (PVM tasks are
+    /// pvmd's children); and lbf's daemons' own share. Call it while they still run.
+    pub fn shares(&self, unwaited: f64) -> Shares {
+        let daemons = cpu_since(&self.daemons);
+        let wall = self.start.elapsed().as_secs_f64();
+        Shares {
+            others: others_share(
+                machine_cpu_seconds() - self.machine,
+                own_cpu_seconds() - self.own + daemons + cpu_since(&self.hosts) + unwaited,
+                wall,
+            ),
+            lbf: daemons / (cores() * wall),
+        }
     }
+}
+
+/// Who used the machine's CPU besides a job, each as a share of all its cores over the run.
+#[derive(Clone, Copy, Debug)]
+pub struct Shares {
+    /// Work that is not the test's: a machine busier than [`BUSY_MACHINE`] did not run the
+    /// configuration predicted.
+    pub others: f64,
+    /// lbf's node daemons and builder: they ran on the job's cores, so the job, if it kept
+    /// every core busy, waited for up to this share of its time, which no prediction of the
+    /// job alone includes.
+    pub lbf: f64,
 }

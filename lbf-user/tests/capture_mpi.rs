@@ -15,8 +15,9 @@ use lbf::capture::procfs::ProcFs;
 use lbf::capture::{Capture, CaptureSink, EventLog};
 use lbf::event::{Event, EventKind};
 use traced::{
-    can_trace, check_accounts, check_prediction, check_what_if, first_start, predict_on, probe_mpi,
-    timed, trace, workload_built_by, Measured, Mpi, Setup, Traced,
+    can_trace, check_accounts, check_prediction, check_what_if, first_start,
+    lbf_trace_without_outputs, parse_checks, predict_on, probe_mpi, timed, trace,
+    workload_built_by, Measured, Mpi, Setup, Traced,
 };
 
 /// Runs workload `name` with `np` ranks and `args` under the tracer with the MPI capture.
@@ -315,4 +316,56 @@ fn one_and_two_core_traces_agree_and_predict_each_other_mpich() {
 #[test]
 fn one_and_two_core_traces_agree_and_predict_each_other_openmpi() {
     check_cores_what_if(Mpi::OpenMpi);
+}
+
+/// `lbf-trace -- CMD` asked for neither a trace nor predictions prints each rank's totals: a
+/// row per rank whose messages and bytes are the ones the program counted, then the measured
+/// time, and says how to ask for predictions; it exits with the command's status.
+fn check_totals_table(mpi: Mpi) {
+    if !can_trace() {
+        return;
+    }
+    let bin = workload_built_by(&format!("mpicc.{}", mpi.name()), "mpi", "pingpong", &[]);
+    let command = mpi.launch(2, &bin.display().to_string(), "200 1", Setup::default());
+    let run = lbf_trace_without_outputs(&["--", "sh", "-c", &command]);
+    let context = format!("{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.code, 0, "{context}");
+    assert!(
+        run.stderr.contains("--nodes N or --target FILE"),
+        "{context}"
+    );
+    let checks = parse_checks(&run.stdout);
+    assert_eq!(checks.len(), 2, "{context}");
+    for check in &checks {
+        let rank = check.num("rank");
+        let row: Vec<&str> = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("rank {rank}@")))
+            .unwrap_or_else(|| panic!("no row for rank {rank}: {context}"))
+            .split_whitespace()
+            .collect();
+        // rank, N@host, sends, bytes and unit, recvs, bytes and unit, colls, CPU...
+        let (sends, recvs): (u64, u64) = (row[2].parse().unwrap(), row[5].parse().unwrap());
+        assert_eq!(
+            (sends, recvs),
+            (check.num("sends"), check.num("recvs")),
+            "rank {rank}: {context}"
+        );
+    }
+    assert!(
+        run.stdout.lines().any(|l| l.starts_with("total ")),
+        "{context}"
+    );
+    assert!(run.stdout.contains("measured "), "{context}");
+}
+
+#[test]
+fn without_outputs_lbf_trace_prints_each_ranks_totals_mpich() {
+    check_totals_table(Mpi::Mpich);
+}
+
+#[test]
+fn without_outputs_lbf_trace_prints_each_ranks_totals_openmpi() {
+    check_totals_table(Mpi::OpenMpi);
 }

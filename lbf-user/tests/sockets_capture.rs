@@ -18,7 +18,8 @@ use lbf::capture::{CaptureSink, EventLog};
 use lbf::event::EventKind;
 use traced::{
     can_trace, capture_reports, check, check_streamed, check_trace_file, kept_reports, lbf_trace,
-    parse_checks, predicted_so_far, read_trace, timed, trace, workload, NetnsPair, Traced,
+    lbf_trace_without_outputs, parse_checks, predicted_so_far, read_trace, timed, trace, workload,
+    NetnsPair, Traced,
 };
 
 /// Runs `command` with the socket capture.
@@ -175,6 +176,14 @@ fn lbf_trace_names_a_process_that_uses_no_sockets() {
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("nothing to predict") && err.contains("true["),
+        "{err}"
+    );
+    // Asked for no trace and no prediction, it says so and exits with the command's status.
+    let run = lbf_trace_without_outputs(&["--", "sh", "-c", "exit 3"]);
+    let (code, err) = (run.code, run.stderr);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("nothing captured") && err.contains("sh["),
         "{err}"
     );
 }

@@ -48,7 +48,10 @@ use std::time::{Duration, Instant};
 ///
 /// With --target or --nodes (the same targets as `lbf-gag predict`), the events also feed the
 /// what-if engine as they come, and the predicted run times are printed at the end (and, as
-/// lower bounds, every --interval seconds).
+/// lower bounds, every --interval seconds). With neither -o nor a target, lbf-trace prints
+/// each process's totals at the end: messages and bytes sent and received, collectives, the
+/// CPU seconds its events carry ("in waits": how many of them it spent waiting inside calls),
+/// and the CPU outside the model ("untimed": start-up before MPI_Init returned, teardown).
 ///
 /// Events flow (to -o and the targets) while the program runs once every process is known,
 /// since a trace's header and the engine list them all: an MPI job tells its size; a socket
@@ -240,7 +243,10 @@ fn run(cli: Cli) -> Result<i32> {
         writer: None,
         error: None,
     });
-    let trace = (file.is_some() || live.is_some()).then(|| {
+    // Asked for neither a trace nor predictions, lbf-trace still captures, and prints what it
+    // saw at the end.
+    let totals_only = file.is_none() && live.is_none();
+    let trace = {
         let outputs = Outputs {
             file,
             live,
@@ -258,7 +264,7 @@ fn run(cli: Cli) -> Result<i32> {
                 CaptureSink::new(Capture::new(Box::new(ProcFs::new()), hostname()), outputs)
             }
         }
-    });
+    };
     let mut sink = Tee {
         raw,
         trace,
@@ -281,9 +287,7 @@ fn run(cli: Cli) -> Result<i32> {
     } else {
         let mut c = HeldChild::spawn(&cli.command)?;
         tracer.trace_pid(c.pid())?;
-        if let Some(trace) = sink.trace.as_mut() {
-            trace.started_by_tracer(c.pid());
-        }
+        sink.trace.started_by_tracer(c.pid());
         c.release()?;
         child = Some(c);
     }
@@ -293,58 +297,7 @@ fn run(cli: Cli) -> Result<i32> {
     // A call in progress at an attach (its exit came without its entry) is the attach's
     // boundary, not a loss: the kernel side counts it apart, the capture notes it, and it is
     // not in `lost_records`.
-    if let Some(trace) = sink.trace {
-        let (outputs, summary) = trace.into_parts();
-        let summary = summary.expect("the capture loop finishes its sink");
-        let measured = Summary {
-            measured_seconds: summary.measured_seconds,
-            lost_events: summary.lost_records + summary.lost_events,
-            teardown_seconds: summary.teardown_seconds,
-        };
-        if let Some(file) = outputs.file {
-            let path = file.path.clone();
-            file.finish(&measured)?;
-            if cli.verbose {
-                eprintln!(
-                    "lbf-trace: wrote {} processes to {}; measured {:.3} s",
-                    summary.procs.len(),
-                    path.display(),
-                    summary.measured_seconds
-                );
-            }
-        }
-        if summary.procs.is_empty() {
-            let why: Vec<&str> = summary.anomalies.keys().map(String::as_str).collect();
-            if why.is_empty() {
-                bail!("nothing to predict: no traced process sent or received a {source} message");
-            }
-            bail!("nothing to predict: {}", why.join("; "));
-        }
-        for (what, n) in &summary.anomalies {
-            eprintln!("lbf-trace: warning: {what} ({n}x)");
-        }
-        if summary.lost_events > 0 {
-            eprintln!(
-                "lbf-trace: error: more processes sent or received than the {} expected: {} \
-                 events of the others are not in the trace (see the warnings; give the right \
-                 --procs)",
-                summary.procs.len(),
-                summary.lost_events
-            );
-        }
-        if let Some(live) = outputs.live {
-            match live.finish() {
-                Ok(mut predictions) => {
-                    add_teardown(&mut predictions, Some(&measured));
-                    for w in warnings(Some(&measured)) {
-                        eprintln!("lbf-trace: warning: {w}");
-                    }
-                    print!("{}", table(&predictions, Some(&measured)));
-                }
-                Err(why) => eprintln!("lbf-trace: error: no prediction: {why}"),
-            }
-        }
-    }
+    report(sink.trace, totals_only, source, cli.verbose)?;
     let lost = end.lost;
     if lost.ringbuf_full > 0 {
         eprintln!(
@@ -501,10 +454,86 @@ fn libraries_of(pids: &[u32]) -> Result<Vec<PathBuf>> {
     Ok(paths)
 }
 
-/// Sends records to the raw dump (or nowhere) and, with -o or targets, to the capture.
+/// Reports what the capture `trace` saw once it has finished: writes the trace file, says
+/// what it could not model, and prints the predictions, or, asked for neither a trace nor
+/// predictions (`totals_only`), each process's totals. A capture of no process is an error
+/// when a trace or predictions were asked for, and a note otherwise.
+fn report(
+    trace: CaptureSink<Outputs>,
+    totals_only: bool,
+    source: Source,
+    verbose: bool,
+) -> Result<()> {
+    let (outputs, summary) = trace.into_parts();
+    let summary = summary.expect("the capture loop finishes its sink");
+    let measured = Summary {
+        measured_seconds: summary.measured_seconds,
+        lost_events: summary.lost_records + summary.lost_events,
+        teardown_seconds: summary.teardown_seconds,
+    };
+    if let Some(file) = outputs.file {
+        let path = file.path.clone();
+        file.finish(&measured)?;
+        if verbose {
+            eprintln!(
+                "lbf-trace: wrote {} processes to {}; measured {:.3} s",
+                summary.procs.len(),
+                path.display(),
+                summary.measured_seconds
+            );
+        }
+    }
+    if summary.procs.is_empty() {
+        let why: Vec<&str> = summary.anomalies.keys().map(String::as_str).collect();
+        let why = if why.is_empty() {
+            format!("no traced process sent or received a {source} message")
+        } else {
+            why.join("; ")
+        };
+        if totals_only {
+            eprintln!("lbf-trace: nothing captured: {why}");
+            return Ok(());
+        }
+        bail!("nothing to predict: {why}");
+    }
+    for (what, n) in &summary.anomalies {
+        eprintln!("lbf-trace: warning: {what} ({n}x)");
+    }
+    if summary.lost_events > 0 {
+        eprintln!(
+            "lbf-trace: error: more processes sent or received than the {} expected: {} \
+             events of the others are not in the trace (see the warnings; give the right \
+             --procs)",
+            summary.procs.len(),
+            summary.lost_events
+        );
+    }
+    if totals_only {
+        print!("{}", summary.totals_table());
+        eprintln!(
+            "lbf-trace: to predict other configurations give --nodes N or --target FILE; \
+             to keep the trace, -o FILE (see --help)"
+        );
+    }
+    if let Some(live) = outputs.live {
+        match live.finish() {
+            Ok(mut predictions) => {
+                add_teardown(&mut predictions, Some(&measured));
+                for w in warnings(Some(&measured)) {
+                    eprintln!("lbf-trace: warning: {w}");
+                }
+                print!("{}", table(&predictions, Some(&measured)));
+            }
+            Err(why) => eprintln!("lbf-trace: error: no prediction: {why}"),
+        }
+    }
+    Ok(())
+}
+
+/// Sends records to the raw dump (or nowhere) and to the capture.
 struct Tee {
     raw: Box<dyn RecordSink>,
-    trace: Option<CaptureSink<Outputs>>,
+    trace: CaptureSink<Outputs>,
     /// How often to report live predictions (--interval).
     interval: Option<Duration>,
     last_report: Instant,
@@ -519,14 +548,11 @@ const HELD_CHECK: Duration = Duration::from_secs(1);
 impl Tee {
     /// Stops the capture (sets [`STOP`]) once it holds more than --max-held events.
     fn check_held(&mut self) {
-        let Some(trace) = &self.trace else {
-            return;
-        };
         if self.last_held_check.elapsed() < HELD_CHECK {
             return;
         }
         self.last_held_check = Instant::now();
-        let held = trace.backlog().held_events;
+        let held = self.trace.backlog().held_events;
         if held as u64 > self.max_held && !STOP.swap(true, Ordering::Relaxed) {
             eprintln!(
                 "lbf-trace: stopping the capture: it holds {held} events, more than --max-held \
@@ -542,23 +568,18 @@ impl Tee {
 impl RecordSink for Tee {
     fn record(&mut self, record: &lbf_common::Record) -> Result<()> {
         self.raw.record(record)?;
-        match &mut self.trace {
-            Some(t) => t.record(record),
-            None => Ok(()),
-        }
+        self.trace.record(record)
     }
     fn finish(&mut self, lost: &probe::LostCounts) -> Result<()> {
         self.raw.finish(lost)?;
-        match &mut self.trace {
-            Some(t) => t.finish(lost),
-            None => Ok(()),
-        }
+        self.trace.finish(lost)
     }
     fn tick(&mut self) -> Result<()> {
         self.check_held();
-        let (Some(interval), Some(trace)) = (self.interval, &mut self.trace) else {
+        let Some(interval) = self.interval else {
             return Ok(());
         };
+        let trace = &mut self.trace;
         if self.last_report.elapsed() < interval {
             return Ok(());
         }

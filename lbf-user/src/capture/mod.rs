@@ -84,6 +84,7 @@ pub mod select;
 pub mod sockets;
 pub mod source;
 pub mod timeline;
+mod totals;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 

@@ -465,20 +465,31 @@ pub struct TraceRun {
     pub stdout: String,
     /// Its standard error: reports and warnings.
     pub stderr: String,
-    /// The trace it wrote (-o).
+    /// The trace it wrote (-o); empty if it was asked for none.
     pub trace: PathBuf,
 }
 
 /// Runs `lbf-trace -o <label>.trace.jsonl ARGS` as one traced run at a time (see [`trace`]).
 pub fn lbf_trace(label: &str, args: &[&str]) -> TraceRun {
-    let _one = TRACING.lock().unwrap_or_else(|e| e.into_inner());
     let trace = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{label}.trace.jsonl"));
     let _ = std::fs::remove_file(&trace);
-    // At the highest priority, as in `trace`.
+    let output = trace.to_str().expect("a UTF-8 path").to_string();
+    run_lbf_trace(&["-o", &output], args, trace)
+}
+
+/// Runs `lbf-trace ARGS` asked for neither a trace nor predictions, as one traced run at a
+/// time (see [`trace`]).
+pub fn lbf_trace_without_outputs(args: &[&str]) -> TraceRun {
+    run_lbf_trace(&[], args, PathBuf::new())
+}
+
+/// Runs `lbf-trace OUTPUT ARGS` at the highest priority (as in [`trace`]), `trace` being
+/// the file OUTPUT names, if any.
+fn run_lbf_trace(output: &[&str], args: &[&str], trace: PathBuf) -> TraceRun {
+    let _one = TRACING.lock().unwrap_or_else(|e| e.into_inner());
     machine::raise_priority();
     let o = Command::new(env!("CARGO_BIN_EXE_lbf-trace"))
-        .arg("-o")
-        .arg(&trace)
+        .args(output)
         .args(args)
         .output()
         .expect("running lbf-trace");

@@ -188,6 +188,34 @@ fn lbf_trace_names_a_process_that_uses_no_sockets() {
     );
 }
 
+/// `--nice N` lowers lbf-trace's own priority while it captures; the command it runs keeps
+/// the priority lbf-trace was started with.
+#[test]
+fn lbf_trace_reads_at_the_niceness_asked_and_leaves_the_command_at_its_own() {
+    if !can_trace() {
+        return;
+    }
+    // Field 19 of /proc/PID/stat: the niceness. The command's parent is lbf-trace, which
+    // sets its own once the command runs.
+    let script = "sleep 0.5; echo LBF-NICE command=$(cut -d' ' -f19 /proc/$$/stat) \
+                  tracer=$(cut -d' ' -f19 /proc/$PPID/stat)";
+    let run = lbf_trace_without_outputs(&["--nice", "19", "--", "sh", "-c", script]);
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("LBF-NICE"))
+        .unwrap_or_else(|| panic!("{}\n{}", run.stdout, run.stderr));
+    // SAFETY: getpriority has no memory preconditions; `who` 0 is the calling thread, whose
+    // niceness lbf-trace was started with (the harness runs it from this thread).
+    let ours = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    assert_eq!(
+        line,
+        format!("LBF-NICE command={ours} tracer=19"),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn lbf_trace_says_which_socket_family_it_does_not_capture() {
     if !can_trace() {

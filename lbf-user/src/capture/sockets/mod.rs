@@ -213,8 +213,13 @@ impl SocketCapture {
             }
             Some(RecordKind::Exec) => {
                 // The command lbf-trace started is first seen at its exec.
-                if !self.seen.contains_key(&rec.tgid) {
-                    self.born.insert(rec.tgid);
+                match self.seen.get_mut(&rec.tgid) {
+                    // Seen before it (lbf-trace's own child waiting to run the command, by
+                    // the time the record is read): named from now on by what it runs.
+                    Some(name) => *name = self.clock.name_of(rec.tgid),
+                    None => {
+                        self.born.insert(rec.tgid);
+                    }
                 }
                 self.fds.executed(rec.tgid);
             }

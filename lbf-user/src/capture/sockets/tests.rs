@@ -370,6 +370,28 @@ fn other_descriptors_and_refused_sockets_stay_out() {
     assert_eq!(s.anomalies["socket of a family lbf does not capture"], 1);
 }
 
+/// A process that made a traced call before its exec (lbf-trace's own child, reading the
+/// pipe it waits on for the command to start) is named by what it runs after the exec.
+#[test]
+fn a_process_seen_before_its_exec_is_named_by_what_it_runs() {
+    let mut exec = call(4_000_000, 0, 0, 0, 2, 2);
+    exec.kind = RecordKind::Exec as u16;
+    let file = b"/usr/bin/true\0";
+    exec.mem[..file.len()].copy_from_slice(file);
+    exec.mem_len = file.len() as u16;
+    let (_, s) = run(&[
+        call(4_000_000, nr::READ, 0, 1, 0, 1),
+        exec,
+        exit(4_000_000, 3),
+    ]);
+    let note = s
+        .anomalies
+        .keys()
+        .find(|k| k.starts_with("no traced process used"))
+        .expect("the note naming the processes seen");
+    assert!(note.contains("(processes seen: true[4000000])"), "{note}");
+}
+
 #[test]
 fn bytes_never_read_are_unmatched() {
     let (_, s) = run(&[call(1, nr::WRITE, 3, 10, 0, 1), exit(1, 2)]);

@@ -84,7 +84,8 @@ struct Cli {
     #[arg(long = "mpi-lib", value_name = "PATH")]
     mpi_libs: Vec<PathBuf>,
 
-    /// Debug: write every raw record as one JSON line to FILE.
+    /// Debug: write every raw record as one JSON line to FILE. Without -o or a target, only
+    /// that: the records are not captured into events, and no totals are printed.
     #[arg(long, value_name = "FILE")]
     raw_dump: Option<PathBuf>,
 
@@ -259,9 +260,10 @@ fn run(cli: Cli) -> Result<i32> {
         error: None,
     });
     // Asked for neither a trace nor predictions, lbf-trace still captures, and prints what it
-    // saw at the end.
+    // saw at the end; unless asked for the raw records only.
     let totals_only = file.is_none() && live.is_none();
-    let trace = {
+    let capture = !(totals_only && cli.raw_dump.is_some());
+    let trace = capture.then(|| {
         let outputs = Outputs {
             file,
             live,
@@ -279,7 +281,7 @@ fn run(cli: Cli) -> Result<i32> {
                 CaptureSink::new(Capture::new(Box::new(ProcFs::new()), hostname()), outputs)
             }
         }
-    };
+    });
     let mut sink = Tee {
         raw,
         trace,
@@ -302,7 +304,9 @@ fn run(cli: Cli) -> Result<i32> {
     } else {
         let mut c = HeldChild::spawn(&cli.command)?;
         tracer.trace_pid(c.pid())?;
-        sink.trace.started_by_tracer(c.pid());
+        if let Some(trace) = sink.trace.as_mut() {
+            trace.started_by_tracer(c.pid());
+        }
         c.release()?;
         child = Some(c);
     }
@@ -316,7 +320,9 @@ fn run(cli: Cli) -> Result<i32> {
     // A call in progress at an attach (its exit came without its entry) is the attach's
     // boundary, not a loss: the kernel side counts it apart, the capture notes it, and it is
     // not in `lost_records`.
-    report(sink.trace, totals_only, source, cli.verbose)?;
+    if let Some(trace) = sink.trace {
+        report(trace, totals_only, source, cli.verbose)?;
+    }
     let lost = end.lost;
     if lost.ringbuf_full > 0 {
         eprintln!(
@@ -562,10 +568,11 @@ fn report(
     Ok(())
 }
 
-/// Sends records to the raw dump (or nowhere) and to the capture.
+/// Sends records to the raw dump (or nowhere) and to the capture (none when only the raw
+/// records were asked for).
 struct Tee {
     raw: Box<dyn RecordSink>,
-    trace: CaptureSink<Outputs>,
+    trace: Option<CaptureSink<Outputs>>,
     /// How often to report live predictions (--interval).
     interval: Option<Duration>,
     last_report: Instant,
@@ -580,11 +587,14 @@ const HELD_CHECK: Duration = Duration::from_secs(1);
 impl Tee {
     /// Stops the capture (sets [`STOP`]) once it holds more than --max-held events.
     fn check_held(&mut self) {
+        let Some(trace) = &self.trace else {
+            return;
+        };
         if self.last_held_check.elapsed() < HELD_CHECK {
             return;
         }
         self.last_held_check = Instant::now();
-        let held = self.trace.backlog().held_events;
+        let held = trace.backlog().held_events;
         if held as u64 > self.max_held && !STOP.swap(true, Ordering::Relaxed) {
             eprintln!(
                 "lbf-trace: stopping the capture: it holds {held} events, more than --max-held \
@@ -600,18 +610,23 @@ impl Tee {
 impl RecordSink for Tee {
     fn record(&mut self, record: &lbf_common::Record) -> Result<()> {
         self.raw.record(record)?;
-        self.trace.record(record)
+        match &mut self.trace {
+            Some(t) => t.record(record),
+            None => Ok(()),
+        }
     }
     fn finish(&mut self, lost: &probe::LostCounts) -> Result<()> {
         self.raw.finish(lost)?;
-        self.trace.finish(lost)
+        match &mut self.trace {
+            Some(t) => t.finish(lost),
+            None => Ok(()),
+        }
     }
     fn tick(&mut self) -> Result<()> {
         self.check_held();
-        let Some(interval) = self.interval else {
+        let (Some(interval), Some(trace)) = (self.interval, &mut self.trace) else {
             return Ok(());
         };
-        let trace = &mut self.trace;
         if self.last_report.elapsed() < interval {
             return Ok(());
         }

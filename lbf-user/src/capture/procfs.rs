@@ -54,6 +54,17 @@ pub trait ProcessInspector {
     }
 }
 
+/// Whether process `tgid` has ended: reaped, or a zombie.
+fn has_ended(tgid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{tgid}/stat")) {
+        // The state follows the command name, which may hold spaces and parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => true,
+    }
+}
+
 /// The soname prefix of UCX's protocol library, which MPICH's `ch4:ucx` device maps.
 const UCX_SONAME: &str = "libucp.so";
 
@@ -197,23 +208,44 @@ impl ProcFs {
 
 impl ProcessInspector for ProcFs {
     fn abi(&mut self, tgid: u32) -> Result<Abi, InspectError> {
-        let maps =
-            std::fs::read_to_string(format!("/proc/{tgid}/maps")).map_err(|e| InspectError {
-                tgid,
-                reason: format!("reading /proc/{tgid}/maps: {e}"),
-            })?;
+        // A process that ended has no maps (reaped) or empty ones (a zombie).
+        let ended = || InspectError {
+            tgid,
+            reason: "it had ended before its MPI library could be read from /proc/PID/maps \
+                     (read with the rank's first record, which lbf-trace read later than the \
+                     rank's whole run: a run this short, or a reader this far behind, leaves \
+                     the rank out)"
+                .into(),
+        };
+        let maps = match std::fs::read_to_string(format!("/proc/{tgid}/maps")) {
+            Ok(maps) if maps.is_empty() => return Err(ended()),
+            Ok(maps) => maps,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(ended()),
+            Err(e) => {
+                return Err(InspectError {
+                    tgid,
+                    reason: format!("reading /proc/{tgid}/maps: {e}"),
+                })
+            }
+        };
         let mappings = parse_maps(&maps);
         let (library, mapping) = mappings
             .iter()
             .filter(|m| m.offset == 0)
             .find_map(|m| Some((Library::from_path(&m.path)?, m)))
-            .ok_or_else(|| InspectError {
-                tgid,
-                reason: format!(
-                    "no {} or {} mapped",
-                    Library::OpenMpi.soname(),
-                    Library::Mpich.soname()
-                ),
+            .ok_or_else(|| {
+                // Maps read while the process exited, its memory half torn down.
+                if has_ended(tgid) {
+                    return ended();
+                }
+                InspectError {
+                    tgid,
+                    reason: format!(
+                        "no {} or {} mapped",
+                        Library::OpenMpi.soname(),
+                        Library::Mpich.soname()
+                    ),
+                }
             })?;
         Ok(match library {
             Library::Mpich => Abi::Mpich(Mpich),
@@ -254,6 +286,21 @@ impl ProcessInspector for ProcFs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_that_ended_is_named_as_such() {
+        let reason = |tgid| ProcFs::new().abi(tgid).map(|_| ()).unwrap_err().reason;
+        // A zombie (not reaped yet): empty maps.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        while !has_ended(pid) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(reason(pid).starts_with("it had ended"), "{}", reason(pid));
+        // Reaped: no /proc entry at all.
+        child.wait().unwrap();
+        assert!(reason(pid).starts_with("it had ended"), "{}", reason(pid));
+    }
 
     #[test]
     fn ranks_come_from_either_launcher() {

@@ -260,9 +260,8 @@ fn run(cli: Cli) -> Result<i32> {
         error: None,
     });
     // Asked for neither a trace nor predictions, lbf-trace still captures, and prints what it
-    // saw at the end; unless asked for the raw records only.
-    let totals_only = file.is_none() && live.is_none();
-    let capture = !(totals_only && cli.raw_dump.is_some());
+    // saw at the end (see `report`); unless asked for the raw records only.
+    let capture = file.is_some() || live.is_some() || cli.raw_dump.is_none();
     let trace = capture.then(|| {
         let outputs = Outputs {
             file,
@@ -321,7 +320,7 @@ fn run(cli: Cli) -> Result<i32> {
     // boundary, not a loss: the kernel side counts it apart, the capture notes it, and it is
     // not in `lost_records`.
     if let Some(trace) = sink.trace {
-        report(trace, totals_only, source, cli.verbose)?;
+        report(trace, source, cli.verbose)?;
     }
     let lost = end.lost;
     if lost.ringbuf_full > 0 {
@@ -494,15 +493,11 @@ fn libraries_of(pids: &[u32]) -> Result<Vec<PathBuf>> {
 
 /// Reports what the capture `trace` saw once it has finished: writes the trace file, says
 /// what it could not model, and prints the predictions, or, asked for neither a trace nor
-/// predictions (`totals_only`), each process's totals. A capture of no process is an error
-/// when a trace or predictions were asked for, and a note otherwise.
-fn report(
-    trace: CaptureSink<Outputs>,
-    totals_only: bool,
-    source: Source,
-    verbose: bool,
-) -> Result<()> {
+/// predictions, each process's totals. A capture of no process is an error when a trace or
+/// predictions were asked for, and a note otherwise.
+fn report(trace: CaptureSink<Outputs>, source: Source, verbose: bool) -> Result<()> {
     let (outputs, summary) = trace.into_parts();
+    let totals_only = outputs.file.is_none() && outputs.live.is_none();
     let summary = summary.expect("the capture loop finishes its sink");
     let measured = Summary {
         measured_seconds: summary.measured_seconds,

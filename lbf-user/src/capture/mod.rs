@@ -180,6 +180,29 @@ pub struct ProcStats {
 }
 
 impl ProcStats {
+    /// Adds `other`'s totals to these (every field: a field added to the struct must be
+    /// added here too).
+    pub fn add(&mut self, other: &ProcStats) {
+        let ProcStats {
+            sends,
+            send_bytes,
+            recvs,
+            recv_bytes,
+            collectives,
+            cpu_ns,
+            wait_ns,
+            untimed_cpu_ns,
+        } = *other;
+        self.sends += sends;
+        self.send_bytes += send_bytes;
+        self.recvs += recvs;
+        self.recv_bytes += recv_bytes;
+        self.collectives += collectives;
+        self.cpu_ns += cpu_ns;
+        self.wait_ns += wait_ns;
+        self.untimed_cpu_ns += untimed_cpu_ns;
+    }
+
     fn count(&mut self, cpu_ns: u64, kind: &EventKind, bytes: u64) {
         self.cpu_ns += cpu_ns;
         match *kind {

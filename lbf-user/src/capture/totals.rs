@@ -32,14 +32,7 @@ impl Summary {
                 format!("{}@{}", p.name, p.host)
             };
             row(&mut out, &name, width, s);
-            total.sends += s.sends;
-            total.send_bytes += s.send_bytes;
-            total.recvs += s.recvs;
-            total.recv_bytes += s.recv_bytes;
-            total.collectives += s.collectives;
-            total.cpu_ns += s.cpu_ns;
-            total.wait_ns += s.wait_ns;
-            total.untimed_cpu_ns += s.untimed_cpu_ns;
+            total.add(s);
         }
         if self.procs.len() > 1 {
             row(&mut out, "total", width, &total);

@@ -472,32 +472,30 @@ pub struct TraceRun {
 /// Runs `lbf-trace -o <label>.trace.jsonl ARGS` as one traced run at a time (see [`trace`]).
 pub fn lbf_trace(label: &str, args: &[&str]) -> TraceRun {
     let trace = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{label}.trace.jsonl"));
-    let _ = std::fs::remove_file(&trace);
-    let output = trace.to_str().expect("a UTF-8 path").to_string();
-    run_lbf_trace(&["-o", &output], args, trace)
+    run_lbf_trace(Some(trace), args)
 }
 
 /// Runs `lbf-trace ARGS` asked for neither a trace nor predictions, as one traced run at a
 /// time (see [`trace`]).
 pub fn lbf_trace_without_outputs(args: &[&str]) -> TraceRun {
-    run_lbf_trace(&[], args, PathBuf::new())
+    run_lbf_trace(None, args)
 }
 
-/// Runs `lbf-trace OUTPUT ARGS` at the highest priority (as in [`trace`]), `trace` being
-/// the file OUTPUT names, if any.
-fn run_lbf_trace(output: &[&str], args: &[&str], trace: PathBuf) -> TraceRun {
+/// Runs `lbf-trace [-o TRACE] ARGS` at the highest priority (as in [`trace`]).
+fn run_lbf_trace(trace: Option<PathBuf>, args: &[&str]) -> TraceRun {
     let _one = TRACING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lbf-trace"));
+    if let Some(trace) = &trace {
+        let _ = std::fs::remove_file(trace);
+        command.arg("-o").arg(trace);
+    }
     machine::raise_priority();
-    let o = Command::new(env!("CARGO_BIN_EXE_lbf-trace"))
-        .args(output)
-        .args(args)
-        .output()
-        .expect("running lbf-trace");
+    let o = command.args(args).output().expect("running lbf-trace");
     TraceRun {
         code: o.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-        trace,
+        trace: trace.unwrap_or_default(),
     }
 }
 

@@ -46,7 +46,7 @@
 //! member's last collective seen is the same instance (it can be one apart if the capture
 //! stopped while one member had entered a collective the others had not); this is counted.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use super::ids;
 use super::matching::{CommId, Envelope, Matched, RecvId};
@@ -93,7 +93,7 @@ pub struct Boundary {
 /// The envelopes numbered from an attach, until [`Attached::align`] matches them.
 #[derive(Debug, Default)]
 pub struct Attached {
-    envelopes: HashMap<Envelope, Ends>,
+    envelopes: FxHashMap<Envelope, Ends>,
 }
 
 impl Attached {
@@ -196,9 +196,9 @@ pub type Settled = (u32, u64, EventKind);
 #[derive(Debug, Default)]
 pub struct AttachedCollectives {
     /// Per communicator, per member process, its collectives in order.
-    comms: HashMap<CommId, HashMap<u32, Vec<Part>>>,
+    comms: FxHashMap<CommId, FxHashMap<u32, Vec<Part>>>,
     /// Where the collective a member is in (by its provisional id) is kept.
-    open: HashMap<(u32, CollId), (CommId, usize)>,
+    open: FxHashMap<(u32, CollId), (CommId, usize)>,
 }
 
 impl AttachedCollectives {

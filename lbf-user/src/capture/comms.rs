@@ -13,7 +13,7 @@
 //! Collectives are grouped by call order: the n-th collective call on a communicator by each
 //! member is the same instance ([`ids::collective`]).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use super::ids;
 use super::matching::CommId;
@@ -52,8 +52,8 @@ pub struct Created {
 /// Communicator sizes and creations in progress.
 #[derive(Default)]
 pub struct Comms {
-    sizes: HashMap<CommId, u32>,
-    creations: HashMap<(CommId, u32), Creation>,
+    sizes: FxHashMap<CommId, u32>,
+    creations: FxHashMap<(CommId, u32), Creation>,
 }
 
 impl Comms {

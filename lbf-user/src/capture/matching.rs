@@ -31,7 +31,8 @@
 //! State: a counter per envelope ever used on each side, the receives not yet resolved, and
 //! the local sends not yet received; after an attach, what each envelope's ends did.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeSet, VecDeque};
 
 use super::alignment::{Attached, Boundary};
 use super::call::Status;
@@ -124,7 +125,7 @@ struct Posted {
 }
 
 /// Local sends to one (communicator, destination rank), by (source, tag), oldest first.
-type Mailbox = HashMap<(u32, i32), VecDeque<PendingSend>>;
+type Mailbox = FxHashMap<(u32, i32), VecDeque<PendingSend>>;
 
 /// Matches sends and receives; see the module documentation.
 #[derive(Default)]
@@ -132,15 +133,15 @@ pub struct Matcher {
     next_recv: RecvId,
     next_seq: u64,
     /// Sends so far, per envelope.
-    sent: HashMap<Envelope, u64>,
+    sent: FxHashMap<Envelope, u64>,
     /// Receives resolved so far, per envelope.
-    received: HashMap<Envelope, u64>,
+    received: FxHashMap<Envelope, u64>,
     /// Local sends not yet received, by (communicator, destination rank).
-    mailboxes: HashMap<(CommId, u32), Mailbox>,
+    mailboxes: FxHashMap<(CommId, u32), Mailbox>,
     /// Unresolved receives by (communicator, receiver rank), in posting order.
-    posted: HashMap<(CommId, u32), VecDeque<Posted>>,
+    posted: FxHashMap<(CommId, u32), VecDeque<Posted>>,
     /// Where each unresolved receive is queued.
-    queue_of: HashMap<RecvId, (CommId, u32)>,
+    queue_of: FxHashMap<RecvId, (CommId, u32)>,
     matched: Vec<Matched>,
     /// The world ranks of this capture when it sees only some; `None`: the whole job.
     local_world: Option<BTreeSet<u32>>,

@@ -86,7 +86,8 @@ pub mod source;
 pub mod timeline;
 mod totals;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use lbf_common::{mpi, Record, RecordKind, MEM_BYTES};
 
@@ -252,10 +253,10 @@ pub struct Summary {
 pub struct Capture {
     inspector: Box<dyn ProcessInspector>,
     host: String,
-    procs: HashMap<u32, Process>,
+    procs: FxHashMap<u32, Process>,
     /// Processes that call MPI but could not be inspected, and duplicate ranks.
-    rejected: HashSet<u32>,
-    rank_owner: HashMap<u32, u32>,
+    rejected: FxHashSet<u32>,
+    rank_owner: FxHashMap<u32, u32>,
     /// The ranks this capture is to see when it sees part of the job (one host's, in
     /// cluster mode); `None`: all of `MPI_COMM_WORLD`.
     local_ranks: Option<BTreeSet<u32>>,
@@ -264,18 +265,18 @@ pub struct Capture {
     matcher: Matcher,
     comms: Comms,
     /// Where each pending `RecvEnd` waits: (tgid, slot).
-    recv_slots: HashMap<RecvId, (u32, u64)>,
+    recv_slots: FxHashMap<RecvId, (u32, u64)>,
     /// Where each pending `RecvPost` (of an `MPI_Irecv`) waits: (tgid, slot).
-    post_slots: HashMap<RecvId, (u32, u64)>,
+    post_slots: FxHashMap<RecvId, (u32, u64)>,
     /// When the run started and ended, and when each process started.
     clock: RunClock,
     /// When each process's `MPI_Init` returned, or when it was first seen past it (attached
     /// to a running job): where the model of the process starts.
-    past_init: HashMap<u32, u64>,
+    past_init: FxHashMap<u32, u64>,
     /// The latest `MPI_Finalize` entry: where the model of the job ends.
     last_finalize: Option<u64>,
     /// The `Attach` records of each process not inspected yet: (thread, time, CPU clock).
-    attaches: HashMap<u32, Vec<(u32, u64, u64)>>,
+    attaches: FxHashMap<u32, Vec<(u32, u64, u64)>>,
     /// Collectives of processes attached while running, numbered when the capture ends.
     attached_colls: AttachedCollectives,
     anomalies: BTreeMap<String, u64>,
@@ -287,19 +288,19 @@ impl Capture {
         Capture {
             inspector,
             host: host.into(),
-            procs: HashMap::new(),
-            rejected: HashSet::new(),
-            rank_owner: HashMap::new(),
+            procs: FxHashMap::default(),
+            rejected: FxHashSet::default(),
+            rank_owner: FxHashMap::default(),
             local_ranks: None,
             started: false,
             matcher: Matcher::new(),
             comms: Comms::new(),
-            recv_slots: HashMap::new(),
-            post_slots: HashMap::new(),
+            recv_slots: FxHashMap::default(),
+            post_slots: FxHashMap::default(),
             clock: RunClock::default(),
-            past_init: HashMap::new(),
+            past_init: FxHashMap::default(),
             last_finalize: None,
-            attaches: HashMap::new(),
+            attaches: FxHashMap::default(),
             attached_colls: AttachedCollectives::default(),
             anomalies: BTreeMap::new(),
         }
@@ -339,7 +340,7 @@ impl Capture {
                 }
             }
             Some(RecordKind::Fork | RecordKind::Exec | RecordKind::Syscall) => {}
-            // A pair item is split by the reader (`probe::decode`); never seen here.
+            // A pair item is split by the reader (`probe::reader`); never seen here.
             Some(RecordKind::CallPair) | None => {
                 note(&mut self.anomalies, "record of unknown kind")
             }

@@ -7,7 +7,8 @@
 //! unmatched: from an `MPI_Irecv` to its completion, and from a receive's completion until
 //! its send is seen.
 
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 
 use super::call::Entry;
 use super::eager::EagerLimits;
@@ -77,15 +78,15 @@ pub struct Process {
     /// Which of its sends go by rendezvous.
     pub eager: EagerLimits,
     /// Open calls per thread, innermost last.
-    pub calls: HashMap<u32, Vec<OpenCall>>,
+    pub calls: FxHashMap<u32, Vec<OpenCall>>,
     /// Live request handles.
-    pub requests: HashMap<u64, Request>,
+    pub requests: FxHashMap<u64, Request>,
     /// Communicators other than `MPI_COMM_WORLD`, by local handle.
-    pub comms: HashMap<u64, LocalComm>,
+    pub comms: FxHashMap<u64, LocalComm>,
     /// Communicator creations made so far, per parent.
-    pub creations: HashMap<CommId, u32>,
+    pub creations: FxHashMap<CommId, u32>,
     /// Collectives entered so far, per communicator.
-    pub collectives: HashMap<CommId, u64>,
+    pub collectives: FxHashMap<CommId, u64>,
     /// Whether its `Exit` event is queued; later calls are ignored.
     pub exited: bool,
     /// Whether it was traced from the middle of its run (attached after `MPI_Init`).
@@ -93,10 +94,10 @@ pub struct Process {
     /// Totals over the events handed to the sink.
     pub stats: ProcStats,
     /// CPU clock of each thread at this process's previous event.
-    cpu_base: HashMap<u32, u64>,
+    cpu_base: FxHashMap<u32, u64>,
     /// CPU clock of each thread when tracing began, for a process attached while running,
     /// until the thread's first event.
-    attach_cpu: HashMap<u32, u64>,
+    attach_cpu: FxHashMap<u32, u64>,
     /// CPU clock at the entry of an `MPI_Probe` whose wait the next receive continues.
     wait_start: Option<u64>,
     queue: VecDeque<Slot>,
@@ -111,16 +112,16 @@ impl Process {
             abi,
             rank,
             eager,
-            calls: HashMap::new(),
-            requests: HashMap::new(),
-            comms: HashMap::new(),
-            creations: HashMap::new(),
-            collectives: HashMap::new(),
+            calls: FxHashMap::default(),
+            requests: FxHashMap::default(),
+            comms: FxHashMap::default(),
+            creations: FxHashMap::default(),
+            collectives: FxHashMap::default(),
             exited: false,
             mid_run: false,
             stats: ProcStats::default(),
-            cpu_base: HashMap::new(),
-            attach_cpu: HashMap::new(),
+            cpu_base: FxHashMap::default(),
+            attach_cpu: FxHashMap::default(),
             wait_start: None,
             queue: VecDeque::new(),
             queue_base: 0,

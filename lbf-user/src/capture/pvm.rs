@@ -59,7 +59,8 @@
 //! ([`PvmCapture::expecting`]): then they flow once that many have sent or received (see
 //! [`super::roster`]).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use lbf_common::{pvm, FnReads, GlobalPtr, MemRead, Record, RecordKind};
 
@@ -271,24 +272,24 @@ struct Task {
     /// Something packed since `pvm_initsend` has an unknown size (a string the record could
     /// not hold).
     packed_unknown: bool,
-    calls: HashMap<u32, Vec<Open>>,
+    calls: FxHashMap<u32, Vec<Open>>,
     /// Barriers entered so far, per group.
-    barriers: HashMap<String, u64>,
+    barriers: FxHashMap<String, u64>,
     /// The group server or another process that is never part of the trace.
     excluded: bool,
 }
 
 /// Turns PVM call records into events; see the module documentation.
 pub struct PvmCapture {
-    tasks: HashMap<u32, Task>,
+    tasks: FxHashMap<u32, Task>,
     /// The tasks that sent or received, in order of first message, and their events.
     roster: Roster,
     /// Messages not yet received, per destination task id, in order of sending.
-    queues: HashMap<i32, VecDeque<Pending>>,
+    queues: FxHashMap<i32, VecDeque<Pending>>,
     /// Messages sent so far per (source, destination, tag): the next one's number.
-    sent: HashMap<(i32, i32, i32), u64>,
+    sent: FxHashMap<(i32, i32, i32), u64>,
     /// Messages received so far per (source, destination, tag).
-    received: HashMap<(i32, i32, i32), u64>,
+    received: FxHashMap<(i32, i32, i32), u64>,
     /// Whether other hosts' tasks are captured elsewhere (cluster mode): messages to and from
     /// them keep their ids without their other end here.
     across_hosts: bool,
@@ -297,10 +298,10 @@ pub struct PvmCapture {
     /// talk to it with `pvm_send` too).
     servers: Vec<i32>,
     /// Task ids of each group's members.
-    groups: HashMap<String, Vec<i32>>,
+    groups: FxHashMap<String, Vec<i32>>,
     /// Barriers some members of the group have not entered yet: (group, barrier number) ->
     /// members still to enter.
-    barriers: HashMap<(String, u64), u32>,
+    barriers: FxHashMap<(String, u64), u32>,
     clock: RunClock,
     anomalies: BTreeMap<String, u64>,
     unmatched_recvs: u64,
@@ -310,15 +311,15 @@ impl PvmCapture {
     /// A capture naming `host` as its processes' host.
     pub fn new(host: impl Into<String>) -> Self {
         PvmCapture {
-            tasks: HashMap::new(),
+            tasks: FxHashMap::default(),
             roster: Roster::new(host, LABELS),
-            queues: HashMap::new(),
-            sent: HashMap::new(),
-            received: HashMap::new(),
+            queues: FxHashMap::default(),
+            sent: FxHashMap::default(),
+            received: FxHashMap::default(),
             across_hosts: false,
             servers: Vec::new(),
-            groups: HashMap::new(),
-            barriers: HashMap::new(),
+            groups: FxHashMap::default(),
+            barriers: FxHashMap::default(),
             clock: RunClock::default(),
             anomalies: BTreeMap::new(),
             unmatched_recvs: 0,

@@ -19,7 +19,8 @@
 //! of its messages is still a `Keepalive`). So a long capture holds entries for the running
 //! processes only.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::BTreeMap;
 
 use super::sockets::channels::Role;
 use super::source::Backlog;
@@ -86,7 +87,7 @@ pub struct Roster {
     labels: Labels,
     expected: Option<usize>,
     /// Processes that joined, until they end and their events have all left.
-    procs: HashMap<u32, Proc>,
+    procs: FxHashMap<u32, Proc>,
     /// Members, by id.
     order: Vec<Member>,
     /// The processes as announced; empty until then.
@@ -95,10 +96,10 @@ pub struct Roster {
     touched: Vec<u32>,
     /// The CPU clocks of the threads of processes attached while running, as tracing began,
     /// until their process joins.
-    attach_cpu: HashMap<u32, Vec<(u32, u64)>>,
+    attach_cpu: FxHashMap<u32, Vec<(u32, u64)>>,
     lost_events: u64,
     /// Processes beyond the expected number whose entries were freed.
-    left_out: HashSet<u32>,
+    left_out: FxHashSet<u32>,
 }
 
 impl Roster {
@@ -109,13 +110,13 @@ impl Roster {
             host: host.into(),
             labels,
             expected: None,
-            procs: HashMap::new(),
+            procs: FxHashMap::default(),
             order: Vec::new(),
             announced: Vec::new(),
             touched: Vec::new(),
-            attach_cpu: HashMap::new(),
+            attach_cpu: FxHashMap::default(),
             lost_events: 0,
-            left_out: HashSet::new(),
+            left_out: FxHashSet::default(),
         }
     }
 

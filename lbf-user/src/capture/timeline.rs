@@ -7,7 +7,8 @@
 //! among the process's events; the builder holds its processes' events in timelines of its
 //! own while their messages are matched ([`Timeline::emit_after`]).
 
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 
 use lbf_common::{Record, RecordKind};
 
@@ -37,7 +38,7 @@ pub struct Timeline {
     /// Absolute index of `queue[0]`.
     base: u64,
     /// CPU clock of each thread at this process's previous event.
-    cpu_base: HashMap<u32, u64>,
+    cpu_base: FxHashMap<u32, u64>,
 }
 
 /// A `poll`, `select` or `epoll_wait` (or a run of them) that the next receive continues: the
@@ -170,8 +171,8 @@ pub struct RunClock {
     first_ts: Option<u64>,
     last_ts: u64,
     last_exit_ts: Option<u64>,
-    starts: HashMap<u32, u64>,
-    commands: HashMap<u32, String>,
+    starts: FxHashMap<u32, u64>,
+    commands: FxHashMap<u32, String>,
 }
 
 impl RunClock {

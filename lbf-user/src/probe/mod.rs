@@ -42,6 +42,6 @@ pub use baseline::EmptyProbes;
 pub use child::HeldChild;
 pub use dump::{record_json, JsonLinesSink};
 pub use libraries::{installed as installed_mpi_libraries, mapped_by as mpi_libraries_mapped_by};
-pub use reader::{decode, Drained, RecordReader, RecordSink};
+pub use reader::{Drained, RecordReader, RecordSink};
 pub use session::{run, run_adopting, CaptureEnd};
 pub use tracer::{unix_ns_of, AttachMode, AttachedLibrary, LostCounts, Tracer, TracerOptions};

@@ -37,6 +37,7 @@ pub struct RecordReader {
     epoll: OwnedFd,
     /// Unread bytes from which the kernel side wakes the reader.
     wake_bytes: u64,
+    decoder: Decoder,
 }
 
 /// What one [`RecordReader::drain`] read.
@@ -76,6 +77,7 @@ impl RecordReader {
             ring,
             epoll,
             wake_bytes,
+            decoder: Decoder::default(),
         })
     }
 
@@ -99,9 +101,10 @@ impl RecordReader {
     /// Hands every record now in the buffer to `sink`.
     pub fn drain(&mut self, sink: &mut dyn RecordSink) -> Result<Drained> {
         let mut records = 0;
+        let decoder = &mut self.decoder;
         let bytes = self.ring.drain(|item| {
-            for record in decode(item) {
-                sink.record(&record)?;
+            for record in decoder.decode(item) {
+                sink.record(record)?;
                 records += 1;
             }
             Ok(())
@@ -113,71 +116,100 @@ impl RecordReader {
     }
 }
 
-/// The records in the bytes of a ring buffer item, in order: its one record, or the entry and
-/// the exit record of a [`RecordKind::CallPair`] item ([`PairHead`]). A record may end
-/// anywhere after its head (see [`Record`]): the bytes past its end read as 0. None for an
-/// item shorter than a head (never written by lbf-ebpf).
-pub fn decode(bytes: &[u8]) -> impl Iterator<Item = Record> + '_ {
-    let (first, second) = match pair(bytes) {
-        Some((entry, exit)) => (Some(entry), Some(exit)),
-        None => (one(bytes), None),
-    };
-    first.into_iter().chain(second)
+/// Decodes ring buffer items into two records it keeps, so that an item's records are written
+/// in place once, rather than built and moved: the reader's per-record cost is mostly copies.
+struct Decoder {
+    records: Box<[Record; 2]>,
+    /// Per record, how many of its leading bytes the last item may have left non-zero.
+    dirty: [usize; 2],
 }
 
-/// The entry and the exit record of a [`RecordKind::CallPair`] item; `None` for any other
-/// item, and for one shorter than a [`PairHead`].
-fn pair(bytes: &[u8]) -> Option<(Record, Record)> {
-    if bytes.len() < PAIR_HEAD_BYTES || bytes[..2] != (RecordKind::CallPair as u16).to_ne_bytes() {
-        return None;
+/// Where `Record::mem` starts.
+const MEM_OFFSET: usize = mem::offset_of!(Record, mem);
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Self {
+            // SAFETY: Record is plain old data, for which all zeros is a valid value.
+            records: Box::new(unsafe { mem::zeroed() }),
+            dirty: [0; 2],
+        }
     }
-    // SAFETY: PairHead is plain old data and `bytes` holds one; it may be unaligned.
-    let head: PairHead = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const PairHead) };
-    let rest = &bytes[PAIR_HEAD_BYTES..];
-    let (words, mem) = rest.split_at(rest.len().min(head.arg_words as usize * 8));
-    let mut args = [0u64; ARG_WORDS];
-    for (arg, word) in args.iter_mut().zip(words.chunks_exact(8)) {
-        *arg = u64::from_ne_bytes(word.try_into().expect("8 bytes"));
-    }
-    // SAFETY: Record is plain old data, for which all zeros is a valid value.
-    let blank: Record = unsafe { mem::zeroed() };
-    let entry = Record {
-        kind: RecordKind::CallEntry as u16,
-        fn_id: head.fn_id,
-        tgid: head.tgid,
-        tid: head.tid,
-        ts_ns: head.entry_ts_ns,
-        cpu_ns: head.entry_cpu_ns,
-        args,
-        ..blank
-    };
-    let mut exit = Record {
-        kind: RecordKind::CallExit as u16,
-        mem_len: head.mem_len,
-        ts_ns: head.exit_ts_ns,
-        cpu_ns: head.exit_cpu_ns,
-        args: std::array::from_fn(|i| if i == 0 { head.ret } else { args[i - 1] }),
-        ..entry
-    };
-    let n = mem.len().min(MEM_BYTES);
-    exit.mem[..n].copy_from_slice(&mem[..n]);
-    Some((entry, exit))
 }
 
-/// The record at the start of `bytes`, which may end anywhere after its head; `None` if
-/// `bytes` is shorter than a head.
-fn one(bytes: &[u8]) -> Option<Record> {
-    if bytes.len() < RECORD_HEAD_BYTES {
-        return None;
+impl Decoder {
+    /// The records in the bytes of a ring buffer item, in order: its one record, or the entry
+    /// and the exit record of a [`RecordKind::CallPair`] item ([`PairHead`]). A record may end
+    /// anywhere after its head (see [`Record`]): the bytes past its end read as 0. None for an
+    /// item shorter than a head (never written by lbf-ebpf).
+    fn decode(&mut self, bytes: &[u8]) -> &[Record] {
+        if bytes.len() >= PAIR_HEAD_BYTES
+            && bytes[..2] == (RecordKind::CallPair as u16).to_ne_bytes()
+        {
+            self.pair(bytes);
+            &self.records[..]
+        } else if bytes.len() >= RECORD_HEAD_BYTES {
+            let n = bytes.len().min(mem::size_of::<Record>());
+            self.write(0, 0, &bytes[..n]);
+            &self.records[..1]
+        } else {
+            &[]
+        }
     }
-    let n = bytes.len().min(mem::size_of::<Record>());
-    // SAFETY: Record is plain old data, for which all zeros is a valid value.
-    let mut record: Record = unsafe { mem::zeroed() };
-    // SAFETY: `n` bytes fit both the item and the record.
-    unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), &mut record as *mut Record as *mut u8, n)
-    };
-    Some(record)
+
+    /// Writes a [`RecordKind::CallPair`] item's entry and exit record.
+    fn pair(&mut self, bytes: &[u8]) {
+        // SAFETY: PairHead is plain old data and `bytes` holds one; it may be unaligned.
+        let head: PairHead = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const PairHead) };
+        let rest = &bytes[PAIR_HEAD_BYTES..];
+        let (words, mem) = rest.split_at(rest.len().min(head.arg_words as usize * 8));
+        let mut args = [0u64; ARG_WORDS];
+        for (arg, word) in args.iter_mut().zip(words.chunks_exact(8)) {
+            *arg = u64::from_ne_bytes(word.try_into().expect("8 bytes"));
+        }
+        let [entry, exit] = &mut *self.records;
+        *entry = Record {
+            kind: RecordKind::CallEntry as u16,
+            fn_id: head.fn_id,
+            mem_len: 0,
+            part: 0,
+            tgid: head.tgid,
+            tid: head.tid,
+            ts_ns: head.entry_ts_ns,
+            cpu_ns: head.entry_cpu_ns,
+            args,
+            mem: entry.mem,
+        };
+        *exit = Record {
+            kind: RecordKind::CallExit as u16,
+            mem_len: head.mem_len,
+            ts_ns: head.exit_ts_ns,
+            cpu_ns: head.exit_cpu_ns,
+            args: std::array::from_fn(|i| if i == 0 { head.ret } else { args[i - 1] }),
+            mem: exit.mem,
+            ..*entry
+        };
+        self.write(0, MEM_OFFSET, &[]);
+        self.write(1, MEM_OFFSET, &mem[..mem.len().min(MEM_BYTES)]);
+    }
+
+    /// Copies `bytes` into record `i` from byte `at` on, and zeroes what the last item wrote
+    /// past their end.
+    fn write(&mut self, i: usize, at: usize, bytes: &[u8]) {
+        // SAFETY: Record is plain old data: any bytes are a valid value, and it has no padding.
+        let record = unsafe {
+            std::slice::from_raw_parts_mut(
+                &mut self.records[i] as *mut Record as *mut u8,
+                mem::size_of::<Record>(),
+            )
+        };
+        let end = at + bytes.len();
+        record[at..end].copy_from_slice(bytes);
+        if self.dirty[i] > end {
+            record[end..self.dirty[i]].fill(0);
+        }
+        self.dirty[i] = end;
+    }
 }
 
 #[cfg(test)]
@@ -193,20 +225,41 @@ mod tests {
         head
     }
 
+    /// A decoder whose records the items before were written all over (0xee): what it decodes
+    /// next must not show any of it.
+    fn dirtied() -> Decoder {
+        let mut decoder = Decoder::default();
+        let mut item = head(RecordKind::CallExit, 0xee);
+        item.resize(mem::size_of::<Record>(), 0xee);
+        assert_eq!(decoder.decode(&item).len(), 1);
+        let mut pair = pair_head(ARG_WORDS as u16);
+        pair.resize(PAIR_HEAD_BYTES + 8 * ARG_WORDS + MEM_BYTES, 0xee);
+        assert_eq!(decoder.decode(&pair).len(), 2);
+        decoder
+    }
+
+    /// The records of `item`, decoded after [`dirtied`] items.
+    fn decode(item: &[u8]) -> Vec<Record> {
+        dirtied().decode(item).to_vec()
+    }
+
     #[test]
     fn items_cut_after_the_head_or_a_short_read_decode_with_zeros_past_their_end() {
         let mut item = head(RecordKind::CallExit, 0xff);
         item.extend([0xff; SHORT_MEM_BYTES]);
         item[4..6].copy_from_slice(&4u16.to_ne_bytes());
-        let r = decode(&item).next().expect("a record");
+        let r = decode(&item)[0];
         assert_eq!(r.kind, RecordKind::CallExit as u16);
         assert_eq!(r.mem_len, 4);
         assert_eq!(r.args, [u64::MAX; 8]);
         assert!(r.mem[..SHORT_MEM_BYTES].iter().all(|&b| b == 0xff));
         assert!(r.mem[SHORT_MEM_BYTES..].iter().all(|&b| b == 0));
-        assert_eq!(decode(&item).count(), 1);
-        assert_eq!(decode(&item[..RECORD_HEAD_BYTES]).count(), 1);
-        assert_eq!(decode(&item[..RECORD_HEAD_BYTES - 1]).count(), 0);
+        assert_eq!(decode(&item).len(), 1);
+        let cut = decode(&item[..RECORD_HEAD_BYTES]);
+        assert_eq!(cut.len(), 1);
+        assert_eq!(cut[0].args, [u64::MAX; ARG_WORDS]);
+        assert!(cut[0].mem.iter().all(|&b| b == 0));
+        assert!(decode(&item[..RECORD_HEAD_BYTES - 1]).is_empty());
     }
 
     /// The bytes of a pair item's head: `fn_id` 9, `mem_len` 4, `arg_words` `words`, tgid 1,
@@ -242,7 +295,7 @@ mod tests {
                 item.extend((100 + w).to_ne_bytes());
             }
             item.extend([3; SHORT_MEM_BYTES]);
-            let records: Vec<Record> = decode(&item).collect();
+            let records = decode(&item);
             assert_eq!(records.len(), 2);
             let (entry, exit) = (&records[0], &records[1]);
             assert_eq!(entry.kind, RecordKind::CallEntry as u16);
@@ -268,12 +321,12 @@ mod tests {
     fn cut_pair_items_decode_with_zeros_and_other_kinds_are_no_pairs() {
         let mut item = pair_head(ARG_WORDS as u16);
         item.extend(7u64.to_ne_bytes());
-        let records: Vec<Record> = decode(&item).collect();
+        let records = decode(&item);
         assert_eq!(records.len(), 2);
         assert_eq!(records[0].args, [7, 0, 0, 0, 0, 0, 0, 0]);
-        assert!(decode(&item[..PAIR_HEAD_BYTES - 1]).next().is_none());
+        assert!(decode(&item[..PAIR_HEAD_BYTES - 1]).is_empty());
         let mut single = head(RecordKind::CallEntry, 1);
         single.extend(pair_head(4));
-        assert_eq!(decode(&single).count(), 1);
+        assert_eq!(decode(&single).len(), 1);
     }
 }

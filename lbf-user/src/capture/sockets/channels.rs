@@ -25,7 +25,8 @@
 //! same [`Channels`]. There the ends finish apart ([`Channels::end_done`]): the sender's once
 //! its node has delivered every send it made on the direction, the receiver's likewise.
 
-use std::collections::{HashMap, VecDeque};
+use rustc_hash::FxHashMap;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 
 use crate::event::{EventKind, MsgId};
@@ -226,8 +227,8 @@ struct Datagrams {
 /// Every channel's state and the message id counter.
 #[derive(Debug, Default)]
 pub struct Channels {
-    streams: HashMap<(Endpoint, Endpoint), Stream>,
-    datagrams: HashMap<Endpoint, Datagrams>,
+    streams: FxHashMap<(Endpoint, Endpoint), Stream>,
+    datagrams: FxHashMap<Endpoint, Datagrams>,
     next_msg: MsgId,
 }
 

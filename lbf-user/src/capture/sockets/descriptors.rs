@@ -9,7 +9,7 @@
 //! closes all of its descriptors. Only descriptors whose socket is identified hold anything:
 //! one not looked up yet, or no socket, holds nothing.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use super::channels::Channel;
 use super::resolve::SocketChannels;
@@ -42,8 +42,8 @@ impl Fd {
 /// Every traced process's known descriptors, and the number of them holding each channel.
 #[derive(Debug, Default)]
 pub struct Descriptors {
-    fds: HashMap<(u32, i32), Fd>,
-    holders: HashMap<Channel, usize>,
+    fds: FxHashMap<(u32, i32), Fd>,
+    holders: FxHashMap<Channel, usize>,
 }
 
 impl Descriptors {

@@ -60,7 +60,8 @@ pub mod resolve;
 pub mod sock_diag;
 pub mod syscall;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::BTreeMap;
 
 use lbf_common::{Record, RecordKind};
 
@@ -99,17 +100,17 @@ pub struct SocketCapture {
     /// Running processes traced since they started (forked or exec'd under the tracer):
     /// every socket they hold was made by a recorded call, so their other descriptors need
     /// no lookup. Descriptors of processes attached later are looked up on first use.
-    born: HashSet<u32>,
+    born: FxHashSet<u32>,
     /// The processes that used a socket, in order of first use, and their events.
     roster: Roster,
     /// Per process, the `poll`-like wait its next receive continues.
-    waits: HashMap<u32, Wait>,
+    waits: FxHashMap<u32, Wait>,
     /// Names of the processes that made a recorded call, for the note when none used a
     /// socket: the running ones, and those that ended before any process used a socket.
     seen: BTreeMap<u32, String>,
     channels: Channels,
     /// Token of a send or receive -> (tgid, slot).
-    tokens: HashMap<u64, (u32, u64)>,
+    tokens: FxHashMap<u64, (u32, u64)>,
     next_token: u64,
     clock: RunClock,
     anomalies: BTreeMap<String, u64>,
@@ -120,13 +121,13 @@ pub struct SocketCapture {
     unmatched_recvs: u64,
     /// Per thread id, a `sendmmsg`/`recvmmsg` whose next part's record is still to come, with
     /// its process.
-    held: HashMap<u32, (u32, syscall::Decoded)>,
+    held: FxHashMap<u32, (u32, syscall::Decoded)>,
     /// Whether TCP connections between hosts are left to be matched where both ends meet
     /// (see [`SocketCapture::matching_between_hosts`]).
     between_hosts: bool,
     /// The ends of such connections identified here, with the bytes they moved so far, until
     /// no descriptor holds them.
-    ends: HashMap<(Direction, Role), u64>,
+    ends: FxHashMap<(Direction, Role), u64>,
     /// Ends closed since the last record, to tell the sink.
     closed: Vec<EndClosed>,
 }
@@ -137,21 +138,21 @@ impl SocketCapture {
         SocketCapture {
             resolver,
             fds: Descriptors::default(),
-            born: HashSet::new(),
+            born: FxHashSet::default(),
             roster: Roster::new(host, LABELS),
-            waits: HashMap::new(),
+            waits: FxHashMap::default(),
             seen: BTreeMap::new(),
             channels: Channels::new(),
-            tokens: HashMap::new(),
+            tokens: FxHashMap::default(),
             next_token: 0,
             clock: RunClock::default(),
             anomalies: BTreeMap::new(),
             other_families: BTreeMap::new(),
             unmatched_sends: 0,
             unmatched_recvs: 0,
-            held: HashMap::new(),
+            held: FxHashMap::default(),
             between_hosts: false,
-            ends: HashMap::new(),
+            ends: FxHashMap::default(),
             closed: Vec::new(),
         }
     }

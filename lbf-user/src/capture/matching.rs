@@ -266,8 +266,8 @@ impl Matcher {
     }
 
     /// Takes the pairs matched since the last call.
-    pub fn take_matched(&mut self) -> Vec<Matched> {
-        std::mem::take(&mut self.matched)
+    pub fn drain_matched(&mut self) -> std::vec::Drain<'_, Matched> {
+        self.matched.drain(..)
     }
 
     /// Matches the receives of the envelopes numbered from an attach (see [`alignment`](super::alignment));
@@ -295,10 +295,21 @@ impl Matcher {
 
     /// Resolves what can be resolved among the receives of one (communicator, rank).
     fn try_match(&mut self, queue_key: (CommId, u32)) {
-        let Some(mut queue) = self.posted.remove(&queue_key) else {
+        // Taken out while `self` resolves, and put back after: an emptied queue or mailbox
+        // stays, keeping its allocation for the next messages of this (communicator, rank).
+        let Some(mut queue) = self
+            .posted
+            .get_mut(&queue_key)
+            .filter(|q| !q.is_empty())
+            .map(std::mem::take)
+        else {
             return;
         };
-        let mut mailbox = self.mailboxes.remove(&queue_key).unwrap_or_default();
+        let mut mailbox = self
+            .mailboxes
+            .get_mut(&queue_key)
+            .map(std::mem::take)
+            .unwrap_or_default();
         // Patterns of earlier receives still unresolved: a later receive must not take a
         // message one of them could take first.
         let mut blockers: Vec<Pattern> = Vec::new();
@@ -391,12 +402,8 @@ impl Matcher {
                 }
             }
         }
-        if !queue.is_empty() {
-            self.posted.insert(queue_key, queue);
-        }
-        if !mailbox.is_empty() {
-            self.mailboxes.insert(queue_key, mailbox);
-        }
+        self.posted.insert(queue_key, queue);
+        self.mailboxes.insert(queue_key, mailbox);
     }
 }
 
@@ -461,7 +468,8 @@ mod tests {
     }
 
     fn pairs(m: &mut Matcher) -> Vec<(RecvId, MsgId)> {
-        m.take_matched()
+        m.drain_matched()
+            .collect::<Vec<_>>()
             .into_iter()
             .map(|x| (x.recv, x.msg))
             .collect()
@@ -555,7 +563,7 @@ mod tests {
         m.only_ranks(BTreeSet::from([1]));
         let r = m.post(pattern(1, Some(0), Some(0)));
         m.complete(r, None, 0);
-        let got = m.take_matched();
+        let got = m.drain_matched().collect::<Vec<_>>();
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].bytes, None, "no status, no local send: size unknown");
         assert_eq!(got[0].msg, ids::message(&env(0, 1, 0), 0));

@@ -280,6 +280,8 @@ pub struct Capture {
     /// Collectives of processes attached while running, numbered when the capture ends.
     attached_colls: AttachedCollectives,
     anomalies: BTreeMap<String, u64>,
+    /// The processes a record gave events to, kept to save an allocation per record.
+    touched: Vec<u32>,
 }
 
 impl Capture {
@@ -303,6 +305,7 @@ impl Capture {
             attaches: FxHashMap::default(),
             attached_colls: AttachedCollectives::default(),
             anomalies: BTreeMap::new(),
+            touched: Vec::new(),
         }
     }
 
@@ -345,7 +348,9 @@ impl Capture {
                 note(&mut self.anomalies, "record of unknown kind")
             }
         }
-        let mut touched = vec![rec.tgid];
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.clear();
+        touched.push(rec.tgid);
         self.settle_matched(&mut touched);
         if !self.started {
             let all_past_init = self
@@ -362,19 +367,20 @@ impl Capture {
             if all_past_init && all_seen {
                 self.start(sink);
             }
-            return;
-        }
-        for tgid in touched {
-            if let Some(p) = self.procs.get_mut(&tgid) {
-                p.flush(sink);
+        } else {
+            for tgid in &touched {
+                if let Some(p) = self.procs.get_mut(tgid) {
+                    p.flush(sink);
+                }
             }
         }
+        self.touched = touched;
     }
 
     /// Fills the `RecvEnd`s of the receives the matcher matched since the last call; adds
     /// their processes to `touched`.
     fn settle_matched(&mut self, touched: &mut Vec<u32>) {
-        for m in self.matcher.take_matched() {
+        for m in self.matcher.drain_matched() {
             if let Some((tgid, slot)) = self.post_slots.remove(&m.recv) {
                 if let Some(p) = self.procs.get_mut(&tgid) {
                     p.fill(slot, EventKind::RecvPost { msg: m.msg }, 0);

@@ -20,9 +20,13 @@ const KIND_DATASEC: u32 = 15;
 const KIND_DECL_TAG: u32 = 17;
 const KIND_ENUM64: u32 = 19;
 
-/// Struct members by struct name: `(member name, byte offset)`.
+/// The structs whose members are looked up: the kernel has some ten thousand, and keeping
+/// only these makes the parse a scan without allocations (it runs at every start).
+const WANTED: [&str; 2] = ["task_struct", "sched_entity"];
+
+/// Members of the [`WANTED`] structs by struct name: `(member name, byte offset)`.
 pub struct Btf {
-    structs: HashMap<String, Vec<(String, u32)>>,
+    structs: HashMap<&'static str, Vec<(String, u32)>>,
 }
 
 impl Btf {
@@ -60,11 +64,11 @@ impl Btf {
         let str_off = u32_at(16)? as usize;
         let types = hdr_len + type_off;
         let strings = hdr_len + str_off;
-        let name = |off: u32| -> String {
+        let name = |off: u32| -> &[u8] {
             let start = strings + off as usize;
             let bytes = data.get(start..).unwrap_or(&[]);
             let end = bytes.iter().position(|&b| b == 0).unwrap_or(0);
-            String::from_utf8_lossy(&bytes[..end]).into_owned()
+            &bytes[..end]
         };
         let mut structs = HashMap::new();
         let mut pos = types;
@@ -81,7 +85,10 @@ impl Btf {
                 KIND_ENUM | KIND_FUNC_PROTO => vlen * 8,
                 _ => 0,
             };
-            if kind == KIND_STRUCT {
+            let wanted = (kind == KIND_STRUCT)
+                .then(|| WANTED.iter().find(|w| w.as_bytes() == name(name_off)))
+                .flatten();
+            if let Some(&strukt) = wanted {
                 let mut members = Vec::with_capacity(vlen);
                 for i in 0..vlen {
                     let m = pos + i * 12;
@@ -91,9 +98,10 @@ impl Btf {
                     } else {
                         bits
                     };
-                    members.push((name(u32_at(m)?), bits / 8));
+                    let member = String::from_utf8_lossy(name(u32_at(m)?)).into_owned();
+                    members.push((member, bits / 8));
                 }
-                structs.entry(name(name_off)).or_insert(members);
+                structs.entry(strukt).or_insert(members);
             }
             pos += extra;
         }

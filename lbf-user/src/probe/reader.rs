@@ -48,6 +48,8 @@ pub struct Drained {
     /// Whether the reader is behind: it read at least as many bytes as make the kernel side
     /// wake it. The capture loop then drains again at once rather than wait.
     pub behind: bool,
+    /// `Exit` records among them: a traced process ended, maybe the last one.
+    pub exits: u64,
 }
 
 impl RecordReader {
@@ -100,18 +102,20 @@ impl RecordReader {
 
     /// Hands every record now in the buffer to `sink`.
     pub fn drain(&mut self, sink: &mut dyn RecordSink) -> Result<Drained> {
-        let mut records = 0;
+        let (mut records, mut exits) = (0, 0);
         let decoder = &mut self.decoder;
         let bytes = self.ring.drain(|item| {
             for record in decoder.decode(item) {
                 sink.record(record)?;
                 records += 1;
+                exits += u64::from(record.kind == RecordKind::Exit as u16);
             }
             Ok(())
         })?;
         Ok(Drained {
             records,
             behind: bytes >= self.wake_bytes,
+            exits,
         })
     }
 }

@@ -19,6 +19,10 @@ use super::{procfs, LostCounts, RecordReader, RecordSink, Tracer};
 const POLL: Duration = Duration::from_millis(10);
 /// How often the traced set is checked for ended processes.
 const LIVENESS: Duration = Duration::from_millis(200);
+/// How long after an `Exit` record the traced set is checked at every wake-up instead: the
+/// kernel side takes an ended process out of it, so the capture ends within a [`POLL`] of the
+/// last one's end rather than up to a [`LIVENESS`] interval later.
+const AFTER_EXIT: Duration = Duration::from_millis(100);
 
 /// How a capture ended.
 #[derive(Clone, Copy, Debug)]
@@ -59,6 +63,7 @@ pub fn run_adopting(
 ) -> Result<CaptureEnd> {
     let mut records = 0;
     let mut last_check = Instant::now();
+    let mut exited_at = None;
     let stopped = loop {
         // Before the ring buffer's records: none of a thread seeded since can precede its own.
         for attach in tracer.take_attached() {
@@ -67,6 +72,9 @@ pub fn run_adopting(
         }
         let drained = reader.drain(sink)?;
         records += drained.records;
+        if drained.exits > 0 {
+            exited_at = Some(Instant::now());
+        }
         if !drained.behind {
             reader.wait(POLL)?;
         }
@@ -74,7 +82,8 @@ pub fn run_adopting(
         if stop.load(Ordering::Relaxed) {
             break true;
         }
-        if last_check.elapsed() >= LIVENESS {
+        let after_exit = exited_at.is_some_and(|t: Instant| t.elapsed() < AFTER_EXIT);
+        if after_exit || last_check.elapsed() >= LIVENESS {
             last_check = Instant::now();
             adopt(tracer)?;
             if !any_traced_alive(tracer)? {

@@ -10,6 +10,7 @@ use anyhow::{bail, ensure, Context, Result};
 use aya::{
     maps::{Array, HashMap, Map, MapData, PerCpuArray},
     programs::{
+        trace_point::TracePointLink,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
         BtfTracePoint, TracePoint, UProbe,
     },
@@ -145,6 +146,20 @@ pub struct Tracer {
     attached: Vec<Record>,
     /// Size of the record ring buffer in bytes.
     ring_bytes: u32,
+    /// The tracepoint links, detached side by side when the tracer is dropped: each detach
+    /// waits for an RCU grace period (some 75 ms here), which one after the other made up
+    /// most of the time between the traced command's end and lbf-trace's.
+    tracepoint_links: Vec<TracePointLink>,
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        std::thread::scope(|scope| {
+            for link in self.tracepoint_links.drain(..) {
+                scope.spawn(move || drop(link));
+            }
+        });
+    }
 }
 
 impl Tracer {
@@ -168,6 +183,7 @@ impl Tracer {
             prog.attach()
                 .with_context(|| format!("attaching to BTF tracepoint {name}"))?;
         }
+        let mut tracepoint_links = Vec::new();
         for (category, name) in [
             ("sched", "sched_process_exec"),
             ("sched", "sched_process_exit"),
@@ -175,8 +191,10 @@ impl Tracer {
             let prog: &mut TracePoint = program(&mut ebpf, name)?;
             prog.load()
                 .with_context(|| format!("verifying eBPF program {name}"))?;
-            prog.attach(category, name)
+            let link = prog
+                .attach(category, name)
                 .with_context(|| format!("attaching to tracepoint {category}/{name}"))?;
+            tracepoint_links.push(prog.take_link(link)?);
         }
         let mode = AttachMode::detect()?;
         let (enter, exit) = mode.programs();
@@ -191,6 +209,7 @@ impl Tracer {
             libraries: Vec::new(),
             attached: Vec::new(),
             ring_bytes: ring,
+            tracepoint_links,
         })
     }
 

@@ -8,6 +8,13 @@
 
 /// The ring buffer of [`crate::Record`]s. Its size is set by user space before loading.
 pub const EVENTS: &str = "EVENTS";
+/// A small ring buffer of `u32` tgids, one per `MPI_Init` or `MPI_Init_thread` entry of a
+/// traced process, each waking its reader: user space inspects the process (its MPI library,
+/// its rank) while it is surely alive, instead of when the capture reaches its records, which
+/// may be after a short-lived rank has ended.
+pub const INIT_NOTICES: &str = "INIT_NOTICES";
+/// Bytes of [`INIT_NOTICES`]: room for 1024 notices (8-byte header, `u32` padded to 8).
+pub const INIT_NOTICES_BYTES: u32 = 16 << 10;
 /// Traced thread group ids (`u32` tgid -> `u8` 1). User space seeds it; forks extend it.
 pub const TRACED: &str = "TRACED";
 /// A command name (`[u8; COMM_BYTES]`, NUL-padded; all zero: none) whose processes the kernel

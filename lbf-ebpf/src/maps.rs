@@ -7,7 +7,7 @@ use aya_ebpf::{
 };
 use lbf_common::{
     counter,
-    maps::{KernelOffsets, ThreadState, COMM_BYTES, MAX_LIBS, MAX_TRACED},
+    maps::{KernelOffsets, ThreadState, COMM_BYTES, INIT_NOTICES_BYTES, MAX_LIBS, MAX_TRACED},
     FnReads, MAX_FNS,
 };
 
@@ -20,6 +20,10 @@ pub static ADOPT_COMM: Array<[u8; COMM_BYTES]> = Array::with_max_entries(1, 0);
 /// Records for user space. User space sets the size before loading; this is a placeholder.
 #[map]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// `MPI_Init` notices (`lbf_common::maps::INIT_NOTICES`).
+#[map]
+pub static INIT_NOTICES: RingBuf = RingBuf::with_byte_size(INIT_NOTICES_BYTES, 0);
 
 /// Traced thread group ids.
 #[map]

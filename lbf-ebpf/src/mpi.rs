@@ -22,22 +22,27 @@
 //! instead of two (some 20 ns less per call here). Whatever else the thread records first
 //! (a call inside this one, a system call, its end) writes the deferred entry record before
 //! it, so every thread's records stay in order (see `record::write_deferred_entry`).
+//!
+//! The entry of `MPI_Init` or `MPI_Init_thread` also writes the process id to a small ring
+//! buffer of its own, waking its reader at once (`lbf_common::maps::INIT_NOTICES`): user space
+//! inspects the process then, while it surely lives, rather than when its records are read.
 
 use core::{ffi::c_void, mem::MaybeUninit};
 
 use aya_ebpf::{
+    bindings::BPF_RB_FORCE_WAKEUP,
     helpers::gen::{bpf_get_attach_cookie, bpf_get_func_ip, bpf_probe_read_user},
     programs::{ProbeContext, RetProbeContext},
 };
 use lbf_common::{
     counter,
     maps::{CallInFlight, DeferredEntry, ThreadState, MAX_NESTED},
-    mpi::{split_cookie, Cookie, MAX_ARGS},
+    mpi::{self, split_cookie, Cookie, MAX_ARGS},
     RecordKind, ARG_WORDS,
 };
 
 use crate::{
-    maps::{count, fn_reads, thread_state},
+    maps::{count, fn_reads, thread_state, INIT_NOTICES},
     record::{clock_at, stamp_now, write_deferred_entry, Draft, Mem, PairDraft, UserRead},
 };
 
@@ -147,6 +152,14 @@ fn on_entry(ctx: *mut c_void) {
     enter(ctx, state, &cookie, call, &args);
 }
 
+/// Tells user space that process `tgid` entered `MPI_Init` (see
+/// `lbf_common::maps::INIT_NOTICES`) and wakes it. A full ring drops the notice: user space
+/// then inspects the process when it reaches its records, as it does processes attached to.
+#[inline(always)]
+fn notice_init(tgid: u32) {
+    let _ = INIT_NOTICES.output(&(tgid as u64), BPF_RB_FORCE_WAKEUP as u64);
+}
+
 /// Keeps `args` as the thread's call in flight (the function the probe's `cookie` names) and
 /// writes its entry record, or defers it to the return (see the module documentation).
 #[inline(always)]
@@ -160,6 +173,9 @@ fn enter(
     // A call made inside a call in flight: the outer call's entry record comes first.
     write_deferred_entry(state);
     push_call(state, call.fn_id, args);
+    if call.fn_id == mpi::INIT || call.fn_id == mpi::INIT_THREAD {
+        notice_init(call.tgid);
+    }
     let read = UserRead::or_none(
         fn_reads(cookie.slot, call.fn_id)
             .and_then(|r| UserRead::plan(&r.entry, &r.global, args, || func_ip(ctx))),

@@ -4,19 +4,21 @@
 //! in that is within 10 % of its run time. Messages sent by rendezvous: the capture flags
 //! exactly the sends that waited for their receive (the libraries' eager limits, by default
 //! and as configured), ties them to their receives; traces on one core and on two predict
-//! alike, and each predicts the run on the other. Needs root; skips otherwise.
+//! alike, and each predicts the run on the other. Ranks that end before lbf-trace's reader
+//! reaches their records are captured all the same. Needs root; skips otherwise.
 
 mod traced;
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use lbf::capture::eager::{EagerLimits, Route, SendMode};
 use lbf::capture::procfs::ProcFs;
 use lbf::capture::{Capture, CaptureSink, EventLog};
 use lbf::event::{Event, EventKind};
 use traced::{
-    can_trace, check_accounts, check_prediction, check_what_if, first_start,
-    lbf_trace_without_outputs, parse_checks, predict_on, probe_mpi, timed, trace,
+    can_trace, check_accounts, check_prediction, check_trace_file, check_what_if, first_start,
+    lbf_trace_during, lbf_trace_without_outputs, parse_checks, predict_on, probe_mpi, timed, trace,
     workload_built_by, Measured, Mpi, Setup, Traced,
 };
 
@@ -368,4 +370,136 @@ fn without_outputs_lbf_trace_prints_each_ranks_totals_mpich() {
 #[test]
 fn without_outputs_lbf_trace_prints_each_ranks_totals_openmpi() {
     check_totals_table(Mpi::OpenMpi);
+}
+
+/// A job whose ranks end before lbf-trace reads any of their records is captured whole: each
+/// rank was inspected when it entered `MPI_Init` (`probe::InitWatch`), not when the reader got
+/// to it, by which time its `/proc` entry was gone. lbf-trace's reader (its main thread) is
+/// held stopped with ptrace from before the job starts until the job has ended, while its
+/// other threads run.
+fn check_ranks_ending_before_the_reader(mpi: Mpi) {
+    if !can_trace() {
+        return;
+    }
+    let bin = workload_built_by(&format!("mpicc.{}", mpi.name()), "mpi", "ring", &[]);
+    let job = mpi.launch(2, &bin.display().to_string(), "200 0", Setup::default());
+    let command = format!("sleep 1; {job}");
+    let label = format!("late-reader-{}", mpi.name());
+    let run = lbf_trace_during(&label, &["--", "sh", "-c", &command], |lbf_trace| {
+        // Released by lbf-trace (which starts it held) once it exec'd the shell, which then
+        // sleeps a second before it starts the job.
+        let shell = wait_for(
+            || child_of(lbf_trace).filter(|&c| comm(c).as_deref() == Some("sh")),
+            "lbf-trace's command",
+        );
+        assert!(
+            thread_named(lbf_trace, "lbf-init-watch"),
+            "no MPI_Init watch"
+        );
+        let reader = Stopped::new(lbf_trace);
+        // The shell ends with the job; lbf-trace, stopped, cannot reap it.
+        wait_for(|| has_ended(shell).then_some(()), "the end of the job");
+        drop(reader);
+    });
+    check_trace_file(&run, 2);
+}
+
+#[test]
+fn ranks_ending_before_the_reader_are_captured_mpich() {
+    check_ranks_ending_before_the_reader(Mpi::Mpich);
+}
+
+#[test]
+fn ranks_ending_before_the_reader_are_captured_openmpi() {
+    check_ranks_ending_before_the_reader(Mpi::OpenMpi);
+}
+
+/// Polls `found` every 10 ms until it gives something, for at most a minute.
+fn wait_for<T>(mut found: impl FnMut() -> Option<T>, what: &str) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(t) = found() {
+            return t;
+        }
+        assert!(Instant::now() < deadline, "waited a minute for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether process `pid` has a thread named `name`.
+fn thread_named(pid: u32, name: &str) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
+        tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .any(|comm| comm.trim_end() == name)
+    })
+}
+
+/// Process `pid`'s command name.
+fn comm(pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(comm.trim_end().to_string())
+}
+
+/// The fields of `/proc/PID/stat` after the command name: state, parent, ...
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(String::from).collect())
+}
+
+/// A child of process `parent`, if it has one.
+fn child_of(parent: u32) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .find(|&pid| stat_fields(pid).is_some_and(|f| f[1] == parent.to_string()))
+}
+
+/// Whether process `pid` has ended: a zombie, or gone.
+fn has_ended(pid: u32) -> bool {
+    stat_fields(pid).is_none_or(|f| f[0] == "Z")
+}
+
+/// A thread held in a ptrace stop (`PTRACE_SEIZE` + `PTRACE_INTERRUPT`) until dropped; the
+/// other threads of its process run on.
+struct Stopped(libc::pid_t);
+
+impl Stopped {
+    fn new(tid: u32) -> Self {
+        let tid = tid as libc::pid_t;
+        let null = std::ptr::null_mut::<libc::c_void>();
+        let last_error = std::io::Error::last_os_error;
+        // SAFETY: ptrace and waitpid on a thread of a process this test started.
+        unsafe {
+            assert_eq!(
+                libc::ptrace(libc::PTRACE_SEIZE, tid, null, null),
+                0,
+                "{}",
+                last_error()
+            );
+            assert_eq!(
+                libc::ptrace(libc::PTRACE_INTERRUPT, tid, null, null),
+                0,
+                "{}",
+                last_error()
+            );
+            let mut status = 0;
+            assert_eq!(
+                libc::waitpid(tid, &mut status, libc::__WALL),
+                tid,
+                "{}",
+                last_error()
+            );
+        }
+        Self(tid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let null = std::ptr::null_mut::<libc::c_void>();
+        // SAFETY: detaches the thread this value stopped.
+        unsafe { libc::ptrace(libc::PTRACE_DETACH, self.0, null, null) };
+    }
 }

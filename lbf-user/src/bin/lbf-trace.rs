@@ -18,7 +18,9 @@ use lbf::capture::{procfs::ProcFs, Capture, CaptureSink, EventSink, Library};
 use lbf::config::TargetArgs;
 use lbf::event::{Event, ProcInfo};
 use lbf::predict_live::LivePredictor;
-use lbf::probe::{self, AttachMode, HeldChild, JsonLinesSink, RecordSink, Tracer, TracerOptions};
+use lbf::probe::{
+    self, AttachMode, HeldChild, InitWatch, JsonLinesSink, RecordSink, Tracer, TracerOptions,
+};
 use lbf::report::{add_teardown, table, warnings};
 use lbf::trace::{Header, Summary, TraceWriter};
 use std::time::{Duration, Instant};
@@ -262,6 +264,11 @@ fn run(cli: Cli) -> Result<i32> {
     // Asked for neither a trace nor predictions, lbf-trace still captures, and prints what it
     // saw at the end (see `report`); unless asked for the raw records only.
     let capture = file.is_some() || live.is_some() || cli.raw_dump.is_none();
+    // An MPI rank is inspected when it enters MPI_Init, however far behind the reader is.
+    let procfs = ProcFs::new();
+    let init_watch = (capture && source == Source::Mpi)
+        .then(|| tracer.watch_inits(procfs.prefetcher()))
+        .transpose()?;
     let trace = capture.then(|| {
         let outputs = Outputs {
             file,
@@ -276,9 +283,7 @@ fn run(cli: Cli) -> Result<i32> {
             Source::Pvm => {
                 CaptureSink::new(PvmCapture::new(hostname()).expecting(expected), outputs)
             }
-            Source::Mpi => {
-                CaptureSink::new(Capture::new(Box::new(ProcFs::new()), hostname()), outputs)
-            }
+            Source::Mpi => CaptureSink::new(Capture::new(Box::new(procfs), hostname()), outputs),
         }
     });
     let mut sink = Tee {
@@ -316,6 +321,9 @@ fn run(cli: Cli) -> Result<i32> {
     let cpu_before = own_cpu_seconds();
     let end = probe::run(&mut tracer, &mut reader, &mut sink, &STOP)?;
     let capture_cpu = own_cpu_seconds() - cpu_before;
+    if let Some(Err(e)) = init_watch.map(InitWatch::finish) {
+        eprintln!("lbf-trace: warning: {e:#}");
+    }
     // A call in progress at an attach (its exit came without its entry) is the attach's
     // boundary, not a loss: the kernel side counts it apart, the capture notes it, and it is
     // not in `lost_records`.

@@ -333,6 +333,7 @@ impl Capture {
             }
             Some(RecordKind::Exit) => {
                 self.attaches.remove(&rec.tgid);
+                self.inspector.forget(rec.tgid);
                 if let Some(p) = self.procs.get_mut(&rec.tgid) {
                     if !p.exited {
                         p.exited = true;

@@ -2,10 +2,16 @@
 //! MPI library it mapped (and, for Open MPI, where `MPI_COMM_WORLD` is), the rank its
 //! launcher gave it, and the eager limits its library's configuration sets. [`ProcFs`]
 //! answers from `/proc`; tests answer with fixed values.
+//!
+//! `/proc` answers only while the process lives, and the capture asks when it reaches the
+//! process's first record, which a reader far behind may do after a short rank has ended.
+//! [`ProcFs::prefetcher`] inspects a process ahead of that, when it enters `MPI_Init`
+//! (`probe::InitWatch` calls it), and keeps the answers until the capture asks.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use object::{Object, ObjectSymbol};
 
@@ -24,7 +30,7 @@ pub struct LaunchRank {
 }
 
 /// Why a process could not be inspected.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct InspectError {
     /// The process.
     pub tgid: u32,
@@ -51,6 +57,10 @@ pub trait ProcessInspector {
     fn eager_limits(&mut self, tgid: u32, library: Library) -> EagerLimits {
         let _ = tgid;
         EagerLimits::default_of(library)
+    }
+    /// Process `tgid` ended: whatever is kept about it can go. The default keeps nothing.
+    fn forget(&mut self, tgid: u32) {
+        let _ = tgid;
     }
 }
 
@@ -128,18 +138,59 @@ fn parse_maps(maps: &str) -> Vec<Mapping> {
         .collect()
 }
 
+/// What [`ProcFs`] found about a process when [`ProcFs::prefetcher`] inspected it.
+#[derive(Clone, Debug)]
+struct Answers {
+    abi: Result<Abi, InspectError>,
+    launch_rank: Option<LaunchRank>,
+    /// `None` when `abi` is an error.
+    eager_limits: Option<EagerLimits>,
+}
+
+/// Answers found ahead of the capture's questions, by process id; shared between the
+/// capture's inspector and its prefetcher.
+type Prefetched = Arc<Mutex<HashMap<u32, Answers>>>;
+
 /// Inspects processes through `/proc`. Symbol lookups are cached per file.
 #[derive(Default)]
 pub struct ProcFs {
     /// (file, symbol) -> `(st_value, absolute)` of the symbol if the file defines it;
     /// `absolute` for non-PIE executables, whose symbol values are addresses.
     symbols: HashMap<(PathBuf, &'static str), Option<(u64, bool)>>,
+    /// What [`ProcFs::prefetcher`] found, until the process ends.
+    prefetched: Prefetched,
 }
 
 impl ProcFs {
     /// An inspector with an empty cache.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A function that inspects the process it is given now and keeps the answers for this
+    /// inspector, which gives them when asked about that process, even after it ended (a
+    /// failed inspection is tried again then, while the process lives). For
+    /// `probe::Tracer::watch_inits`, which calls it from another thread.
+    pub fn prefetcher(&self) -> impl FnMut(u32) + Send + 'static {
+        let mut live = ProcFs::new();
+        let prefetched = self.prefetched.clone();
+        move |tgid| {
+            let abi = live.live_abi(tgid);
+            let answers = Answers {
+                launch_rank: live.live_launch_rank(tgid),
+                eager_limits: abi
+                    .as_ref()
+                    .ok()
+                    .map(|abi| live.live_eager_limits(tgid, abi.library())),
+                abi,
+            };
+            lock(&prefetched).insert(tgid, answers);
+        }
+    }
+
+    /// What the prefetcher found about `tgid`, if it did.
+    fn prefetched(&self, tgid: u32) -> Option<Answers> {
+        lock(&self.prefetched).get(&tgid).cloned()
     }
 
     /// `symbol`'s value in the object at `path` (seen through process `tgid`'s root, for
@@ -208,13 +259,51 @@ impl ProcFs {
 
 impl ProcessInspector for ProcFs {
     fn abi(&mut self, tgid: u32) -> Result<Abi, InspectError> {
+        match self.prefetched(tgid) {
+            Some(Answers { abi: Ok(abi), .. }) => Ok(abi),
+            _ => self.live_abi(tgid),
+        }
+    }
+
+    fn launch_rank(&mut self, tgid: u32) -> Option<LaunchRank> {
+        match self.prefetched(tgid) {
+            Some(Answers {
+                abi: Ok(_),
+                launch_rank,
+                ..
+            }) => launch_rank,
+            _ => self.live_launch_rank(tgid),
+        }
+    }
+
+    fn eager_limits(&mut self, tgid: u32, library: Library) -> EagerLimits {
+        match self.prefetched(tgid).and_then(|a| a.eager_limits) {
+            Some(limits) => limits,
+            None => self.live_eager_limits(tgid, library),
+        }
+    }
+
+    fn forget(&mut self, tgid: u32) {
+        lock(&self.prefetched).remove(&tgid);
+    }
+}
+
+/// `prefetched`, locked; a prefetcher that panicked holding it left nothing half-written (one
+/// insert), so its answers are used anyway.
+fn lock(prefetched: &Prefetched) -> std::sync::MutexGuard<'_, HashMap<u32, Answers>> {
+    prefetched.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The answers from `/proc` as it is now.
+impl ProcFs {
+    fn live_abi(&mut self, tgid: u32) -> Result<Abi, InspectError> {
         // A process that ended has no maps (reaped) or empty ones (a zombie).
         let ended = || InspectError {
             tgid,
-            reason: "it had ended before its MPI library could be read from /proc/PID/maps \
-                     (read with the rank's first record, which lbf-trace read later than the \
-                     rank's whole run: a run this short, or a reader this far behind, leaves \
-                     the rank out)"
+            reason: "it had ended before its MPI library could be read from /proc/PID/maps: \
+                     it was not inspected when it entered MPI_Init (its notice was lost, or it \
+                     was past MPI_Init when traced), and lbf-trace read its first record only \
+                     after its whole run"
                 .into(),
         };
         let maps = match std::fs::read_to_string(format!("/proc/{tgid}/maps")) {
@@ -266,11 +355,11 @@ impl ProcessInspector for ProcFs {
         })
     }
 
-    fn launch_rank(&mut self, tgid: u32) -> Option<LaunchRank> {
+    fn live_launch_rank(&mut self, tgid: u32) -> Option<LaunchRank> {
         launch_rank_from_environ(&std::fs::read(format!("/proc/{tgid}/environ")).ok()?)
     }
 
-    fn eager_limits(&mut self, tgid: u32, library: Library) -> EagerLimits {
+    fn live_eager_limits(&mut self, tgid: u32, library: Library) -> EagerLimits {
         let environ = std::fs::read(format!("/proc/{tgid}/environ")).unwrap_or_default();
         let maps = std::fs::read_to_string(format!("/proc/{tgid}/maps")).unwrap_or_default();
         let ucx = parse_maps(&maps).iter().any(|m| {

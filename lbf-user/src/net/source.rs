@@ -12,7 +12,7 @@ use crate::capture::sockets::channels::{EndClosed, StreamOp};
 use crate::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use crate::capture::{Capture, CaptureSink, EventSink, Library};
 use crate::event::{Event, ProcId, ProcInfo};
-use crate::probe::{self, pvm::ProbedPvmLibrary, Tracer, TracerOptions};
+use crate::probe::{self, pvm::ProbedPvmLibrary, InitWatch, Tracer, TracerOptions};
 use crate::trace::{synthetic, TraceReader};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeSet;
@@ -349,12 +349,16 @@ impl Live {
             procs: self.procs,
             foreign: 0,
         };
+        // An MPI rank is inspected when it enters MPI_Init, however far behind the reader is.
+        let procfs = ProcFs::new();
+        let init_watch = (self.source == Source::Mpi)
+            .then(|| self.tracer.watch_inits(procfs.prefetcher()))
+            .transpose()?;
         let mut sink = match self.source {
             // This host's ranks: messages from other hosts resolve without their send, with
             // the ids the other hosts' nodes give them.
             Source::Mpi => CaptureSink::new(
-                Capture::new(Box::new(ProcFs::new()), self.host.clone())
-                    .only_ranks(filter.procs.clone()),
+                Capture::new(Box::new(procfs), self.host.clone()).only_ranks(filter.procs.clone()),
                 filter,
             ),
             // As many tasks as --procs lists: their events stream once they have all sent or
@@ -393,6 +397,9 @@ impl Live {
             Ok(())
         };
         probe::run_adopting(&mut self.tracer, &mut reader, &mut sink, stop, &mut adopt)?;
+        if let Some(Err(e)) = init_watch.map(InitWatch::finish) {
+            eprintln!("lbf-node: warning: {e:#}");
+        }
         let (mut filter, summary) = sink.into_parts();
         let summary = summary.unwrap_or_default();
         for (what, n) in &summary.anomalies {

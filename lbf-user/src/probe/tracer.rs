@@ -24,7 +24,8 @@ use lbf_common::{
 };
 
 use super::{
-    procfs, reader::RecordReader, ring::RecordRing, symbols, thread_states::ThreadStates, tracefs,
+    notices::InitWatch, procfs, reader::RecordReader, ring::RecordRing, symbols,
+    thread_states::ThreadStates, tracefs,
 };
 
 /// The `Attach` record of thread `tid` of `pid`, seeded at `ts_ns` with CPU clock `cpu_ns`.
@@ -444,6 +445,20 @@ impl Tracer {
         };
         let ring = RecordRing::new(data, self.ring_bytes)?;
         RecordReader::new(ring, wake_bytes(self.ring_bytes))
+    }
+
+    /// Starts a thread that calls `on_init` with the process id of every traced process that
+    /// enters `MPI_Init` or `MPI_Init_thread`, as it does (see [`InitWatch`]). Once per
+    /// tracer: the notices' ring buffer is taken.
+    pub fn watch_inits(&mut self, on_init: impl FnMut(u32) + Send + 'static) -> Result<InitWatch> {
+        let map = self
+            .ebpf
+            .take_map(maps::INIT_NOTICES)
+            .context("the MPI_Init notices were already taken")?;
+        let Map::RingBuf(data) = map else {
+            bail!("map {} is not a ring buffer", maps::INIT_NOTICES);
+        };
+        InitWatch::spawn(RecordRing::new(data, maps::INIT_NOTICES_BYTES)?, on_init)
     }
 
     /// Attaches the entry and the exit program at `points` of the file at `path` (absolute),

@@ -471,30 +471,47 @@ pub struct TraceRun {
 
 /// Runs `lbf-trace -o <label>.trace.jsonl ARGS` as one traced run at a time (see [`trace`]).
 pub fn lbf_trace(label: &str, args: &[&str]) -> TraceRun {
+    lbf_trace_during(label, args, |_| {})
+}
+
+/// [`lbf_trace`], calling `during` with lbf-trace's process id once it runs; lbf-trace's
+/// output goes to files meanwhile, so that `during` may stop it for a while.
+pub fn lbf_trace_during(label: &str, args: &[&str], during: impl FnOnce(u32)) -> TraceRun {
     let trace = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{label}.trace.jsonl"));
-    run_lbf_trace(Some(trace), args)
+    run_lbf_trace(Some(trace), args, during)
 }
 
 /// Runs `lbf-trace ARGS` asked for neither a trace nor predictions, as one traced run at a
 /// time (see [`trace`]).
 pub fn lbf_trace_without_outputs(args: &[&str]) -> TraceRun {
-    run_lbf_trace(None, args)
+    run_lbf_trace(None, args, |_| {})
 }
 
-/// Runs `lbf-trace [-o TRACE] ARGS` at the highest priority (as in [`trace`]).
-fn run_lbf_trace(trace: Option<PathBuf>, args: &[&str]) -> TraceRun {
+/// Runs `lbf-trace [-o TRACE] ARGS` at the highest priority (as in [`trace`]), calling
+/// `during` with its process id while it runs.
+fn run_lbf_trace(trace: Option<PathBuf>, args: &[&str], during: impl FnOnce(u32)) -> TraceRun {
     let _one = TRACING.lock().unwrap_or_else(|e| e.into_inner());
     let mut command = Command::new(env!("CARGO_BIN_EXE_lbf-trace"));
     if let Some(trace) = &trace {
         let _ = std::fs::remove_file(trace);
         command.arg("-o").arg(trace);
     }
+    let out = |name: &str| Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("lbf-trace.{name}"));
+    let file = |name: &str| std::fs::File::create(out(name)).expect("creating an output file");
     machine::raise_priority();
-    let o = command.args(args).output().expect("running lbf-trace");
+    let mut child = command
+        .args(args)
+        .stdout(file("stdout"))
+        .stderr(file("stderr"))
+        .spawn()
+        .expect("running lbf-trace");
+    during(child.id());
+    let status = child.wait().expect("waiting for lbf-trace");
+    let read = |name: &str| std::fs::read_to_string(out(name)).expect("reading lbf-trace's output");
     TraceRun {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        code: status.code().unwrap_or(-1),
+        stdout: read("stdout"),
+        stderr: read("stderr"),
         trace: trace.unwrap_or_default(),
     }
 }
@@ -600,7 +617,8 @@ pub fn read_trace(path: &Path) -> (Vec<lbf::event::ProcInfo>, Vec<Event>, lbf::t
 
 /// Checks the trace `lbf-trace` wrote against the programs' `LBF-CHECK` lines in its
 /// output: `expected_procs` processes, nothing lost, every message sent and received once,
-/// and per process (by the `pid` its name ends with) the receives and the bytes sent.
+/// and per process (MPI ranks by their `rank`, named `rank N`; other processes by the `pid`
+/// their name ends with) the receives and the bytes sent.
 pub fn check_trace_file(run: &TraceRun, expected_procs: usize) {
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let (procs, events, summary) = read_trace(&run.trace);
@@ -610,11 +628,14 @@ pub fn check_trace_file(run: &TraceRun, expected_procs: usize) {
     let checks = parse_checks(&run.stdout);
     assert_eq!(checks.len(), expected_procs, "{}", run.stdout);
     for c in &checks {
-        let pid = c.num("pid");
+        let named = |name: &str| match c.0.get("pid") {
+            Some(pid) => name.ends_with(&format!("[{pid}]")),
+            None => name == format!("rank {}", c.num("rank")),
+        };
         let p = procs
             .iter()
-            .position(|p| p.name.ends_with(&format!("[{pid}]")))
-            .unwrap_or_else(|| panic!("process {pid} not in the trace: {procs:?}"));
+            .position(|p| named(&p.name))
+            .unwrap_or_else(|| panic!("process of {:?} not in the trace: {procs:?}", c.0));
         let of_p = || events.iter().filter(|e| e.proc == p as u32);
         let recvs = of_p()
             .filter(|e| matches!(e.kind, EventKind::RecvEnd { .. }))

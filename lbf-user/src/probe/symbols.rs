@@ -7,8 +7,8 @@ use std::{collections::HashMap, fs, path::Path};
 
 use anyhow::{Context, Result};
 use object::{
-    Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, RelocationFlags, RelocationTarget,
-    SymbolKind,
+    Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, ReadCache, RelocationFlags,
+    RelocationTarget, SymbolKind,
 };
 
 /// A defined dynamic function symbol: where uprobes attach to it and where it lies in the
@@ -23,7 +23,7 @@ pub struct Function {
 
 /// The defined dynamic function symbols of `path` whose names are in `names`.
 pub fn dynamic_functions(path: &Path, names: &[&str]) -> Result<HashMap<String, Function>> {
-    let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let data = open(path)?;
     let file = parse(path, &data)?;
     let mut found = HashMap::new();
     for sym in file.dynamic_symbols() {
@@ -66,7 +66,7 @@ pub fn dynamic_function_offsets(path: &Path, names: &[&str]) -> Result<HashMap<S
 /// address, wherever the variable ends up (a program referring to it gets a copy in its own
 /// data, which the library then uses). `None` if `path` has no such slot.
 pub fn got_slot(path: &Path, name: &str) -> Result<Option<u64>> {
-    let data = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let data = open(path)?;
     let file = parse(path, &data)?;
     let Some(relocations) = file.dynamic_relocations() else {
         return Ok(None);
@@ -93,8 +93,19 @@ pub fn got_slot(path: &Path, name: &str) -> Result<Option<u64>> {
     Ok(None)
 }
 
+/// The object file at `path`, read as far as it is parsed: MPI libraries with their debug
+/// information run to tens of megabytes (MPICH's to 41), of which only the headers and the
+/// dynamic symbols are needed.
+fn open(path: &Path) -> Result<ReadCache<fs::File>> {
+    let file = fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(ReadCache::new(file))
+}
+
 /// `data`, the contents of `path`, as an object file.
-fn parse<'a>(path: &Path, data: &'a [u8]) -> Result<object::File<'a>> {
+fn parse<'a>(
+    path: &Path,
+    data: &'a ReadCache<fs::File>,
+) -> Result<object::File<'a, &'a ReadCache<fs::File>>> {
     object::File::parse(data)
         .with_context(|| format!("parsing {} as an object file", path.display()))
 }

@@ -10,7 +10,6 @@ use anyhow::{bail, ensure, Context, Result};
 use aya::{
     maps::{Array, HashMap, Map, MapData, PerCpuArray},
     programs::{
-        trace_point::TracePointLink,
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
         BtfTracePoint, TracePoint, UProbe,
     },
@@ -147,16 +146,16 @@ pub struct Tracer {
     attached: Vec<Record>,
     /// Size of the record ring buffer in bytes.
     ring_bytes: u32,
-    /// The tracepoint links, detached side by side when the tracer is dropped: each detach
-    /// waits for an RCU grace period (some 75 ms here), which one after the other made up
-    /// most of the time between the traced command's end and lbf-trace's.
-    tracepoint_links: Vec<TracePointLink>,
+    /// The links of the tracepoints and uprobes, detached side by side when the tracer is
+    /// dropped: each detach waits for an RCU grace period (25 to 80 ms here), which one after
+    /// the other made up most of the time between the traced command's end and lbf-trace's.
+    links: Vec<Box<dyn Send>>,
 }
 
 impl Drop for Tracer {
     fn drop(&mut self) {
         std::thread::scope(|scope| {
-            for link in self.tracepoint_links.drain(..) {
+            for link in self.links.drain(..) {
                 scope.spawn(move || drop(link));
             }
         });
@@ -184,7 +183,7 @@ impl Tracer {
             prog.attach()
                 .with_context(|| format!("attaching to BTF tracepoint {name}"))?;
         }
-        let mut tracepoint_links = Vec::new();
+        let mut links: Vec<Box<dyn Send>> = Vec::new();
         for (category, name) in [
             ("sched", "sched_process_exec"),
             ("sched", "sched_process_exit"),
@@ -195,7 +194,7 @@ impl Tracer {
             let link = prog
                 .attach(category, name)
                 .with_context(|| format!("attaching to tracepoint {category}/{name}"))?;
-            tracepoint_links.push(prog.take_link(link)?);
+            links.push(Box::new(prog.take_link(link)?));
         }
         let mode = AttachMode::detect()?;
         let (enter, exit) = mode.programs();
@@ -210,7 +209,7 @@ impl Tracer {
             libraries: Vec::new(),
             attached: Vec::new(),
             ring_bytes: ring,
-            tracepoint_links,
+            links,
         })
     }
 
@@ -484,7 +483,8 @@ impl Tracer {
     ) -> Result<()> {
         let mode = self.mode;
         let prog: &mut UProbe = program(&mut self.ebpf, name)?;
-        prog.attach(points, path, UProbeScope::AllProcesses)
+        let link = prog
+            .attach(points, path, UProbeScope::AllProcesses)
             .with_context(|| {
                 format!(
                     "attaching {name} ({mode:?}) to {} functions of {}",
@@ -492,6 +492,7 @@ impl Tracer {
                     path.display()
                 )
             })?;
+        self.links.push(Box::new(prog.take_link(link)?));
         Ok(())
     }
 }

@@ -94,7 +94,8 @@ impl Drop for InitWatch {
     }
 }
 
-/// Waits until the kernel side wakes the notices' reader or `wake` is written.
+/// Waits until the kernel side wakes the notices' reader, `wake` is written, or a second
+/// passes (so that a stop is seen even if writing `wake` failed).
 fn wait_for_either(ring: &RecordRing, wake: &OwnedFd) -> Result<()> {
     let mut fds = [ring.as_fd().as_raw_fd(), wake.as_raw_fd()].map(|fd| libc::pollfd {
         fd,
@@ -102,7 +103,7 @@ fn wait_for_either(ring: &RecordRing, wake: &OwnedFd) -> Result<()> {
         revents: 0,
     });
     // SAFETY: two initialised pollfds.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1000) };
     if n < 0 {
         let err = std::io::Error::last_os_error();
         if err.kind() != std::io::ErrorKind::Interrupted {

@@ -66,9 +66,12 @@ pub const MAX_NESTED: usize = 4;
 /// pauses of the virtual CPU that the scheduler's total leaves out (on this project's VM a
 /// spinning thread's total fell behind `CLOCK_MONOTONIC`, with no context switch, by 0.5-0.8 %:
 /// some 120 pauses a second of 20-100 µs and a few a minute of 1-9 ms, none of it shown as
-/// steal time). The exact total at the next switch takes them out again, so a reading there
-/// can be below one taken before it; user space counts such a step as 0 and takes the
-/// difference out of the following events, so the CPU over a run stays the scheduler's.
+/// steal time; longer ones, while the host is busy, are steal time, which the scheduler's
+/// total leaves out too). The exact total at the next switch takes them out again, so a
+/// reading there can be below one taken before it; user space counts such a step as 0 and
+/// takes the difference out of the following events, so the CPU over a run stays the
+/// scheduler's, unless the thread ends before it has used that much more CPU: then its total
+/// is over by the pause (once in CI: 35.6 ms on a rank's 495 ms, on a busy host).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadClock {

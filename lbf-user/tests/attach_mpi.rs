@@ -314,6 +314,7 @@ fn cut_at_attach(
         output: String::new(),
         machine_cpu_seconds: 0.0,
         own_cpu_seconds: 0.0,
+        steal_seconds: 0.0,
     }
 }
 
@@ -356,6 +357,7 @@ fn check_model_of_the_tail(mpi: Mpi, full: &Traced, attached: &Traced) {
         output: String::new(),
         machine_cpu_seconds: 0.0,
         own_cpu_seconds: 0.0,
+        steal_seconds: 0.0,
     };
     let spin = mpi.spin(full.summary.procs.len() as u32);
     let tail = predict_as_run(&whole, spin) - predict_as_run(&cut_at_attach(full, &a, &at), spin);

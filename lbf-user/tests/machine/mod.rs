@@ -40,6 +40,20 @@ pub fn machine_cpu_seconds() -> f64 {
     busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
 }
 
+/// CPU seconds the hypervisor took from this machine's CPUs (steal time, all CPUs) since boot.
+pub fn steal_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").expect("reading /proc/stat");
+    let line = stat.lines().next().expect("the cpu line");
+    // user nice system idle iowait irq softirq steal ...
+    let steal: f64 = line
+        .split_whitespace()
+        .nth(8)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    steal / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
 /// The machine's cores.
 pub fn cores() -> f64 {
     std::thread::available_parallelism().map_or(1, |n| n.get()) as f64

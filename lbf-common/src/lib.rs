@@ -247,8 +247,12 @@ pub mod counter {
     /// Exits of calls a thread was inside when tracing began (attached while running, before
     /// the thread completed a traced call): the attach's boundary, not a loss.
     pub const IN_PROGRESS_AT_ATTACH: u32 = 4;
+    /// `MPI_Init` notices dropped because their ring buffer was full
+    /// ([`crate::maps::INIT_NOTICES`]): those processes are inspected only when user space
+    /// reads their records.
+    pub const INIT_NOTICES_LOST: u32 = 5;
     /// Number of counters.
-    pub const COUNT: u32 = 5;
+    pub const COUNT: u32 = 6;
 }
 
 #[cfg(feature = "user")]

@@ -13,7 +13,7 @@ pub const EVENTS: &str = "EVENTS";
 /// its rank) while it is surely alive, instead of when the capture reaches its records, which
 /// may be after a short-lived rank has ended.
 pub const INIT_NOTICES: &str = "INIT_NOTICES";
-/// Bytes of [`INIT_NOTICES`]: room for 1024 notices (8-byte header, `u32` padded to 8).
+/// Bytes of [`INIT_NOTICES`]: room for 1023 notices (8-byte header, the tgid padded to 8).
 pub const INIT_NOTICES_BYTES: u32 = 16 << 10;
 /// Traced thread group ids (`u32` tgid -> `u8` 1). User space seeds it; forks extend it.
 pub const TRACED: &str = "TRACED";

@@ -153,11 +153,17 @@ fn on_entry(ctx: *mut c_void) {
 }
 
 /// Tells user space that process `tgid` entered `MPI_Init` (see
-/// `lbf_common::maps::INIT_NOTICES`) and wakes it. A full ring drops the notice: user space
-/// then inspects the process when it reaches its records, as it does processes attached to.
+/// `lbf_common::maps::INIT_NOTICES`) and wakes it. A full ring drops the notice (counted):
+/// user space then inspects the process when it reaches its records, as it does processes
+/// attached to.
 #[inline(always)]
 fn notice_init(tgid: u32) {
-    let _ = INIT_NOTICES.output(&(tgid as u64), BPF_RB_FORCE_WAKEUP as u64);
+    if INIT_NOTICES
+        .output(&(tgid as u64), BPF_RB_FORCE_WAKEUP as u64)
+        .is_err()
+    {
+        count(counter::INIT_NOTICES_LOST);
+    }
 }
 
 /// Keeps `args` as the thread's call in flight (the function the probe's `cookie` names) and

@@ -1,6 +1,6 @@
 //! `lbf-trace` end to end with the real kernel side and real MPI: lifecycle records, MPI call
 //! records with Open MPI and MPICH, exact CPU time, attaching with -p, a call in flight at
-//! the end, and the clear errors.
+//! the end, `MPI_Init` notices no one reads, and the clear errors.
 //! Needs root (the CI runs as root), Open MPI and MPICH (scripts/setup.sh installs them).
 
 use std::{
@@ -534,5 +534,63 @@ fn clear_errors_for_a_dead_pid_and_an_mpi_capture_without_mpi() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("has an MPI library mapped"), "{err}");
+    fs::remove_dir_all(dir).ok();
+}
+
+/// `MPI_Init` notices beyond the room of their ring buffer are counted, not dropped unseen:
+/// with `--raw-dump` alone nothing reads them (no capture, so no inspection), so of 2000
+/// entries of a stand-in `PMPI_Init` the first 1023 fill the 16 KiB ring (16 bytes each with
+/// the ring's header; the kernel takes at most one byte less than the ring's size) and the
+/// others are counted in the dump's `lost` line.
+#[test]
+fn mpi_init_notices_beyond_their_ring_are_counted() {
+    const ENTRIES: u64 = 2000;
+    let dir = scratch("init-notices");
+    let source = |name: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../tests/workloads/probe/{name}.c"))
+    };
+    let lib = dir.join("libfakempi.so");
+    let exe = dir.join("init_loop");
+    let cc = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new("cc").args(args).output().expect("running cc");
+        assert!(out.status.success(), "cc failed: {out:?}");
+    };
+    cc(&[
+        "-O1".as_ref(),
+        "-shared".as_ref(),
+        "-fPIC".as_ref(),
+        "-o".as_ref(),
+        lib.as_os_str(),
+        source("fake_mpi").as_os_str(),
+    ]);
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    cc(&[
+        "-O1".as_ref(),
+        "-o".as_ref(),
+        exe.as_os_str(),
+        source("init_loop").as_os_str(),
+        lib.as_os_str(),
+        rpath.as_ref(),
+    ]);
+    let dump = dir.join("raw.jsonl");
+    let entries = ENTRIES.to_string();
+    let args = [
+        "--source",
+        "mpi",
+        "--mpi-lib",
+        lib.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        &entries,
+    ];
+    let out = lbf_trace(&args, &dump, &[]);
+    assert!(out.status.success(), "{out:?}");
+    let (records, lost) = read_dump(&dump);
+    assert_eq!(
+        count(&records, "CallEntry", "PMPI_Init", None) as u64,
+        ENTRIES
+    );
+    let room = u64::from(lbf_common::maps::INIT_NOTICES_BYTES) / 16 - 1;
+    assert_eq!(lost["init_notices_lost"], ENTRIES - room, "{lost}");
     fs::remove_dir_all(dir).ok();
 }

@@ -75,6 +75,10 @@ impl<S: EventSink> RecordSink for CaptureSink<S> {
                     "call in progress at the attach (not modelled)",
                     lost.in_progress_at_attach,
                 ),
+                (
+                    "MPI_Init notice lost: the rank was inspected only when its records were read",
+                    lost.init_notices_lost,
+                ),
             ] {
                 if n > 0 {
                     summary.anomalies.insert(what.to_string(), n);

@@ -60,6 +60,7 @@ impl<W: Write> RecordSink for JsonLinesSink<W> {
             "in_progress_at_attach": lost.in_progress_at_attach,
             "mem_read_failed": lost.mem_read_failed,
             "no_clock": lost.no_clock,
+            "init_notices_lost": lost.init_notices_lost,
         }});
         writeln!(self.out, "{line}").context("writing the raw dump")?;
         self.out.flush().context("flushing the raw dump")

@@ -95,17 +95,8 @@ pub struct LostCounts {
     pub mem_read_failed: u64,
     /// Records of threads without a CPU clock (`cpu_ns` 0).
     pub no_clock: u64,
-}
-
-impl LostCounts {
-    /// Whether anything was lost or degraded (calls in progress at an attach are neither).
-    pub fn any(&self) -> bool {
-        let lost = Self {
-            in_progress_at_attach: 0,
-            ..*self
-        };
-        lost != Self::default()
-    }
+    /// `MPI_Init` notices dropped (see `lbf_common::counter::INIT_NOTICES_LOST`).
+    pub init_notices_lost: u64,
 }
 
 /// How the MPI probes are attached, chosen at load from what the kernel supports.
@@ -396,6 +387,7 @@ impl Tracer {
             in_progress_at_attach: sum(counter::IN_PROGRESS_AT_ATTACH)?,
             mem_read_failed: sum(counter::MEM_READ_FAILED)?,
             no_clock: sum(counter::NO_CLOCK)?,
+            init_notices_lost: sum(counter::INIT_NOTICES_LOST)?,
         })
     }
 

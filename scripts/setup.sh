@@ -8,7 +8,7 @@ log() { printf 'setup: %s\n' "$*" >&2; }
 
 need_root() {
     if [ "$(id -u)" -ne 0 ]; then
-        log "must run as root (it installs apt packages and mounts tracefs); try: sudo $0"
+        log "must run as root (it installs apt packages); try: sudo $0"
         exit 1
     fi
 }
@@ -74,19 +74,9 @@ install_nextest() {
     fi
 }
 
-mount_tracefs() {
-    if [ -e /sys/kernel/tracing/events ]; then
-        log "tracefs mounted"
-    else
-        log "mounting tracefs at /sys/kernel/tracing"
-        mount -t tracefs tracefs /sys/kernel/tracing
-    fi
-}
-
 need_root
 install_apt
 install_rust_src
 install_bpf_linker
 install_nextest
-mount_tracefs
 log "done"

@@ -202,18 +202,20 @@ impl ThreadState {
     }
 }
 
-/// Byte offsets of the kernel data the kernel side reads, so that it follows the running
-/// kernel's layouts: classic tracepoint fields (from `/sys/kernel/tracing/events/*/*/format`)
-/// and `task_struct` fields (from the kernel's BTF). The defaults are those of Linux 6.18
-/// (x86-64) where they do not depend on the kernel's configuration.
+/// Offsets of the kernel's data that the kernel side reads, set by user space before loading
+/// so that the object follows the running kernel's layouts, all from the kernel's BTF. The
+/// defaults mark every one unknown: user space always sets them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KernelOffsets {
-    /// `sched/sched_process_exec`: `filename` (`__data_loc`).
-    pub exec_filename: u32,
-    /// `sched/sched_process_exit`: `group_dead` (bool), or [`KernelOffsets::ABSENT`] on
-    /// kernels without it (then "the thread with tid == tgid exited" stands for the group).
-    pub exit_group_dead: u32,
+    /// `linux_binprm.filename`: the file an exec runs, read by the `sched_process_exec` hook
+    /// (which is handed the `linux_binprm`).
+    pub binprm_filename: u32,
+    /// `task_struct.signal`: the thread group's shared state.
+    pub task_signal: u32,
+    /// `signal_struct.live`: the group's threads not yet exiting; 0 at the
+    /// `sched_process_exit` of the group's last thread.
+    pub signal_live: u32,
     /// `task_struct.pid`: a new task's thread id, read by the `task_newtask` hook (which is
     /// handed the task).
     pub task_pid: u32,
@@ -226,11 +228,11 @@ pub struct KernelOffsets {
 impl KernelOffsets {
     /// Marks a field the running kernel does not have.
     pub const ABSENT: u32 = u32::MAX;
-    /// The offsets of Linux 6.18 on x86-64; the `task_struct` ones depend on the kernel's
-    /// configuration, so user space always sets them.
-    pub const LINUX_6_18: Self = Self {
-        exec_filename: 8,
-        exit_group_dead: 32,
+    /// Every offset unknown: the placeholder in the object until user space sets them.
+    pub const UNKNOWN: Self = Self {
+        binprm_filename: KernelOffsets::ABSENT,
+        task_signal: KernelOffsets::ABSENT,
+        signal_live: KernelOffsets::ABSENT,
         task_pid: KernelOffsets::ABSENT,
         task_sum_exec_runtime: KernelOffsets::ABSENT,
     };

@@ -46,7 +46,7 @@ pub static COUNTERS: PerCpuArray<u64> =
 
 /// Offsets of the kernel data read (tracepoint fields, `task_struct`), set before loading.
 #[unsafe(no_mangle)]
-pub static KERNEL_OFFSETS: KernelOffsets = KernelOffsets::LINUX_6_18;
+pub static KERNEL_OFFSETS: KernelOffsets = KernelOffsets::UNKNOWN;
 
 /// Unread bytes in [`EVENTS`] from which a submit wakes the reader
 /// (`lbf_common::maps::WAKE_BYTES`), set before loading; this is a placeholder.

@@ -1,12 +1,13 @@
 //! Scheduler and process lifecycle hooks: the process filter (forks of traced processes are
 //! traced), `Fork`/`Exec`/`Exit` records, and the exact per-thread CPU clock.
 //!
-//! `task_newtask` and `sched_switch` are BTF tracepoints: they are handed the tasks
-//! themselves, whose states (task storage, see `maps::THREADS`) they reach directly.
-//! `sched_process_exec` and `sched_process_exit` are classic tracepoints, with field offsets
-//! user space read from tracefs (see `lbf_common::maps::KernelOffsets`). Each fires in the
-//! context of the task it names first: `task_newtask` in the parent, `sched_process_exec` in
-//! the new image, `sched_process_exit` in the exiting thread, `sched_switch` in the thread
+//! All four are BTF tracepoints: they are handed the kernel's objects themselves (tasks, whose
+//! states in task storage, see `maps::THREADS`, they reach directly; an exec's
+//! `linux_binprm`), and read fields at offsets user space took from the kernel's BTF (see
+//! `lbf_common::maps::KernelOffsets`). Their links also detach at once, where a classic
+//! tracepoint's perf-event link waits for an RCU grace period (some 75 ms here). Each fires in
+//! the context of the task it names first: `task_newtask` in the parent, `sched_process_exec`
+//! in the new image, `sched_process_exit` in the exiting thread, `sched_switch` in the thread
 //! switched out.
 
 use aya_ebpf::{
@@ -15,9 +16,8 @@ use aya_ebpf::{
         bpf_get_current_comm, bpf_ktime_get_ns, bpf_probe_read_kernel,
         gen::bpf_probe_read_kernel_str,
     },
-    macros::{btf_tracepoint, tracepoint},
-    programs::{BtfTracePointContext, TracePointContext},
-    EbpfContext,
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
 };
 use lbf_common::{maps::KernelOffsets, RecordKind, MEM_BYTES};
 
@@ -32,11 +32,15 @@ use crate::{
 /// `CLONE_THREAD`: the new task is a thread of its parent's group, not a new process.
 const CLONE_THREAD: u64 = 0x0001_0000;
 
-/// Reads a tracepoint field of type `T` at `offset`.
+/// The `T` at `offset` bytes into the kernel object at `object`; `None` for an offset the
+/// kernel does not have, or a failed read.
 #[inline(always)]
-fn field<T>(ctx: &TracePointContext, offset: u32) -> Option<T> {
-    // SAFETY: the offset comes from the tracepoint's format; the read is checked.
-    unsafe { ctx.read_at::<T>(offset as usize).ok() }
+fn kernel_field<T>(object: u64, offset: u32) -> Option<T> {
+    if offset == KernelOffsets::ABSENT {
+        return None;
+    }
+    // SAFETY: a checked read of kernel memory.
+    unsafe { bpf_probe_read_kernel(object.wrapping_add(offset as u64) as *const T) }.ok()
 }
 
 /// Argument `n` of a BTF tracepoint, a task (`struct task_struct *`).
@@ -98,25 +102,29 @@ fn adopt_by_name(tgid: u32) -> bool {
 
 /// A traced process replaced its image, or a process started running the command name user
 /// space adopts: emit `Exec` with the file name in `mem` (NUL-terminated, `mem_len` counts
-/// the NUL).
-#[tracepoint]
-pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
+/// the NUL). The tracepoint's arguments: the task, its old pid, its `linux_binprm`.
+#[btf_tracepoint(function = "sched_process_exec")]
+pub fn sched_process_exec(ctx: BtfTracePointContext) -> u32 {
     let (tgid, tid) = current_ids();
     if !is_traced(tgid) && !adopt_by_name(tgid) {
         return 0;
     }
-    let Some(loc) = field::<u32>(&ctx, offsets().exec_filename) else {
+    // SAFETY: argument 2 is the exec's `struct linux_binprm *`.
+    let bprm: u64 = unsafe { ctx.arg(2) };
+    let Some(filename) = kernel_field::<u64>(bprm, offsets().binprm_filename) else {
         return 0;
     };
     let Some(mut d) = Draft::reserve(RecordKind::Exec, 0, tgid, tid, Mem::Full) else {
         return 0;
     };
     let r = d.record();
-    // `__data_loc`: the low 16 bits are the string's offset in the record.
-    let src = (ctx.as_ptr() as usize + (loc & 0xffff) as usize) as *const u8;
     // SAFETY: reads at most MEM_BYTES into the reserved record's `mem`.
     let n = unsafe {
-        bpf_probe_read_kernel_str((*r).mem.as_mut_ptr() as *mut _, MEM_BYTES as u32, src as _)
+        bpf_probe_read_kernel_str(
+            (*r).mem.as_mut_ptr() as *mut _,
+            MEM_BYTES as u32,
+            filename as *const _,
+        )
     };
     if n > 0 {
         unsafe { (*r).mem_len = n as u16 };
@@ -138,19 +146,21 @@ pub fn sched_process_exec(ctx: TracePointContext) -> u32 {
 
 /// A traced thread exited: write the deferred entry record of a call it ended in (killed, or
 /// `exit` inside a probed call); its state goes with its task. If it was the last thread of
-/// its group (the tracepoint's `group_dead`; on kernels without that field, the thread whose
-/// tid is the tgid), emit `Exit` and stop tracing the group.
-#[tracepoint]
-pub fn sched_process_exit(ctx: TracePointContext) -> u32 {
+/// its group (its group's count of live threads, which `do_exit` decremented before the
+/// tracepoint, is 0; without the offsets, the thread whose tid is the tgid), emit `Exit` and
+/// stop tracing the group. The tracepoint's first argument is the exiting task.
+#[btf_tracepoint(function = "sched_process_exit")]
+pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
     let (tgid, tid) = current_ids();
     if !is_traced(tgid) {
         return 0;
     }
-    let off = offsets().exit_group_dead;
-    let group_dead = if off == KernelOffsets::ABSENT {
-        tid == tgid
-    } else {
-        field::<u8>(&ctx, off).unwrap_or(0) != 0
+    let o = offsets();
+    let live = kernel_field::<u64>(task_arg(&ctx, 0) as u64, o.task_signal)
+        .and_then(|signal| kernel_field::<i32>(signal, o.signal_live));
+    let group_dead = match live {
+        Some(live) => live == 0,
+        None => tid == tgid,
     };
     if let Some(state) = THREADS.current() {
         // SAFETY: the thread's state, written only by this thread's hooks and probes.

@@ -1,6 +1,7 @@
-//! The `task_struct` field offsets the kernel side needs (`pid`, `se.sum_exec_runtime`), read
-//! from the running kernel's BTF (`/sys/kernel/btf/vmlinux`). A minimal reader of the BTF type
-//! section: just enough to walk structs and their members.
+//! The field offsets the kernel side needs (`task_struct.pid`, `.se.sum_exec_runtime` and
+//! `.signal`, `signal_struct.live`, `linux_binprm.filename`), read from the running kernel's
+//! BTF (`/sys/kernel/btf/vmlinux`). A minimal reader of the BTF type section: just enough to
+//! walk structs and their members.
 
 use std::{collections::HashMap, fs};
 
@@ -22,7 +23,12 @@ const KIND_ENUM64: u32 = 19;
 
 /// The structs whose members are looked up: the kernel has some ten thousand, and keeping
 /// only these makes the parse a scan without allocations (it runs at every start).
-const WANTED: [&str; 2] = ["task_struct", "sched_entity"];
+const WANTED: [&str; 4] = [
+    "task_struct",
+    "sched_entity",
+    "signal_struct",
+    "linux_binprm",
+];
 
 /// Members of the [`WANTED`] structs by struct name: `(member name, byte offset)`.
 pub struct Btf {
@@ -40,6 +46,19 @@ impl Btf {
     /// Byte offset of `task_struct.pid` (a task's thread id).
     pub fn task_pid_offset(&self) -> Result<u32> {
         self.member_offset("task_struct", "pid")
+    }
+
+    /// Byte offset of `linux_binprm.filename` (the file an exec runs).
+    pub fn binprm_filename_offset(&self) -> Result<u32> {
+        self.member_offset("linux_binprm", "filename")
+    }
+
+    /// Byte offsets of `task_struct.signal` and of `signal_struct.live` (the thread group's
+    /// count of threads not yet exiting).
+    pub fn signal_live_offsets(&self) -> Result<(u32, u32)> {
+        let signal = self.member_offset("task_struct", "signal")?;
+        let live = self.member_offset("signal_struct", "live")?;
+        Ok((signal, live))
     }
 
     /// Byte offset of `task_struct.se.sum_exec_runtime`.
@@ -136,6 +155,11 @@ mod tests {
                 pid > 0 && pid.is_multiple_of(4) && pid != off,
                 "offset {pid}"
             );
+            let filename = btf.binprm_filename_offset().unwrap();
+            assert!(filename.is_multiple_of(8), "offset {filename}");
+            let (signal, live) = btf.signal_live_offsets().unwrap();
+            assert!(signal > 0 && signal.is_multiple_of(8), "offset {signal}");
+            assert!(live.is_multiple_of(4), "offset {live}");
         }
     }
 }

@@ -26,6 +26,7 @@ mod baseline;
 mod btf;
 mod child;
 mod dump;
+mod kernel_offsets;
 mod libraries;
 mod notices;
 mod procfs;
@@ -36,7 +37,6 @@ mod session;
 mod symbols;
 mod syscalls;
 mod thread_states;
-mod tracefs;
 mod tracer;
 
 pub use baseline::EmptyProbes;

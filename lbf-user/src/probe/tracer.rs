@@ -11,7 +11,7 @@ use aya::{
     maps::{Array, HashMap, Map, MapData, PerCpuArray},
     programs::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
-        BtfTracePoint, TracePoint, UProbe,
+        BtfTracePoint, UProbe,
     },
     sys::{is_uprobe_multi_supported, UProbeMultiFeature},
     Btf, Ebpf, EbpfLoader,
@@ -23,8 +23,8 @@ use lbf_common::{
 };
 
 use super::{
-    notices::InitWatch, procfs, reader::RecordReader, ring::RecordRing, symbols,
-    thread_states::ThreadStates, tracefs,
+    kernel_offsets, notices::InitWatch, procfs, reader::RecordReader, ring::RecordRing, symbols,
+    thread_states::ThreadStates,
 };
 
 /// The `Attach` record of thread `tid` of `pid`, seeded at `ts_ns` with CPU clock `cpu_ns`.
@@ -137,9 +137,9 @@ pub struct Tracer {
     attached: Vec<Record>,
     /// Size of the record ring buffer in bytes.
     ring_bytes: u32,
-    /// The links of the tracepoints and uprobes, detached side by side when the tracer is
-    /// dropped: each detach waits for an RCU grace period (25 to 80 ms here), which one after
-    /// the other made up most of the time between the traced command's end and lbf-trace's.
+    /// The links of the uprobes, detached side by side when the tracer is dropped: each detach
+    /// waits for an RCU grace period (24 to 60 ms here), which one after the other made up
+    /// most of the time between the traced command's end and lbf-trace's.
     links: Vec<Box<dyn Send>>,
 }
 
@@ -158,7 +158,7 @@ impl Tracer {
     /// CPU-clock hooks. Needs root (CAP_BPF and CAP_PERFMON); says so plainly otherwise.
     pub fn load(options: &TracerOptions) -> Result<Self> {
         check_privileges()?;
-        let offsets = tracefs::offsets()?;
+        let offsets = kernel_offsets::offsets()?;
         let ring = ringbuf_size(options.ringbuf_bytes);
         let mut ebpf = object_loader()
             .map_max_entries(maps::EVENTS, ring)
@@ -167,25 +167,17 @@ impl Tracer {
             .load(OBJECT)
             .context("loading lbf's eBPF object into the kernel")?;
         let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
-        for name in ["sched_switch", "task_newtask"] {
+        for name in [
+            "sched_switch",
+            "task_newtask",
+            "sched_process_exec",
+            "sched_process_exit",
+        ] {
             let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
             prog.load(name, &btf)
                 .with_context(|| format!("verifying eBPF program {name}"))?;
             prog.attach()
                 .with_context(|| format!("attaching to BTF tracepoint {name}"))?;
-        }
-        let mut links: Vec<Box<dyn Send>> = Vec::new();
-        for (category, name) in [
-            ("sched", "sched_process_exec"),
-            ("sched", "sched_process_exit"),
-        ] {
-            let prog: &mut TracePoint = program(&mut ebpf, name)?;
-            prog.load()
-                .with_context(|| format!("verifying eBPF program {name}"))?;
-            let link = prog
-                .attach(category, name)
-                .with_context(|| format!("attaching to tracepoint {category}/{name}"))?;
-            links.push(Box::new(prog.take_link(link)?));
         }
         let mode = AttachMode::detect()?;
         let (enter, exit) = mode.programs();
@@ -200,7 +192,7 @@ impl Tracer {
             libraries: Vec::new(),
             attached: Vec::new(),
             ring_bytes: ring,
-            links,
+            links: Vec::new(),
         })
     }
 

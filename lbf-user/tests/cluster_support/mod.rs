@@ -257,9 +257,9 @@ impl BuilderSetup {
     }
 }
 
-/// A command for `program`, run inside network namespace `netns` if given. Through
-/// `nsenter`, not `ip netns exec`, which mounts a sysfs of the namespace's own and so hides
-/// tracefs from eBPF loaders.
+/// A command for `program`, run inside network namespace `netns` if given, through `nsenter`,
+/// which changes only the network namespace (`ip netns exec` also mounts a sysfs of the
+/// namespace's own).
 pub fn in_netns(netns: Option<&str>, program: &str) -> Command {
     match netns {
         Some(ns) => {

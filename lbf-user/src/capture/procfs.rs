@@ -19,6 +19,7 @@ use super::eager::EagerLimits;
 use super::library::{Abi, Library};
 use super::mpich::Mpich;
 use super::openmpi::{self, OpenMpi};
+use crate::probe::procfs::has_ended;
 
 /// A process's place in `MPI_COMM_WORLD`, as its launcher announced it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,17 +62,6 @@ pub trait ProcessInspector {
     /// Process `tgid` ended: whatever is kept about it can go. The default keeps nothing.
     fn forget(&mut self, tgid: u32) {
         let _ = tgid;
-    }
-}
-
-/// Whether process `tgid` has ended: reaped, or a zombie.
-fn has_ended(tgid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{tgid}/stat")) {
-        // The state follows the command name, which may hold spaces and parentheses.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
-        Err(_) => true,
     }
 }
 

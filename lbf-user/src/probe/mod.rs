@@ -29,7 +29,7 @@ mod dump;
 mod kernel_offsets;
 mod libraries;
 mod notices;
-mod procfs;
+pub(crate) mod procfs;
 pub mod pvm;
 mod reader;
 mod ring;

@@ -10,7 +10,6 @@
 mod traced;
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 
 use lbf::capture::eager::{EagerLimits, Route, SendMode};
 use lbf::capture::procfs::ProcFs;
@@ -18,8 +17,8 @@ use lbf::capture::{Capture, CaptureSink, EventLog};
 use lbf::event::{Event, EventKind};
 use traced::{
     can_trace, check_accounts, check_prediction, check_trace_file, check_what_if, first_start,
-    lbf_trace_during, lbf_trace_without_outputs, parse_checks, predict_on, probe_mpi, timed, trace,
-    workload_built_by, Measured, Mpi, Setup, Traced,
+    lbf_trace_during, lbf_trace_without_outputs, machine, parse_checks, predict_on, probe_mpi,
+    timed, trace, wait_for, workload_built_by, Measured, Mpi, Setup, Traced,
 };
 
 /// Runs workload `name` with `np` ranks and `args` under the tracer with the MPI capture.
@@ -388,17 +387,22 @@ fn check_ranks_ending_before_the_reader(mpi: Mpi) {
     let run = lbf_trace_during(&label, &["--", "sh", "-c", &command], |lbf_trace| {
         // Released by lbf-trace (which starts it held) once it exec'd the shell, which then
         // sleeps a second before it starts the job.
-        let shell = wait_for(
-            || child_of(lbf_trace).filter(|&c| comm(c).as_deref() == Some("sh")),
-            "lbf-trace's command",
-        );
+        let shell = wait_for(|| {
+            child_of(lbf_trace)
+                .filter(|&c| machine::comm(c).as_deref() == Some("sh"))
+                .ok_or_else(|| "lbf-trace's command has not started".to_string())
+        });
         assert!(
             thread_named(lbf_trace, "lbf-init-watch"),
             "no MPI_Init watch"
         );
         let reader = Stopped::new(lbf_trace);
         // The shell ends with the job; lbf-trace, stopped, cannot reap it.
-        wait_for(|| has_ended(shell).then_some(()), "the end of the job");
+        wait_for(|| {
+            has_ended(shell)
+                .then_some(())
+                .ok_or_else(|| "the job has not ended".to_string())
+        });
         drop(reader);
     });
     check_trace_file(&run, 2);
@@ -414,18 +418,6 @@ fn ranks_ending_before_the_reader_are_captured_openmpi() {
     check_ranks_ending_before_the_reader(Mpi::OpenMpi);
 }
 
-/// Polls `found` every 10 ms until it gives something, for at most a minute.
-fn wait_for<T>(mut found: impl FnMut() -> Option<T>, what: &str) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(t) = found() {
-            return t;
-        }
-        assert!(Instant::now() < deadline, "waited a minute for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// Whether process `pid` has a thread named `name`.
 fn thread_named(pid: u32, name: &str) -> bool {
     std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|tasks| {
@@ -435,30 +427,16 @@ fn thread_named(pid: u32, name: &str) -> bool {
     })
 }
 
-/// Process `pid`'s command name.
-fn comm(pid: u32) -> Option<String> {
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
-    Some(comm.trim_end().to_string())
-}
-
-/// The fields of `/proc/PID/stat` after the command name: state, parent, ...
-fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    Some(rest.split_whitespace().map(String::from).collect())
-}
-
 /// A child of process `parent`, if it has one.
 fn child_of(parent: u32) -> Option<u32> {
-    std::fs::read_dir("/proc")
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .find(|&pid| stat_fields(pid).is_some_and(|f| f[1] == parent.to_string()))
+    machine::process_ids()
+        .into_iter()
+        .find(|&pid| machine::parent_of(pid) == Some(parent))
 }
 
 /// Whether process `pid` has ended: a zombie, or gone.
 fn has_ended(pid: u32) -> bool {
-    stat_fields(pid).is_none_or(|f| f[0] == "Z")
+    machine::stat_fields(pid).is_none_or(|f| f[0] == "Z")
 }
 
 /// A thread held in a ptrace stop (`PTRACE_SEIZE` + `PTRACE_INTERRUPT`) until dropped; the

@@ -1,7 +1,8 @@
 //! How much CPU the machine used while a test's job ran, to tell whether other work competed
 //! with it: a prediction is for the machine as the run had it, and a busy shared machine
 //! (builds next to the tests) makes any run slower than predicted. Shared by the capture
-//! tests' harness (`traced`) and the cluster tests (`cluster_support`).
+//! tests' harness (`traced`) and the cluster tests (`cluster_support`), with the lookups of
+//! processes in `/proc` they need.
 
 /// Share of the machine's CPU that other work may use during a run whose time is checked
 /// against a prediction, before the check is skipped (and says so).
@@ -21,37 +22,33 @@ pub fn own_cpu_seconds() -> f64 {
 
 /// CPU seconds the machine has used since boot (all CPUs, idle and I/O wait excluded).
 pub fn machine_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/stat").expect("reading /proc/stat");
-    let line = stat.lines().next().expect("the cpu line");
-    let ticks: Vec<f64> = line
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
     // user nice system idle iowait irq softirq steal ...
-    let busy: f64 = ticks
+    cpu_line_seconds()
         .iter()
         .take(8)
         .enumerate()
         .filter(|(i, _)| *i != 3 && *i != 4)
         .map(|(_, t)| t)
-        .sum();
-    // SAFETY: sysconf has no preconditions.
-    busy / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+        .sum()
 }
 
 /// CPU seconds the hypervisor took from this machine's CPUs (steal time, all CPUs) since boot.
 pub fn steal_seconds() -> f64 {
+    cpu_line_seconds().get(7).copied().unwrap_or(0.0)
+}
+
+/// The fields of `/proc/stat`'s `cpu` line (all CPUs: user nice system idle iowait irq softirq
+/// steal ...), in seconds.
+fn cpu_line_seconds() -> Vec<f64> {
     let stat = std::fs::read_to_string("/proc/stat").expect("reading /proc/stat");
     let line = stat.lines().next().expect("the cpu line");
-    // user nice system idle iowait irq softirq steal ...
-    let steal: f64 = line
-        .split_whitespace()
-        .nth(8)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
     // SAFETY: sysconf has no preconditions.
-    steal / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    line.split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse::<f64>().ok())
+        .map(|t| t / tick)
+        .collect()
 }
 
 /// The machine's cores.
@@ -68,12 +65,10 @@ pub fn raise_priority() {
 
 /// CPU seconds process `pid` has used, with its waited-for children (0 once it is gone).
 pub fn process_cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // After the command name (which may hold spaces), fields 14-17: utime stime cutime
-    // cstime, in clock ticks.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let ticks: f64 = rest
-        .split_whitespace()
+    // Fields 14-17 of the line: utime stime cutime cstime, in clock ticks.
+    let ticks: f64 = stat_fields(pid)
+        .unwrap_or_default()
+        .iter()
         .skip(11)
         .take(4)
         .filter_map(|v| v.parse::<f64>().ok())
@@ -156,4 +151,31 @@ pub struct Shares {
     /// every core busy, waited for up to this share of its time, which no prediction of the
     /// job alone includes.
     pub lbf: f64,
+}
+
+/// The fields of `/proc/PID/stat` after the command name (which may hold spaces and
+/// parentheses): state, parent, ...; `None` once the process is gone.
+pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(String::from).collect())
+}
+
+/// Process `pid`'s parent.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    stat_fields(pid)?.get(1)?.parse().ok()
+}
+
+/// Process `pid`'s command name.
+pub fn comm(pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    Some(comm.trim_end().to_string())
+}
+
+/// The processes in `/proc` now.
+pub fn process_ids() -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("listing /proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
 }

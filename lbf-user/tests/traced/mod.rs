@@ -23,7 +23,7 @@ use lbf::target::{Network, Node, Target};
 use lbf::trace::TraceReader;
 
 #[path = "../machine/mod.rs"]
-mod machine;
+pub mod machine;
 mod watchdog;
 use machine::{machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
 use watchdog::{Watchdog, RUN_LIMIT};
@@ -430,13 +430,8 @@ pub fn trace_attaching<S: RecordSink, A: RecordSink>(
 /// The `n` processes named `name` descending from `root`, once there are that many (waits up
 /// to a minute).
 fn descendants_named(root: u32, name: &str, n: usize) -> Vec<u32> {
-    let parent = |pid: u32| -> Option<u32> {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let line = status.lines().find(|l| l.starts_with("PPid:"))?;
-        line.split_whitespace().nth(1)?.parse().ok()
-    };
     let descends = |mut pid: u32| {
-        while let Some(p) = parent(pid).filter(|&p| p > 1) {
+        while let Some(p) = machine::parent_of(pid).filter(|&p| p > 1) {
             if p == root {
                 return true;
             }
@@ -444,24 +439,29 @@ fn descendants_named(root: u32, name: &str, n: usize) -> Vec<u32> {
         }
         false
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let found: Vec<u32> = std::fs::read_dir("/proc")
-            .expect("listing /proc")
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .filter(|&pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .is_ok_and(|c| c.trim_end() == name)
-                    && descends(pid)
-            })
+    wait_for(|| {
+        let found: Vec<u32> = machine::process_ids()
+            .into_iter()
+            .filter(|&pid| machine::comm(pid).as_deref() == Some(name) && descends(pid))
             .collect();
         if found.len() == n {
-            return found;
+            return Ok(found);
         }
-        assert!(
-            Instant::now() < deadline,
+        Err(format!(
             "{n} processes named {name} did not appear (found {found:?})"
-        );
+        ))
+    })
+}
+
+/// Tries `attempt` every 10 ms until it succeeds; after a minute, panics with what its last
+/// try said.
+pub fn wait_for<T>(mut attempt: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match attempt() {
+            Ok(t) => return t,
+            Err(why) => assert!(Instant::now() < deadline, "waited a minute: {why}"),
+        }
         std::thread::sleep(Duration::from_millis(10));
     }
 }

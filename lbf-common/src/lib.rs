@@ -130,8 +130,10 @@ impl RecordKind {
 /// A ring buffer item is a record cut short after `mem[..n]`: it holds the first
 /// [`RECORD_HEAD_BYTES`] + `n` bytes, `n` being 0 for records without memory,
 /// [`SHORT_MEM_BYTES`] for short reads and [`MEM_BYTES`] otherwise (`mem_len <= n`). Most
-/// records take 96 or 128 bytes of the ring instead of 352. A [`RecordKind::CallPair`] item
-/// holds two records in the shorter form [`PairHead`] describes.
+/// records take 128 bytes of the ring instead of 352. A [`RecordKind::CallPair`] item
+/// holds two records in the shorter form [`PairHead`] describes. Every item is rounded up to
+/// whole cache lines with the ring buffer's 8-byte header (see lbf-ebpf's `record`): the bytes
+/// past the record, like those of `mem` past `mem_len`, are whatever the ring held there.
 ///
 /// `cpu_ns` is the calling thread's cumulative on-CPU time in nanoseconds, kept exact by the
 /// scheduler hooks (time switched in is added at every switch out), so the CPU used between two

@@ -266,11 +266,11 @@ impl Draft {
     ) -> Option<Self> {
         // Each arm a constant (computed apart, LLVM spills an undefined register the verifier
         // rejects).
-        let size = match mem {
+        let size = line_sized(match mem {
             Mem::None => RECORD_HEAD_BYTES,
             Mem::Short => RECORD_HEAD_BYTES + SHORT_MEM_BYTES,
             Mem::Full => RECORD_HEAD_BYTES + MEM_BYTES,
-        } as u64;
+        } as u64);
         let item = reserve(size, 1)?;
         // SAFETY: `item` is a reserved, exclusively owned record head.
         unsafe { write_head(item as *mut Record, kind, fn_id, tgid, tid, stamp()) };
@@ -378,7 +378,7 @@ impl PairDraft {
         } else {
             ARG_WORDS
         };
-        let size = (PAIR_HEAD_BYTES + words * 8 + mem.bytes()) as u64;
+        let size = line_sized((PAIR_HEAD_BYTES + words * 8 + mem.bytes()) as u64);
         let item = reserve(size, 2)?;
         let (exit_ts_ns, exit_cpu_ns) = stamp_now(|now| clock_at(clock, now));
         let head = PairHead {
@@ -425,6 +425,21 @@ impl PairDraft {
     pub fn submit(self) {
         commit(self.item, self.size);
     }
+}
+
+/// The size to reserve for a record of `bytes`: rounded up so that the item, with the ring
+/// buffer's 8-byte header, fills whole cache lines. Every item then starts a cache line of its
+/// own, and the ranks on different CPUs that write one after the other into the ring buffer do
+/// not write into the same line: with items packed end to end, the line one thread was
+/// finishing went over to the other CPU for its next item and back (false sharing). Measured on
+/// `ring 400000 0` (2 ranks, one per CPU; the kernel's eBPF statistics, 8 alternated runs):
+/// the two programs ran 389 ns per call instead of 416. The cost is ring buffer room: the
+/// bytes past a record's end are not written, and not read (see `lbf::probe::reader`).
+#[inline(always)]
+const fn line_sized(bytes: u64) -> u64 {
+    const HEADER: u64 = 8;
+    const LINE: u64 = 64;
+    (bytes + HEADER).div_ceil(LINE) * LINE - HEADER
 }
 
 /// Reserves a ring buffer item of `size` bytes (one of a few constants) holding `records`

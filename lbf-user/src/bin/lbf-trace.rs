@@ -76,8 +76,8 @@ struct Cli {
     )]
     pids: Vec<u32>,
 
-    /// Ring buffer size in bytes (rounded up to a power of two). Most MPI calls take 120 or
-    /// 152 bytes of it, a few up to 376.
+    /// Ring buffer size in bytes (rounded up to a power of two). Most MPI calls take 128 or
+    /// 192 bytes of it (whole cache lines), a few 384.
     #[arg(long, default_value_t = TracerOptions::DEFAULT_RINGBUF_BYTES)]
     ringbuf_size: u32,
 

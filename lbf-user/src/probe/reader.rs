@@ -131,6 +131,9 @@ struct Decoder {
 /// Where `Record::mem` starts.
 const MEM_OFFSET: usize = mem::offset_of!(Record, mem);
 
+/// Where `Record::mem_len` is.
+const MEM_LEN_OFFSET: usize = mem::offset_of!(Record, mem_len);
+
 impl Default for Decoder {
     fn default() -> Self {
         Self {
@@ -144,7 +147,8 @@ impl Default for Decoder {
 impl Decoder {
     /// The records in the bytes of a ring buffer item, in order: its one record, or the entry
     /// and the exit record of a [`RecordKind::CallPair`] item ([`PairHead`]). A record may end
-    /// anywhere after its head (see [`Record`]): the bytes past its end read as 0. None for an
+    /// anywhere after its head (see [`Record`]): the bytes past its end, and past its
+    /// `mem_len` (the item's padding), read as 0. None for an
     /// item shorter than a head (never written by lbf-ebpf).
     fn decode(&mut self, bytes: &[u8]) -> &[Record] {
         if bytes.len() >= PAIR_HEAD_BYTES
@@ -153,7 +157,12 @@ impl Decoder {
             self.pair(bytes);
             &self.records[..]
         } else if bytes.len() >= RECORD_HEAD_BYTES {
-            let n = bytes.len().min(mem::size_of::<Record>());
+            // The item may go on past the record's end (lbf-ebpf reserves whole cache lines):
+            // only `mem_len` bytes of `mem` were written.
+            let mem_len = u16::from_ne_bytes([bytes[MEM_LEN_OFFSET], bytes[MEM_LEN_OFFSET + 1]]);
+            let n = bytes
+                .len()
+                .min(MEM_OFFSET + (mem_len as usize).min(MEM_BYTES));
             self.write(0, 0, &bytes[..n]);
             &self.records[..1]
         } else {
@@ -194,7 +203,8 @@ impl Decoder {
             ..*entry
         };
         self.write(0, MEM_OFFSET, &[]);
-        self.write(1, MEM_OFFSET, &mem[..mem.len().min(MEM_BYTES)]);
+        let mem_len = mem.len().min(head.mem_len as usize).min(MEM_BYTES);
+        self.write(1, MEM_OFFSET, &mem[..mem_len]);
     }
 
     /// Copies `bytes` into record `i` from byte `at` on, and zeroes what the last item wrote
@@ -247,6 +257,8 @@ mod tests {
         dirtied().decode(item).to_vec()
     }
 
+    /// Past `mem_len` an item holds whatever the ring buffer held there (lbf-ebpf reserves
+    /// whole cache lines and writes only the record): it decodes as zeros.
     #[test]
     fn items_cut_after_the_head_or_a_short_read_decode_with_zeros_past_their_end() {
         let mut item = head(RecordKind::CallExit, 0xff);
@@ -256,8 +268,8 @@ mod tests {
         assert_eq!(r.kind, RecordKind::CallExit as u16);
         assert_eq!(r.mem_len, 4);
         assert_eq!(r.args, [u64::MAX; 8]);
-        assert!(r.mem[..SHORT_MEM_BYTES].iter().all(|&b| b == 0xff));
-        assert!(r.mem[SHORT_MEM_BYTES..].iter().all(|&b| b == 0));
+        assert!(r.mem[..4].iter().all(|&b| b == 0xff));
+        assert!(r.mem[4..].iter().all(|&b| b == 0));
         assert_eq!(decode(&item).len(), 1);
         let cut = decode(&item[..RECORD_HEAD_BYTES]);
         assert_eq!(cut.len(), 1);
@@ -314,8 +326,9 @@ mod tests {
             assert_eq!((exit.ts_ns, exit.cpu_ns, exit.mem_len), (12, 13, 4));
             assert_eq!(exit.args[0], 14);
             assert_eq!(exit.args[1..], args[..ARG_WORDS - 1]);
-            assert!(exit.mem[..SHORT_MEM_BYTES].iter().all(|&b| b == 3));
-            assert!(exit.mem[SHORT_MEM_BYTES..].iter().all(|&b| b == 0));
+            // `mem_len` 4 of the item's SHORT_MEM_BYTES: the rest is padding.
+            assert!(exit.mem[..4].iter().all(|&b| b == 3));
+            assert!(exit.mem[4..].iter().all(|&b| b == 0));
         }
     }
 

@@ -55,7 +55,7 @@ pub struct TracerOptions {
 }
 
 impl TracerOptions {
-    /// Default ring buffer size: 16 MiB, about 110,000 calls (most take 120 or 152 bytes).
+    /// Default ring buffer size: 16 MiB, about 100,000 calls (most take 128 or 192 bytes).
     pub const DEFAULT_RINGBUF_BYTES: u32 = 16 << 20;
 }
 

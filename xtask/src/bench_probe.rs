@@ -14,7 +14,9 @@
 //!    runs under the empty uprobe + uretprobe on every function lbf probes: its slowdown is
 //!    what the uprobe mechanism alone costs the workload, whatever a tracer does in it (`ring`
 //!    without compute makes an MPI call every few microseconds, so even empty probes slow it
-//!    down by a large factor).
+//!    down by a large factor). For the communication-heavy ones, one more traced run with the
+//!    kernel's statistics gives lbf's programs' time per call: above the one-rank loop's, it is
+//!    what two ranks on two CPUs writing through the ring buffer's one lock cost each other.
 //!
 //! Each configuration runs `--runs` times, interleaved, and the fastest run counts: other
 //! load on the machine only ever adds time. Needs root.
@@ -132,12 +134,14 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
         .map(|(_, name)| *name)
         .collect::<Vec<_>>()
         .join(",");
+    // The probe programs' runs per workload are in the tens of thousands (halo's are fewer:
+    // its programs' time is not sampled); any other program of lbf's runs a few hundred times.
     let workloads = [
-        ("ring 20000 0", "communication-heavy"),
-        ("pingpong 500 0", "communication-heavy"),
-        ("halo 10 50", "compute-heavy"),
+        ("ring 20000 0", "communication-heavy", Some(20_000)),
+        ("pingpong 500 0", "communication-heavy", Some(2_000)),
+        ("halo 10 50", "compute-heavy", None),
     ];
-    for (workload, kind) in workloads {
+    for (workload, kind, min_runs) in workloads {
         let mut words = workload.split_whitespace();
         let exe = tools.workloads.join(words.next().expect("a workload name"));
         let mut cmd: Vec<String> = ["mpirun.mpich", "-n", "2"].map(String::from).to_vec();
@@ -173,6 +177,17 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
             fastest(&total[2]),
             fastest(&total[0])
         );
+        // Two ranks on two CPUs reserve their records through the ring buffer's one lock: the
+        // programs' time per call against the one-rank loop's shows what that contention costs.
+        if let Some(min_runs) = min_runs {
+            let (_, ns, runs) = bpf_stats::program_run_time(&configs[2], min_runs)?;
+            println!(
+                "    lbf's eBPF programs ran {:.1} ns per call here ({runs} runs; {:.1} on the \
+                 one-rank call loop above)",
+                ns as f64 / (runs as f64 / 2.0),
+                per_call[1]
+            );
+        }
     }
     println!(
         "  (the empty probes' slowdown is what the uprobe mechanism alone costs a workload, \

@@ -6,8 +6,17 @@
 //! they return (kept in the thread's task, [`THREADS`]: one lookup per probe hit finds both). Which library's memory layout a call
 //! is read with comes from the probe's attach cookie (`crate::mpi::cookie`).
 
-/// The ring buffer of [`crate::Record`]s. Its size is set by user space before loading.
-pub const EVENTS: &str = "EVENTS";
+/// The ring buffers of [`crate::Record`]s: an array of [`MAX_RINGS`] slots
+/// (`BPF_MAP_TYPE_ARRAY_OF_MAPS`), of which user space fills the first [`RING_MASK`] + 1 with
+/// ring buffers of one size. A record goes into the ring of the CPU it is written on (its
+/// number masked by [`RING_MASK`]), so that threads on different CPUs do not contend for one
+/// ring buffer's lock and cache lines at every record.
+pub const RINGS: &str = "RINGS";
+/// Slots of [`RINGS`]: at most this many ring buffers, however many CPUs.
+pub const MAX_RINGS: u32 = 64;
+/// The global (`u32`) masking a CPU number into a slot of [`RINGS`]: the number of ring
+/// buffers less one (a power of two less one), set by user space before loading.
+pub const RING_MASK: &str = "RING_MASK";
 /// A small ring buffer of `u32` tgids, one per `MPI_Init` or `MPI_Init_thread` entry of a
 /// traced process, each waking its reader: user space inspects the process (its MPI library,
 /// its rank) while it is surely alive, instead of when the capture reaches its records, which
@@ -35,8 +44,8 @@ pub const FN_READS: &str = "FN_READS";
 pub const COUNTERS: &str = "COUNTERS";
 /// The global holding [`KernelOffsets`], set by user space before loading.
 pub const KERNEL_OFFSETS: &str = "KERNEL_OFFSETS";
-/// The global (`u64`) holding the unread bytes in [`EVENTS`] from which a record's submit
-/// wakes the reader: an eighth of the ring buffer, set by user space with its size (the kernel
+/// The global (`u64`) holding the unread bytes in a ring of [`RINGS`] from which a record's
+/// submit wakes the reader: an eighth of a ring buffer, set by user space with its size (the kernel
 /// side would otherwise ask the ring buffer its size at every record, a helper call).
 pub const WAKE_BYTES: &str = "WAKE_BYTES";
 

@@ -12,6 +12,7 @@
 mod maps;
 mod mpi;
 mod record;
+mod ring_array;
 mod sched;
 mod sockets;
 mod task_storage;

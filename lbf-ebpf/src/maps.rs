@@ -7,19 +7,37 @@ use aya_ebpf::{
 };
 use lbf_common::{
     counter,
-    maps::{KernelOffsets, ThreadState, COMM_BYTES, INIT_NOTICES_BYTES, MAX_LIBS, MAX_TRACED},
+    maps::{
+        KernelOffsets, ThreadState, COMM_BYTES, INIT_NOTICES_BYTES, MAX_LIBS, MAX_RINGS, MAX_TRACED,
+    },
     FnReads, MAX_FNS,
 };
 
-use crate::{record::current_ids, task_storage::TaskStorage};
+use crate::{record::current_ids, ring_array::RingArray, task_storage::TaskStorage};
 
 /// The command name whose executions are traced (`lbf_common::maps::ADOPT_COMM`).
 #[map]
 pub static ADOPT_COMM: Array<[u8; COMM_BYTES]> = Array::with_max_entries(1, 0);
 
-/// Records for user space. User space sets the size before loading; this is a placeholder.
-#[map]
-pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+/// Records for user space: one ring buffer per CPU (`lbf_common::maps::RINGS`), put in by user
+/// space after loading.
+#[btf_map]
+pub static RINGS: RingArray<{ MAX_RINGS as usize }> = RingArray::new();
+
+/// The ring buffers in use less one (`lbf_common::maps::RING_MASK`), set before loading.
+#[unsafe(no_mangle)]
+pub static RING_MASK: u32 = 0;
+
+/// The ring buffer records written on this CPU go into; `None` if user space has not put it in
+/// (the record is then counted as lost).
+#[inline(always)]
+pub fn this_cpus_ring() -> Option<*mut core::ffi::c_void> {
+    // SAFETY: a plain static the loader patched before load; nothing writes it after.
+    let mask = unsafe { core::ptr::read_volatile(&RING_MASK) };
+    // SAFETY: a helper without arguments.
+    let cpu = unsafe { aya_ebpf::helpers::gen::bpf_get_smp_processor_id() };
+    RINGS.get(cpu & mask)
+}
 
 /// `MPI_Init` notices (`lbf_common::maps::INIT_NOTICES`).
 #[map]
@@ -48,7 +66,7 @@ pub static COUNTERS: PerCpuArray<u64> =
 #[unsafe(no_mangle)]
 pub static KERNEL_OFFSETS: KernelOffsets = KernelOffsets::UNKNOWN;
 
-/// Unread bytes in [`EVENTS`] from which a submit wakes the reader
+/// Unread bytes in a ring buffer of [`RINGS`] from which a submit wakes the reader
 /// (`lbf_common::maps::WAKE_BYTES`), set before loading; this is a placeholder.
 #[unsafe(no_mangle)]
 pub static WAKE_BYTES: u64 = (1 << 20) / 8;

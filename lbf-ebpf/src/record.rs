@@ -1,6 +1,8 @@
-//! Writing records into the ring buffer: the header (kind, ids, time, CPU clock), the
-//! arguments and the optional user memory read, in an item only as long as that read needs.
-//! Never blocks: a full ring buffer drops the record and counts it.
+//! Writing records into the ring buffer of the CPU the program runs on (see
+//! `lbf_common::maps::RINGS`): the header (kind, ids, time, CPU clock), the arguments and the
+//! optional user memory read, in an item only as long as that read needs. Never blocks: a full
+//! ring buffer drops the record and counts it. User space merges the rings by the records'
+//! stamps, each taken by the program that writes the record.
 
 use core::{ffi::c_void, mem::MaybeUninit};
 
@@ -8,9 +10,8 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns,
-        gen::{bpf_probe_read_user, bpf_ringbuf_reserve, bpf_ringbuf_submit},
+        gen::{bpf_probe_read_user, bpf_ringbuf_query, bpf_ringbuf_reserve, bpf_ringbuf_submit},
     },
-    maps::RingBuf,
 };
 use lbf_common::{
     counter,
@@ -19,7 +20,7 @@ use lbf_common::{
     RECORD_HEAD_BYTES, SHORT_ARG_WORDS, SHORT_MEM_BYTES,
 };
 
-use crate::maps::{add, count, current_sum_exec_runtime, wake_bytes, EVENTS, THREADS};
+use crate::maps::{add, count, current_sum_exec_runtime, this_cpus_ring, wake_bytes, THREADS};
 
 /// The calling thread's ids: `(tgid, tid)`.
 #[inline(always)]
@@ -215,6 +216,8 @@ pub fn write_deferred_entry(state: &mut ThreadState) {
 pub struct Draft {
     /// The ring buffer item reserved: the record.
     item: *mut c_void,
+    /// The ring buffer it is in.
+    ring: *mut c_void,
     /// The item's size in bytes.
     size: u64,
     mem: Mem,
@@ -271,10 +274,15 @@ impl Draft {
             Mem::Short => RECORD_HEAD_BYTES + SHORT_MEM_BYTES,
             Mem::Full => RECORD_HEAD_BYTES + MEM_BYTES,
         } as u64);
-        let item = reserve(size, 1)?;
+        let (item, ring) = reserve(size, 1)?;
         // SAFETY: `item` is a reserved, exclusively owned record head.
         unsafe { write_head(item as *mut Record, kind, fn_id, tgid, tid, stamp()) };
-        Some(Self { item, size, mem })
+        Some(Self {
+            item,
+            ring,
+            size,
+            mem,
+        })
     }
 
     /// The record being filled; only its head, and `mem` as far as reserved, exist.
@@ -337,7 +345,7 @@ impl Draft {
         for i in 0..ARG_WORDS {
             unsafe { core::ptr::write_volatile(args.add(i), word(i)) };
         }
-        commit(self.item, self.size);
+        commit(self.item, self.size, self.ring);
     }
 }
 
@@ -347,6 +355,8 @@ impl Draft {
 pub struct PairDraft {
     /// The ring buffer item reserved.
     item: *mut c_void,
+    /// The ring buffer it is in.
+    ring: *mut c_void,
     /// The item's size in bytes.
     size: u64,
     /// Where the exit's `mem` starts in the item.
@@ -379,7 +389,7 @@ impl PairDraft {
             ARG_WORDS
         };
         let size = line_sized((PAIR_HEAD_BYTES + words * 8 + mem.bytes()) as u64);
-        let item = reserve(size, 2)?;
+        let (item, ring) = reserve(size, 2)?;
         let (exit_ts_ns, exit_cpu_ns) = stamp_now(|now| clock_at(clock, now));
         let head = PairHead {
             kind: RecordKind::CallPair as u16,
@@ -404,6 +414,7 @@ impl PairDraft {
             }
             Some(Self {
                 item,
+                ring,
                 size,
                 mem: at.add(words) as *mut u8,
                 room: mem,
@@ -423,7 +434,7 @@ impl PairDraft {
     /// Hands the item to user space ([`commit`]).
     #[inline(always)]
     pub fn submit(self) {
-        commit(self.item, self.size);
+        commit(self.item, self.size, self.ring);
     }
 }
 
@@ -442,18 +453,20 @@ const fn line_sized(bytes: u64) -> u64 {
     (bytes + HEADER).div_ceil(LINE) * LINE - HEADER
 }
 
-/// Reserves a ring buffer item of `size` bytes (one of a few constants) holding `records`
-/// records; `None`, and `records` counted lost, when the ring buffer is full.
+/// Reserves an item of `size` bytes (one of a few constants) holding `records` records in this
+/// CPU's ring buffer: the item and the ring. `None`, and `records` counted lost, when the ring
+/// buffer is full (or missing).
 #[inline(always)]
-fn reserve(size: u64, records: u64) -> Option<*mut c_void> {
-    let ring = &EVENTS as *const RingBuf as *mut c_void;
-    // SAFETY: `ring` is the ring buffer map.
-    let item = unsafe { bpf_ringbuf_reserve(ring, size, 0) };
-    if item.is_null() {
+fn reserve(size: u64, records: u64) -> Option<(*mut c_void, *mut c_void)> {
+    let reserved = this_cpus_ring().and_then(|ring| {
+        // SAFETY: `ring` is a ring buffer map.
+        let item = unsafe { bpf_ringbuf_reserve(ring, size, 0) };
+        (!item.is_null()).then_some((item, ring))
+    });
+    if reserved.is_none() {
         add(counter::LOST_RINGBUF, records);
-        return None;
     }
-    Some(item)
+    reserved
 }
 
 /// Reads user memory into `mem` (room `room`) as `read` says, as much as fits, and sets
@@ -490,8 +503,9 @@ unsafe fn read_into(mem: *mut u8, mem_len: *mut u16, room: Mem, read: &UserRead)
 /// pace instead of losing their records. The reader polls on a short timer besides, which
 /// also catches a crossing that two CPUs' records hide from each other.
 #[inline(always)]
-fn commit(item: *mut c_void, size: u64) {
-    let unread = EVENTS.query(BPF_RB_AVAIL_DATA as u64);
+fn commit(item: *mut c_void, size: u64, ring: *mut c_void) {
+    // SAFETY: `ring` is the ring buffer map `item` was reserved in.
+    let unread = unsafe { bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA as u64) };
     let wake = wake_bytes();
     // The item's own bytes include the ring buffer's 8-byte header (sizes are multiples of 8).
     let crossed = unread >= wake && unread < wake + size + 8;

@@ -112,7 +112,7 @@ struct Cli {
     #[arg(long = "mpi-lib", value_name = "PATH", help_heading = "Live capture")]
     mpi_libs: Vec<PathBuf>,
 
-    /// Kernel ring buffer size in bytes.
+    /// Kernel ring buffer size in bytes, split evenly among one ring buffer per CPU.
     #[arg(long, default_value_t = TracerOptions::DEFAULT_RINGBUF_BYTES, help_heading = "Live capture")]
     ringbuf_size: u32,
 

@@ -76,8 +76,9 @@ struct Cli {
     )]
     pids: Vec<u32>,
 
-    /// Ring buffer size in bytes (rounded up to a power of two). Most MPI calls take 128 or
-    /// 192 bytes of it (whole cache lines), a few 384.
+    /// Ring buffer size in bytes, split evenly among one ring buffer per CPU (each rounded up
+    /// to a power of two). Most MPI calls take 128 or 192 bytes of it (whole cache lines), a
+    /// few 384.
     #[arg(long, default_value_t = TracerOptions::DEFAULT_RINGBUF_BYTES)]
     ringbuf_size: u32,
 

@@ -12,12 +12,16 @@ use lbf_common::{
     PairHead, Record, RecordKind, ARG_WORDS, MEM_BYTES, PAIR_HEAD_BYTES, RECORD_HEAD_BYTES,
 };
 
-use super::ring::RecordRing;
+use super::{
+    ring::{Found, RecordRing},
+    tracer::monotonic_ns,
+};
 
 /// Where the record stream goes: the capture layer implements this to turn records into
 /// engine events and trace files; `JsonLinesSink` dumps them for debugging.
 pub trait RecordSink {
-    /// One record, in ring buffer order (per thread, the order the thread produced them).
+    /// One record, in stamp order across the ring buffers (see [`RecordReader`]); per thread,
+    /// the order the thread produced them.
     fn record(&mut self, record: &Record) -> Result<()>;
     /// The capture ended; `lost` says what the kernel side dropped. Called once.
     fn finish(&mut self, lost: &super::LostCounts) -> Result<()>;
@@ -28,16 +32,33 @@ pub trait RecordSink {
     }
 }
 
-/// Drains the record ring buffer.
+/// Drains the record ring buffers (one per CPU) into one stream.
+///
+/// A thread that moves between CPUs writes into several rings, and some records must reach the
+/// sink after records of other threads written into other rings (a `Fork` before the child's
+/// records; every member's `MPI_Comm_split` entry before any member's return). Every such
+/// dependency is "Y was stamped after X was submitted": a record's stamp (a pair's exit stamp)
+/// is taken by the program that writes it, after everything its thread wrote before, and after
+/// anything another process had to write for the event to happen. So each drain takes the time
+/// T first, reads every ring, and hands over in stamp order the records stamped before T: what
+/// they depend on was submitted before T and so was read, unless its ring stopped at an item a
+/// probe was still writing, in which case that drain hands over nothing. Records stamped from T
+/// on wait for the next drain, in the ring, read in place.
 pub struct RecordReader {
-    ring: RecordRing,
-    /// An epoll instance watching `ring` edge-triggered: it reports the kernel side's
+    rings: Vec<RecordRing>,
+    /// An epoll instance watching the rings edge-triggered: it reports the kernel side's
     /// wake-ups, not the mere presence of unread records (which a plain `poll` would report
     /// at once, making the reader chase the traced program record by record).
     epoll: OwnedFd,
-    /// Unread bytes from which the kernel side wakes the reader.
+    /// Unread bytes in one ring from which the kernel side wakes the reader.
     wake_bytes: u64,
     decoder: Decoder,
+    /// Per ring, the items the current drain found (kept to reuse their allocations).
+    found: Vec<Vec<Found>>,
+    /// Per ring, which of them it handed over.
+    handed: Vec<Vec<bool>>,
+    /// The items to hand over: (stamp, ring, index in `found`), sorted.
+    order: Vec<(u64, usize, usize)>,
 }
 
 /// What one [`RecordReader::drain`] read.
@@ -45,17 +66,17 @@ pub struct RecordReader {
 pub struct Drained {
     /// Records handed to the sink.
     pub records: u64,
-    /// Whether the reader is behind: it read at least as many bytes as make the kernel side
-    /// wake it. The capture loop then drains again at once rather than wait.
+    /// Whether the reader is behind: it read at least as many bytes of one ring as make the
+    /// kernel side wake it. The capture loop then drains again at once rather than wait.
     pub behind: bool,
     /// `Exit` records among them: a traced process ended, maybe the last one.
     pub exits: u64,
 }
 
 impl RecordReader {
-    /// Wraps the ring buffer taken from the tracer, whose kernel side wakes the reader from
-    /// `wake_bytes` unread bytes.
-    pub(super) fn new(ring: RecordRing, wake_bytes: u64) -> Result<Self> {
+    /// Wraps the ring buffers taken from the tracer, whose kernel side wakes the reader from
+    /// `wake_bytes` unread bytes in one of them.
+    pub(super) fn new(rings: Vec<RecordRing>, wake_bytes: u64) -> Result<Self> {
         // SAFETY: a plain system call; the descriptor is owned from here on.
         let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if epoll < 0 {
@@ -63,61 +84,165 @@ impl RecordReader {
         }
         // SAFETY: a new descriptor nothing else owns.
         let epoll = unsafe { OwnedFd::from_raw_fd(epoll) };
-        let mut event = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLET) as u32,
-            u64: 0,
-        };
-        let ring_fd = ring.as_fd().as_raw_fd();
-        // SAFETY: both descriptors are open; `event` outlives the call.
-        let rc =
-            unsafe { libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, ring_fd, &mut event) };
-        if rc < 0 {
-            return Err(std::io::Error::last_os_error())
-                .context("watching the record ring buffer with epoll");
+        for (i, ring) in rings.iter().enumerate() {
+            let mut event = libc::epoll_event {
+                events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+                u64: i as u64,
+            };
+            let ring_fd = ring.as_fd().as_raw_fd();
+            // SAFETY: both descriptors are open; `event` outlives the call.
+            let rc = unsafe {
+                libc::epoll_ctl(epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, ring_fd, &mut event)
+            };
+            if rc < 0 {
+                return Err(std::io::Error::last_os_error())
+                    .context("watching the record ring buffers with epoll");
+            }
         }
+        let n = rings.len();
         Ok(Self {
-            ring,
+            rings,
             epoll,
             wake_bytes,
             decoder: Decoder::default(),
+            found: vec![Vec::new(); n],
+            handed: vec![Vec::new(); n],
+            order: Vec::new(),
         })
     }
 
-    /// Waits until the kernel side wakes the reader (the ring buffer has filled to an eighth
+    /// Waits until the kernel side wakes the reader (a ring buffer has filled to an eighth
     /// since the last drain, see `lbf-ebpf`'s `record::commit`) or `timeout` passes. Records
     /// may be waiting either way: drain after it.
     pub fn wait(&self, timeout: Duration) -> Result<()> {
-        let mut event = libc::epoll_event { events: 0, u64: 0 };
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 8];
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: room for one event.
-        let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), &mut event, 1, ms) };
+        // SAFETY: room for `events.len()` events.
+        let n = unsafe {
+            libc::epoll_wait(
+                self.epoll.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                ms,
+            )
+        };
         if n < 0 {
             let err = std::io::Error::last_os_error();
             if err.kind() != std::io::ErrorKind::Interrupted {
-                return Err(anyhow::Error::new(err).context("waiting for the record ring buffer"));
+                return Err(anyhow::Error::new(err).context("waiting for the record ring buffers"));
             }
         }
         Ok(())
     }
 
-    /// Hands every record now in the buffer to `sink`.
+    /// Hands the records now in the buffers to `sink`, in order, but for those stamped since
+    /// the drain began (see [`RecordReader`]).
     pub fn drain(&mut self, sink: &mut dyn RecordSink) -> Result<Drained> {
+        self.read(sink, false)
+    }
+
+    /// Hands every record now in the buffers to `sink`, in stamp order: the last drain, when
+    /// nothing more is coming that the records could depend on (the traced processes have
+    /// ended, or the capture is stopping).
+    pub fn drain_all(&mut self, sink: &mut dyn RecordSink) -> Result<Drained> {
+        self.read(sink, true)
+    }
+
+    /// [`RecordReader::drain`], or with `all` [`RecordReader::drain_all`].
+    fn read(&mut self, sink: &mut dyn RecordSink, all: bool) -> Result<Drained> {
+        let now = monotonic_ns();
+        let Self {
+            rings,
+            decoder,
+            found,
+            handed,
+            order,
+            wake_bytes,
+            ..
+        } = self;
+        let mut blocked = false;
+        for (ring, found) in rings.iter().zip(found.iter_mut()) {
+            found.clear();
+            blocked |= ring.scan(found);
+        }
+        let limit = match (all, blocked) {
+            (true, _) => None,
+            (false, true) => Some(0),
+            (false, false) => Some(now),
+        };
+        plan(
+            found,
+            |r, i| stamp(rings[r].bytes(&found[r][i])),
+            limit,
+            order,
+        );
+        for (found, handed) in found.iter().zip(handed.iter_mut()) {
+            handed.clear();
+            handed.resize(found.len(), false);
+        }
         let (mut records, mut exits) = (0, 0);
-        let decoder = &mut self.decoder;
-        let bytes = self.ring.drain(|item| {
-            for record in decoder.decode(item) {
-                sink.record(record)?;
+        let mut outcome = Ok(());
+        for &(_, r, i) in order.iter() {
+            handed[r][i] = true;
+            for record in decoder.decode(rings[r].bytes(&found[r][i])) {
+                if let Err(e) = sink.record(record) {
+                    outcome = Err(e);
+                    break;
+                }
                 records += 1;
                 exits += u64::from(record.kind == RecordKind::Exit as u16);
             }
-            Ok(())
-        })?;
-        Ok(Drained {
+            if outcome.is_err() {
+                break;
+            }
+        }
+        let mut behind = false;
+        for (r, ring) in rings.iter_mut().enumerate() {
+            let handed = &handed[r];
+            behind |= ring.consume(&found[r], |i| handed[i]) >= *wake_bytes;
+        }
+        outcome.map(|()| Drained {
             records,
-            behind: bytes >= self.wake_bytes,
+            behind,
             exits,
         })
     }
+}
+
+/// Fills `order` with what a drain hands over, in order: `(stamp, ring, index)` of every item
+/// of `found` (per ring) not skipped and, with a `limit`, stamped before it; `stamp(ring,
+/// index)` reads an item's stamp. Ties go by ring, then ring order.
+fn plan(
+    found: &[Vec<Found>],
+    stamp: impl Fn(usize, usize) -> u64,
+    limit: Option<u64>,
+    order: &mut Vec<(u64, usize, usize)>,
+) {
+    order.clear();
+    for (r, found) in found.iter().enumerate() {
+        for (i, item) in found.iter().enumerate() {
+            if item.skip {
+                continue;
+            }
+            let stamp = stamp(r, i);
+            if limit.is_none_or(|limit| stamp < limit) {
+                order.push((stamp, r, i));
+            }
+        }
+    }
+    order.sort_unstable();
+}
+
+/// The stamp a drain orders an item by: the exit's of a [`RecordKind::CallPair`] item, else
+/// its record's `ts_ns` (0 for an item too short to have one).
+fn stamp(item: &[u8]) -> u64 {
+    let at = if item.get(..2) == Some(&(RecordKind::CallPair as u16).to_ne_bytes()[..]) {
+        mem::offset_of!(PairHead, exit_ts_ns)
+    } else {
+        mem::offset_of!(Record, ts_ns)
+    };
+    item.get(at..at + 8)
+        .map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
 }
 
 /// Decodes ring buffer items into two records it keeps, so that an item's records are written
@@ -231,6 +356,34 @@ mod tests {
     use lbf_common::SHORT_MEM_BYTES;
 
     use super::*;
+
+    /// A drain hands over the items stamped before its start, across rings in stamp order,
+    /// leaving out skipped ones; without a limit (the last drain), all of them.
+    #[test]
+    fn a_drain_hands_over_what_was_stamped_before_it_in_stamp_order() {
+        let found = |skip: &[bool]| -> Vec<Found> {
+            skip.iter()
+                .enumerate()
+                .map(|(i, &skip)| Found {
+                    pos: i * 24,
+                    len: 16,
+                    skip,
+                })
+                .collect()
+        };
+        // Ring 0: stamps 5, 30, 10 (a probe preempted between reservation and stamp); ring 1:
+        // 7, (skipped), 20.
+        let rings = [found(&[false, false, false]), found(&[false, true, false])];
+        let stamps = [[5, 30, 10], [7, 99, 20]];
+        let mut order = Vec::new();
+        plan(&rings, |r, i| stamps[r][i], Some(25), &mut order);
+        assert_eq!(order, [(5, 0, 0), (7, 1, 0), (10, 0, 2), (20, 1, 2)]);
+        plan(&rings, |r, i| stamps[r][i], Some(0), &mut order);
+        assert!(order.is_empty(), "a blocked drain hands over nothing");
+        plan(&rings, |r, i| stamps[r][i], None, &mut order);
+        assert_eq!(order.len(), 5);
+        assert_eq!(order[4], (30, 0, 1));
+    }
 
     /// A record head of `kind` whose other bytes are `fill`.
     fn head(kind: RecordKind, fill: u8) -> Vec<u8> {

@@ -93,6 +93,19 @@ pub struct RecordRing {
     published: usize,
     /// Bytes read between two stores of the consumer position.
     publish_every: usize,
+    /// Items handed over ahead of `pos` (see [`RecordRing::consume`]), by position.
+    ahead: Vec<usize>,
+}
+
+/// An item [`RecordRing::scan`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// The position of its header.
+    pub pos: usize,
+    /// Its bytes, after the header.
+    pub len: usize,
+    /// Discarded, or handed over already: not to be read.
+    pub skip: bool,
 }
 
 // SAFETY: the mappings are owned by the reader and only touched through `&mut self` (and the
@@ -122,6 +135,7 @@ impl RecordRing {
             pos,
             published: pos,
             publish_every: PUBLISH_BYTES.min(bytes / 16),
+            ahead: Vec::new(),
         })
     }
 
@@ -174,6 +188,54 @@ impl RecordRing {
         }
     }
 
+    /// Lists into `found` the items submitted after the read position, in ring order, up to
+    /// the first one still being written; true if it stopped at such a one (a probe is
+    /// writing it). Items discarded, or handed over ahead of the read position by an earlier
+    /// [`RecordRing::consume`], are listed with `skip` set.
+    pub fn scan(&self, found: &mut Vec<Found>) -> bool {
+        let end = self.producer_pos();
+        let mut pos = self.pos;
+        while pos != end {
+            // SAFETY: the header is within the data pages (8-byte aligned, below the size).
+            let header = unsafe { &*(self.data().add(pos & self.mask) as *const AtomicU32) };
+            // Acquire: pairs with the kernel's submit, so the item's bytes are visible.
+            let len = header.load(Ordering::Acquire);
+            if len & BUSY_BIT != 0 {
+                return true;
+            }
+            let skip = len & DISCARD_BIT != 0 || self.ahead.contains(&pos);
+            let len = (len & !(BUSY_BIT | DISCARD_BIT)) as usize;
+            found.push(Found { pos, len, skip });
+            pos += (HEADER_BYTES + len).next_multiple_of(8);
+        }
+        false
+    }
+
+    /// The bytes of an item [`RecordRing::scan`] found (and [`RecordRing::consume`] has not
+    /// passed).
+    pub fn bytes(&self, item: &Found) -> &[u8] {
+        // SAFETY: a submitted item of `len` bytes after its header; the data pages are mapped
+        // twice in a row, so it is contiguous even where it wraps. The kernel does not reuse it
+        // before the consumer position passes it.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.data().add((item.pos & self.mask) + HEADER_BYTES),
+                item.len,
+            )
+        }
+    }
+
+    /// Moves the read position past the items of `found` (a [`RecordRing::scan`]'s) that are
+    /// done with: the skipped ones and those `handed(i)` says were handed over, up to the first
+    /// one neither; remembers the ones handed over beyond it, and tells the kernel side how far
+    /// it has read. Returns the bytes passed.
+    pub fn consume(&mut self, found: &[Found], handed: impl Fn(usize) -> bool) -> u64 {
+        let start = self.pos;
+        self.pos = pass(found, handed, self.pos, &mut self.ahead);
+        self.publish();
+        (self.pos - start) as u64
+    }
+
     /// Tells the kernel side how far this reader has read.
     fn publish(&mut self) {
         if self.published != self.pos {
@@ -202,8 +264,86 @@ impl AsFd for RecordRing {
     }
 }
 
+/// The read position after [`RecordRing::consume`] of `found` from `pos`: past the items done
+/// with (skipped or `handed`) up to the first one not; the handed ones beyond it are added to
+/// `ahead`, which keeps only positions from the new one on.
+fn pass(
+    found: &[Found],
+    handed: impl Fn(usize) -> bool,
+    mut pos: usize,
+    ahead: &mut Vec<usize>,
+) -> usize {
+    let mut passing = true;
+    for (i, item) in found.iter().enumerate() {
+        let done = item.skip || handed(i);
+        if passing && done {
+            pos = item.pos + (HEADER_BYTES + item.len).next_multiple_of(8);
+        } else if done {
+            if !item.skip {
+                ahead.push(item.pos);
+            }
+        } else {
+            passing = false;
+        }
+    }
+    ahead.retain(|&p| p >= pos);
+    pos
+}
+
 /// The consumer position at the start of `page`.
 fn consumer_pos(page: &Mapping) -> &AtomicUsize {
     // SAFETY: the consumer page starts with the position, an aligned `unsigned long`.
     unsafe { &*(page.at.as_ptr() as *const AtomicUsize) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Items of 16 bytes (24 with the header) from position 0, the `skip`ped ones as given.
+    fn items(skip: &[bool]) -> Vec<Found> {
+        skip.iter()
+            .enumerate()
+            .map(|(i, &skip)| Found {
+                pos: i * 24,
+                len: 16,
+                skip,
+            })
+            .collect()
+    }
+
+    /// The read position passes what was handed over or skipped up to the first item kept
+    /// back; items handed over beyond it are remembered until the position passes them.
+    #[test]
+    fn the_read_position_stops_at_the_first_item_kept_back() {
+        let found = items(&[false, true, false, false, false]);
+        let mut ahead = Vec::new();
+        let kept = [false, false, true, false, false];
+        let pos = pass(&found, |i| !kept[i], 0, &mut ahead);
+        assert_eq!(pos, 48, "past items 0 and 1 (skipped), stopping at item 2");
+        assert_eq!(ahead, [72, 96]);
+        // The next drain finds items 2 to 4 again, 3 and 4 marked to skip, and hands over 2.
+        let found = vec![
+            Found {
+                pos: 48,
+                len: 16,
+                skip: false,
+            },
+            Found {
+                pos: 72,
+                len: 16,
+                skip: true,
+            },
+            Found {
+                pos: 96,
+                len: 16,
+                skip: true,
+            },
+        ];
+        let pos = pass(&found, |i| i == 0, pos, &mut ahead);
+        assert_eq!(pos, 120);
+        assert!(ahead.is_empty());
+        // Nothing handed over: the position stays.
+        assert_eq!(pass(&items(&[false]), |_| false, 0, &mut ahead), 0);
+    }
 }

@@ -92,7 +92,7 @@ pub fn run_adopting(
         }
     };
     // Records of the last exits were submitted before their process left the traced set.
-    records += reader.drain(sink)?.records;
+    records += reader.drain_all(sink)?.records;
     for entry in tracer.deferred_entries()? {
         sink.record(&entry)?;
         records += 1;

@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::{bail, ensure, Context, Result};
 use aya::{
-    maps::{Array, HashMap, Map, MapData, PerCpuArray},
+    maps::{Array, ArrayOfMaps, HashMap, Map, MapData, PerCpuArray},
     programs::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
         BtfTracePoint, UProbe,
@@ -50,12 +50,15 @@ pub(super) static OBJECT: &[u8] =
 /// How to load the tracer.
 #[derive(Clone, Debug)]
 pub struct TracerOptions {
-    /// Size of the ring buffer in bytes; rounded up to a power of two of at least a page.
+    /// Size of the record ring buffers together in bytes: split evenly among one ring buffer
+    /// per CPU (up to `lbf_common::maps::MAX_RINGS`), each rounded up to a power of two of at
+    /// least a page.
     pub ringbuf_bytes: u32,
 }
 
 impl TracerOptions {
-    /// Default ring buffer size: 16 MiB, about 100,000 calls (most take 128 or 192 bytes).
+    /// Default ring buffer size, all CPUs' rings together: 16 MiB, about 100,000 calls (most
+    /// take 128 or 192 bytes).
     pub const DEFAULT_RINGBUF_BYTES: u32 = 16 << 20;
 }
 
@@ -135,8 +138,10 @@ pub struct Tracer {
     libraries: Vec<AttachedLibrary>,
     /// `Attach` records of the threads [`Tracer::trace_pid`] seeded, not yet handed out.
     attached: Vec<Record>,
-    /// Size of the record ring buffer in bytes.
+    /// Size of each record ring buffer in bytes.
     ring_bytes: u32,
+    /// The record ring buffers, one per CPU, until [`Tracer::records`] takes them.
+    rings: Vec<MapData>,
     /// The links of the uprobes, detached side by side when the tracer is dropped: each detach
     /// waits for an RCU grace period (24 to 60 ms here), which one after the other made up
     /// most of the time between the traced command's end and lbf-trace's.
@@ -159,13 +164,15 @@ impl Tracer {
     pub fn load(options: &TracerOptions) -> Result<Self> {
         check_privileges()?;
         let offsets = kernel_offsets::offsets()?;
-        let ring = ringbuf_size(options.ringbuf_bytes);
+        let count = ring_count()?;
+        let ring = ringbuf_size(options.ringbuf_bytes / count);
         let mut ebpf = object_loader()
-            .map_max_entries(maps::EVENTS, ring)
             .override_global(maps::KERNEL_OFFSETS, &offsets, true)
             .override_global(maps::WAKE_BYTES, &wake_bytes(ring), true)
+            .override_global(maps::RING_MASK, &(count - 1), true)
             .load(OBJECT)
             .context("loading lbf's eBPF object into the kernel")?;
+        let rings = create_rings(&mut ebpf, count, ring)?;
         let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
         for name in [
             "sched_switch",
@@ -192,6 +199,7 @@ impl Tracer {
             libraries: Vec::new(),
             attached: Vec::new(),
             ring_bytes: ring,
+            rings,
             links: Vec::new(),
         })
     }
@@ -417,14 +425,17 @@ impl Tracer {
         Ok(records)
     }
 
-    /// Takes the ring buffer out as a [`RecordReader`] (once).
+    /// Takes the record ring buffers out as a [`RecordReader`] (once).
     pub fn records(&mut self) -> Result<RecordReader> {
-        let ring = self.take_ring(
-            maps::EVENTS,
-            self.ring_bytes,
-            "the record ring buffer was already taken",
-        )?;
-        RecordReader::new(ring, wake_bytes(self.ring_bytes))
+        ensure!(
+            !self.rings.is_empty(),
+            "the record ring buffers were already taken"
+        );
+        let rings = std::mem::take(&mut self.rings)
+            .into_iter()
+            .map(|data| RecordRing::new(data, self.ring_bytes))
+            .collect::<Result<Vec<_>>>()?;
+        RecordReader::new(rings, wake_bytes(self.ring_bytes))
     }
 
     /// Starts a thread that calls `on_init` with the process id of every traced process that
@@ -516,6 +527,41 @@ fn wake_bytes(ring: u32) -> u64 {
     ring as u64 / 8
 }
 
+/// How many record ring buffers to make: one per CPU the kernel may number (a power of two, so
+/// that a CPU's number masked selects its ring), at most `lbf_common::maps::MAX_RINGS`.
+fn ring_count() -> Result<u32> {
+    let cpus = aya::util::nr_cpus()
+        .map_err(|(path, e)| anyhow::anyhow!("reading {path}: {e}"))?
+        .get();
+    Ok(cpus.next_power_of_two().min(maps::MAX_RINGS))
+}
+
+/// Creates `count` ring buffers of `bytes` each and puts them in the object's `RINGS` array, in
+/// slots 0 to `count - 1`.
+fn create_rings(ebpf: &mut Ebpf, count: u32, bytes: u32) -> Result<Vec<MapData>> {
+    let mut slots: ArrayOfMaps<&mut MapData> = ArrayOfMaps::try_from(
+        ebpf.map_mut(maps::RINGS)
+            .with_context(|| format!("map {} missing from the object", maps::RINGS))?,
+    )?;
+    (0..count)
+        .map(|i| {
+            let def = aya_obj::Map::new_from_params(
+                aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF as u32,
+                0,
+                0,
+                bytes,
+                0,
+            );
+            let ring = MapData::create(def, &format!("lbf_ring_{i}"), None)
+                .with_context(|| format!("creating record ring buffer {i} of {bytes} bytes"))?;
+            slots
+                .set(i, &ring, 0)
+                .with_context(|| format!("putting record ring buffer {i} in place"))?;
+            Ok(ring)
+        })
+        .collect()
+}
+
 /// A ring buffer size the kernel accepts: a power of two, at least one page.
 fn ringbuf_size(bytes: u32) -> u32 {
     bytes
@@ -525,7 +571,7 @@ fn ringbuf_size(bytes: u32) -> u32 {
 }
 
 /// CLOCK_MONOTONIC in nanoseconds, the clock of `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
+pub(super) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

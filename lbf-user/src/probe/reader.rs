@@ -163,19 +163,14 @@ impl RecordReader {
         let mut blocked = false;
         for (ring, found) in rings.iter().zip(found.iter_mut()) {
             found.clear();
-            blocked |= ring.scan(found);
+            blocked |= ring.scan(found, stamp);
         }
         let limit = match (all, blocked) {
             (true, _) => None,
             (false, true) => Some(0),
             (false, false) => Some(now),
         };
-        plan(
-            found,
-            |r, i| stamp(rings[r].bytes(&found[r][i])),
-            limit,
-            order,
-        );
+        plan(found, limit, order);
         for (found, handed) in found.iter().zip(handed.iter_mut()) {
             handed.clear();
             handed.resize(found.len(), false);
@@ -210,27 +205,20 @@ impl RecordReader {
 }
 
 /// Fills `order` with what a drain hands over, in order: `(stamp, ring, index)` of every item
-/// of `found` (per ring) not skipped and, with a `limit`, stamped before it; `stamp(ring,
-/// index)` reads an item's stamp. Ties go by ring, then ring order.
-fn plan(
-    found: &[Vec<Found>],
-    stamp: impl Fn(usize, usize) -> u64,
-    limit: Option<u64>,
-    order: &mut Vec<(u64, usize, usize)>,
-) {
+/// of `found` (per ring) not skipped and, with a `limit`, stamped before it. Ties go by ring,
+/// then ring order.
+fn plan(found: &[Vec<Found>], limit: Option<u64>, order: &mut Vec<(u64, usize, usize)>) {
     order.clear();
     for (r, found) in found.iter().enumerate() {
         for (i, item) in found.iter().enumerate() {
-            if item.skip {
-                continue;
-            }
-            let stamp = stamp(r, i);
-            if limit.is_none_or(|limit| stamp < limit) {
-                order.push((stamp, r, i));
+            if !item.skip && limit.is_none_or(|limit| item.stamp < limit) {
+                order.push((item.stamp, r, i));
             }
         }
     }
-    order.sort_unstable();
+    // Each ring's items come mostly in stamp order already: the stable sort finds those runs
+    // and merges them.
+    order.sort();
 }
 
 /// The stamp a drain orders an item by: the exit's of a [`RecordKind::CallPair`] item, else
@@ -361,26 +349,30 @@ mod tests {
     /// leaving out skipped ones; without a limit (the last drain), all of them.
     #[test]
     fn a_drain_hands_over_what_was_stamped_before_it_in_stamp_order() {
-        let found = |skip: &[bool]| -> Vec<Found> {
-            skip.iter()
+        let found = |items: &[(bool, u64)]| -> Vec<Found> {
+            items
+                .iter()
                 .enumerate()
-                .map(|(i, &skip)| Found {
+                .map(|(i, &(skip, stamp))| Found {
                     pos: i * 24,
                     len: 16,
                     skip,
+                    stamp,
                 })
                 .collect()
         };
         // Ring 0: stamps 5, 30, 10 (a probe preempted between reservation and stamp); ring 1:
         // 7, (skipped), 20.
-        let rings = [found(&[false, false, false]), found(&[false, true, false])];
-        let stamps = [[5, 30, 10], [7, 99, 20]];
+        let rings = [
+            found(&[(false, 5), (false, 30), (false, 10)]),
+            found(&[(false, 7), (true, 99), (false, 20)]),
+        ];
         let mut order = Vec::new();
-        plan(&rings, |r, i| stamps[r][i], Some(25), &mut order);
+        plan(&rings, Some(25), &mut order);
         assert_eq!(order, [(5, 0, 0), (7, 1, 0), (10, 0, 2), (20, 1, 2)]);
-        plan(&rings, |r, i| stamps[r][i], Some(0), &mut order);
+        plan(&rings, Some(0), &mut order);
         assert!(order.is_empty(), "a blocked drain hands over nothing");
-        plan(&rings, |r, i| stamps[r][i], None, &mut order);
+        plan(&rings, None, &mut order);
         assert_eq!(order.len(), 5);
         assert_eq!(order[4], (30, 0, 1));
     }

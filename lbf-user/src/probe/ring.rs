@@ -106,6 +106,8 @@ pub struct Found {
     pub len: usize,
     /// Discarded, or handed over already: not to be read.
     pub skip: bool,
+    /// What the reader orders it by (see [`RecordRing::scan`]); 0 if skipped.
+    pub stamp: u64,
 }
 
 // SAFETY: the mappings are owned by the reader and only touched through `&mut self` (and the
@@ -189,10 +191,12 @@ impl RecordRing {
     }
 
     /// Lists into `found` the items submitted after the read position, in ring order, up to
-    /// the first one still being written; true if it stopped at such a one (a probe is
-    /// writing it). Items discarded, or handed over ahead of the read position by an earlier
-    /// [`RecordRing::consume`], are listed with `skip` set.
-    pub fn scan(&self, found: &mut Vec<Found>) -> bool {
+    /// the first one still being written, each with the `stamp` of its bytes (read while its
+    /// header is at hand: a second pass over a drain's items would miss the cache again);
+    /// true if it stopped at such an item (a probe is writing it). Items discarded, or handed
+    /// over ahead of the read position by an earlier [`RecordRing::consume`], are listed with
+    /// `skip` set.
+    pub fn scan(&self, found: &mut Vec<Found>, stamp: impl Fn(&[u8]) -> u64) -> bool {
         let end = self.producer_pos();
         let mut pos = self.pos;
         while pos != end {
@@ -205,7 +209,16 @@ impl RecordRing {
             }
             let skip = len & DISCARD_BIT != 0 || self.ahead.contains(&pos);
             let len = (len & !(BUSY_BIT | DISCARD_BIT)) as usize;
-            found.push(Found { pos, len, skip });
+            let mut item = Found {
+                pos,
+                len,
+                skip,
+                stamp: 0,
+            };
+            if !skip {
+                item.stamp = stamp(self.bytes(&item));
+            }
+            found.push(item);
             pos += (HEADER_BYTES + len).next_multiple_of(8);
         }
         false
@@ -308,6 +321,7 @@ mod tests {
                 pos: i * 24,
                 len: 16,
                 skip,
+                stamp: 0,
             })
             .collect()
     }
@@ -323,23 +337,13 @@ mod tests {
         assert_eq!(pos, 48, "past items 0 and 1 (skipped), stopping at item 2");
         assert_eq!(ahead, [72, 96]);
         // The next drain finds items 2 to 4 again, 3 and 4 marked to skip, and hands over 2.
-        let found = vec![
-            Found {
-                pos: 48,
-                len: 16,
-                skip: false,
-            },
-            Found {
-                pos: 72,
-                len: 16,
-                skip: true,
-            },
-            Found {
-                pos: 96,
-                len: 16,
-                skip: true,
-            },
-        ];
+        let item = |pos, skip| Found {
+            pos,
+            len: 16,
+            skip,
+            stamp: 0,
+        };
+        let found = vec![item(48, false), item(72, true), item(96, true)];
         let pos = pass(&found, |i| i == 0, pos, &mut ahead);
         assert_eq!(pos, 120);
         assert!(ahead.is_empty());

@@ -215,11 +215,7 @@ pub fn write_deferred_entry(state: &mut ThreadState) {
 /// A reserved record being filled; submitted with [`Draft::submit`].
 pub struct Draft {
     /// The ring buffer item reserved: the record.
-    item: *mut c_void,
-    /// The ring buffer it is in.
-    ring: *mut c_void,
-    /// The item's size in bytes.
-    size: u64,
+    reserved: Reserved,
     mem: Mem,
 }
 
@@ -274,21 +270,25 @@ impl Draft {
             Mem::Short => RECORD_HEAD_BYTES + SHORT_MEM_BYTES,
             Mem::Full => RECORD_HEAD_BYTES + MEM_BYTES,
         } as u64);
-        let (item, ring) = reserve(size, 1)?;
-        // SAFETY: `item` is a reserved, exclusively owned record head.
-        unsafe { write_head(item as *mut Record, kind, fn_id, tgid, tid, stamp()) };
-        Some(Self {
-            item,
-            ring,
-            size,
-            mem,
-        })
+        let reserved = reserve(size, 1)?;
+        // SAFETY: the item is a reserved, exclusively owned record head.
+        unsafe {
+            write_head(
+                reserved.item as *mut Record,
+                kind,
+                fn_id,
+                tgid,
+                tid,
+                stamp(),
+            )
+        };
+        Some(Self { reserved, mem })
     }
 
     /// The record being filled; only its head, and `mem` as far as reserved, exist.
     #[inline(always)]
     pub fn record(&mut self) -> *mut Record {
-        self.item as *mut Record
+        self.reserved.item as *mut Record
     }
 
     /// Reads user memory into `mem` as `read` says, as much as the record has room for. A
@@ -333,7 +333,7 @@ impl Draft {
     }
 
     /// Sets `args[i]` to `word(i)` for every `i` and hands the record to user space
-    /// ([`commit`]).
+    /// ([`Reserved::commit`]).
     ///
     /// The words are stored one by one: the BPF backend lowers array copies and fills to
     /// calls of byte-at-a-time `memcpy`/`memset` subprograms, some hundreds of instructions
@@ -341,11 +341,11 @@ impl Draft {
     #[inline(always)]
     pub fn submit(self, word: impl Fn(usize) -> u64) {
         // SAFETY: `args` of the reserved record head, `i` < ARG_WORDS.
-        let args = unsafe { (*(self.item as *mut Record)).args.as_mut_ptr() };
+        let args = unsafe { (*(self.reserved.item as *mut Record)).args.as_mut_ptr() };
         for i in 0..ARG_WORDS {
             unsafe { core::ptr::write_volatile(args.add(i), word(i)) };
         }
-        commit(self.item, self.size, self.ring);
+        self.reserved.commit();
     }
 }
 
@@ -354,11 +354,7 @@ impl Draft {
 /// submitted with [`PairDraft::submit`].
 pub struct PairDraft {
     /// The ring buffer item reserved.
-    item: *mut c_void,
-    /// The ring buffer it is in.
-    ring: *mut c_void,
-    /// The item's size in bytes.
-    size: u64,
+    reserved: Reserved,
     /// Where the exit's `mem` starts in the item.
     mem: *mut u8,
     /// Its room.
@@ -389,7 +385,8 @@ impl PairDraft {
             ARG_WORDS
         };
         let size = line_sized((PAIR_HEAD_BYTES + words * 8 + mem.bytes()) as u64);
-        let (item, ring) = reserve(size, 2)?;
+        let reserved = reserve(size, 2)?;
+        let item = reserved.item;
         let (exit_ts_ns, exit_cpu_ns) = stamp_now(|now| clock_at(clock, now));
         let head = PairHead {
             kind: RecordKind::CallPair as u16,
@@ -413,9 +410,7 @@ impl PairDraft {
                 core::ptr::write_volatile(at.add(i), word);
             }
             Some(Self {
-                item,
-                ring,
-                size,
+                reserved,
                 mem: at.add(words) as *mut u8,
                 room: mem,
             })
@@ -426,15 +421,15 @@ impl PairDraft {
     /// failed read leaves `mem_len` 0 (counted).
     #[inline(always)]
     pub fn read_user(&mut self, read: &UserRead) {
-        let head = self.item as *mut PairHead;
+        let head = self.reserved.item as *mut PairHead;
         // SAFETY: the reserved item's `mem`, with room `self.room`, and its head's `mem_len`.
         unsafe { read_into(self.mem, &mut (*head).mem_len, self.room, read) };
     }
 
-    /// Hands the item to user space ([`commit`]).
+    /// Hands the item to user space ([`Reserved::commit`]).
     #[inline(always)]
     pub fn submit(self) {
-        commit(self.item, self.size, self.ring);
+        self.reserved.commit();
     }
 }
 
@@ -453,15 +448,25 @@ const fn line_sized(bytes: u64) -> u64 {
     (bytes + HEADER).div_ceil(LINE) * LINE - HEADER
 }
 
+/// A ring buffer item reserved, to be filled and then handed over with [`Reserved::commit`].
+struct Reserved {
+    /// The item.
+    item: *mut c_void,
+    /// The ring buffer it is in.
+    ring: *mut c_void,
+    /// The item's size in bytes.
+    size: u64,
+}
+
 /// Reserves an item of `size` bytes (one of a few constants) holding `records` records in this
-/// CPU's ring buffer: the item and the ring. `None`, and `records` counted lost, when the ring
-/// buffer is full (or missing).
+/// CPU's ring buffer. `None`, and `records` counted lost, when the ring buffer is full (or
+/// missing).
 #[inline(always)]
-fn reserve(size: u64, records: u64) -> Option<(*mut c_void, *mut c_void)> {
+fn reserve(size: u64, records: u64) -> Option<Reserved> {
     let reserved = this_cpus_ring().and_then(|ring| {
         // SAFETY: `ring` is a ring buffer map.
         let item = unsafe { bpf_ringbuf_reserve(ring, size, 0) };
-        (!item.is_null()).then_some((item, ring))
+        (!item.is_null()).then_some(Reserved { item, ring, size })
     });
     if reserved.is_none() {
         add(counter::LOST_RINGBUF, records);
@@ -491,31 +496,35 @@ unsafe fn read_into(mem: *mut u8, mem_len: *mut u16, room: Mem, read: &UserRead)
     }
 }
 
-/// Hands the reserved `item` (`size` bytes) to user space. It wakes the reader once, when
-/// this item takes the unread bytes past an eighth of the ring buffer ([`wake_bytes`]), and
-/// then at every record only from half full on.
-///
-/// A wake-up costs the traced thread some 10 µs here (an interrupt; on a virtual machine an
-/// exit to the hypervisor), twenty times the probe itself. Waking the reader at every record
-/// from an eighth on, while it pauses between batches, made the probes cost that much each
-/// on long runs. From half full on, though, the reader is falling behind, and that cost is
-/// what keeps the ring from overflowing: it slows the traced threads down to the reader's
-/// pace instead of losing their records. The reader polls on a short timer besides, which
-/// also catches a crossing that two CPUs' records hide from each other.
-#[inline(always)]
-fn commit(item: *mut c_void, size: u64, ring: *mut c_void) {
-    // SAFETY: `ring` is the ring buffer map `item` was reserved in.
-    let unread = unsafe { bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA as u64) };
-    let wake = wake_bytes();
-    // The item's own bytes include the ring buffer's 8-byte header (sizes are multiples of 8).
-    let crossed = unread >= wake && unread < wake + size + 8;
-    let flag = if crossed || unread >= 4 * wake {
-        BPF_RB_FORCE_WAKEUP
-    } else {
-        BPF_RB_NO_WAKEUP
-    };
-    // SAFETY: the item reserved, submitted once.
-    unsafe { bpf_ringbuf_submit(item, flag as u64) };
+impl Reserved {
+    /// Hands the item to user space. It wakes the reader once, when this item takes the
+    /// unread bytes of its ring buffer past an eighth ([`wake_bytes`]), and then at every
+    /// record only from half full on.
+    ///
+    /// A wake-up costs the traced thread some 10 µs here (an interrupt; on a virtual machine an
+    /// exit to the hypervisor), twenty times the probe itself. Waking the reader at every record
+    /// from an eighth on, while it pauses between batches, made the probes cost that much each
+    /// on long runs. From half full on, though, the reader is falling behind, and that cost is
+    /// what keeps the ring from overflowing: it slows the traced threads down to the reader's
+    /// pace instead of losing their records. The reader polls on a short timer besides, which
+    /// also catches a crossing that two CPUs' records hide from each other (where CPUs share a
+    /// ring).
+    #[inline(always)]
+    fn commit(self) {
+        // SAFETY: `ring` is the ring buffer map the item was reserved in.
+        let unread = unsafe { bpf_ringbuf_query(self.ring, BPF_RB_AVAIL_DATA as u64) };
+        let wake = wake_bytes();
+        // The item's own bytes include the ring buffer's 8-byte header (sizes are multiples
+        // of 8).
+        let crossed = unread >= wake && unread < wake + self.size + 8;
+        let flag = if crossed || unread >= 4 * wake {
+            BPF_RB_FORCE_WAKEUP
+        } else {
+            BPF_RB_NO_WAKEUP
+        };
+        // SAFETY: the item reserved, submitted once.
+        unsafe { bpf_ringbuf_submit(self.item, flag as u64) };
+    }
 }
 
 /// `(now, cpu_at(now))`: a record's `ts_ns` and `cpu_ns` for an event happening now.

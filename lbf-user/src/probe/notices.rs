@@ -52,8 +52,7 @@ impl InitWatch {
                     if let Some(tgid) = item.get(..4) {
                         on_init(u32::from_ne_bytes(tgid.try_into().expect("4 bytes")));
                     }
-                    Ok(())
-                })?;
+                });
                 if last {
                     return Ok(());
                 }

@@ -55,8 +55,6 @@ pub struct RecordReader {
     decoder: Decoder,
     /// Per ring, the items the current drain found (kept to reuse their allocations).
     found: Vec<Vec<Found>>,
-    /// Per ring, which of them it handed over.
-    handed: Vec<Vec<bool>>,
     /// The items to hand over: (stamp, ring, index in `found`), sorted.
     order: Vec<(u64, usize, usize)>,
 }
@@ -106,7 +104,6 @@ impl RecordReader {
             wake_bytes,
             decoder: Decoder::default(),
             found: vec![Vec::new(); n],
-            handed: vec![Vec::new(); n],
             order: Vec::new(),
         })
     }
@@ -155,7 +152,6 @@ impl RecordReader {
             rings,
             decoder,
             found,
-            handed,
             order,
             wake_bytes,
             ..
@@ -171,15 +167,12 @@ impl RecordReader {
             (false, false) => Some(now),
         };
         plan(found, limit, order);
-        for (found, handed) in found.iter().zip(handed.iter_mut()) {
-            handed.clear();
-            handed.resize(found.len(), false);
-        }
         let (mut records, mut exits) = (0, 0);
         let mut outcome = Ok(());
         for &(_, r, i) in order.iter() {
-            handed[r][i] = true;
-            for record in decoder.decode(rings[r].bytes(&found[r][i])) {
+            let item = &mut found[r][i];
+            item.handed = true;
+            for record in decoder.decode(rings[r].bytes(item)) {
                 if let Err(e) = sink.record(record) {
                     outcome = Err(e);
                     break;
@@ -192,9 +185,8 @@ impl RecordReader {
             }
         }
         let mut behind = false;
-        for (r, ring) in rings.iter_mut().enumerate() {
-            let handed = &handed[r];
-            behind |= ring.consume(&found[r], |i| handed[i]) >= *wake_bytes;
+        for (ring, found) in rings.iter_mut().zip(found.iter()) {
+            behind |= ring.consume(found) >= *wake_bytes;
         }
         outcome.map(|()| Drained {
             records,
@@ -357,6 +349,7 @@ mod tests {
                     pos: i * 24,
                     len: 16,
                     skip,
+                    handed: false,
                     stamp,
                 })
                 .collect()

@@ -4,11 +4,11 @@
 //! The kernel side reads the consumer position at every record it reserves (and at every
 //! submit, for the reader's wake-up). aya's reader stores that position after every item, so
 //! while it drains, the cache line holding it moves to the reader's core and back to the
-//! traced thread's at almost every traced call. This reader stores it once per
-//! [`PUBLISH_BYTES`] read (less in small rings) and at the end of each drain. On bench-probe's
-//! call loop lbf's exit program then ran 25 to 30 ns less per call (the kernel's eBPF
-//! statistics), some 3 % of a uprobe pair's cost. The space it frees reaches the kernel side
-//! that much later, which a ring of megabytes does not notice.
+//! traced thread's at almost every traced call. This reader stores it once per drain (session
+//! 6 stored it every 64 KiB read and at the end of each drain: on bench-probe's call loop lbf's
+//! exit program then ran 25 to 30 ns less per call than with aya's reader, by the kernel's eBPF
+//! statistics). The space it frees reaches the kernel side that much later, which a ring of
+//! megabytes does not notice.
 //!
 //! The layout is the kernel's (`kernel/bpf/ringbuf.c`): a page holding the consumer position
 //! (mapped read-write), a page holding the producer position, then the data pages, which the
@@ -26,9 +26,6 @@ use anyhow::{ensure, Context, Result};
 use aya::maps::MapData;
 use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
 
-/// Bytes read between two stores of the consumer position, at most: a sixteenth of the ring
-/// buffer for rings under 1 MiB, so that a small ring's space comes free soon enough.
-pub const PUBLISH_BYTES: usize = 64 << 10;
 /// The item header's "reserved, not yet submitted" bit (`BPF_RINGBUF_BUSY_BIT`).
 const BUSY_BIT: u32 = 1 << 31;
 /// The item header's "discarded" bit (`BPF_RINGBUF_DISCARD_BIT`).
@@ -91,8 +88,6 @@ pub struct RecordRing {
     pos: usize,
     /// How far the kernel side has been told it has read.
     published: usize,
-    /// Bytes read between two stores of the consumer position.
-    publish_every: usize,
     /// Items handed over ahead of `pos` (see [`RecordRing::consume`]), by position.
     ahead: Vec<usize>,
 }
@@ -106,6 +101,8 @@ pub struct Found {
     pub len: usize,
     /// Discarded, or handed over already: not to be read.
     pub skip: bool,
+    /// Handed over by the drain that found it (the reader sets it).
+    pub handed: bool,
     /// What the reader orders it by (see [`RecordRing::scan`]); 0 if skipped.
     pub stamp: u64,
 }
@@ -136,58 +133,20 @@ impl RecordRing {
             page,
             pos,
             published: pos,
-            publish_every: PUBLISH_BYTES.min(bytes / 16),
             ahead: Vec::new(),
         })
     }
 
     /// Calls `item` with the bytes of every item submitted and not yet read, in order, up to
-    /// the first one still being written; returns the bytes read. Stops at the first error
-    /// `item` returns, after the item that caused it.
-    pub fn drain(&mut self, mut item: impl FnMut(&[u8]) -> Result<()>) -> Result<u64> {
-        let start = self.pos;
-        let result = self.read_items(&mut item);
-        self.publish();
-        result.map(|()| (self.pos - start) as u64)
-    }
-
-    /// The loop of [`RecordRing::drain`], publishing every `publish_every` bytes.
-    fn read_items(&mut self, item: &mut impl FnMut(&[u8]) -> Result<()>) -> Result<()> {
-        let mut end = self.producer_pos();
-        loop {
-            if self.pos == end {
-                end = self.producer_pos();
-                if self.pos == end {
-                    return Ok(());
-                }
-            }
-            let offset = self.pos & self.mask;
-            // SAFETY: the header is within the data pages (8-byte aligned, below the size).
-            let header = unsafe { &*(self.data().add(offset) as *const AtomicU32) };
-            // Acquire: pairs with the kernel's submit, so the item's bytes are visible.
-            let len = header.load(Ordering::Acquire);
-            if len & BUSY_BIT != 0 {
-                return Ok(());
-            }
-            let discarded = len & DISCARD_BIT != 0;
-            let len = (len & !(BUSY_BIT | DISCARD_BIT)) as usize;
-            self.pos += (HEADER_BYTES + len).next_multiple_of(8);
-            let outcome = if discarded {
-                Ok(())
-            } else {
-                // SAFETY: a submitted item of `len` bytes after its header; the data pages are
-                // mapped twice in a row, so it is contiguous even where it wraps. The kernel
-                // does not reuse it before the consumer position passes it.
-                let bytes = unsafe {
-                    std::slice::from_raw_parts(self.data().add(offset + HEADER_BYTES), len)
-                };
-                item(bytes)
-            };
-            if self.pos - self.published >= self.publish_every {
-                self.publish();
-            }
-            outcome?;
+    /// the first one still being written, and tells the kernel side it has read them.
+    pub fn drain(&mut self, mut item: impl FnMut(&[u8])) {
+        let mut found = Vec::new();
+        self.scan(&mut found, |_| 0);
+        for f in found.iter_mut().filter(|f| !f.skip) {
+            item(self.bytes(f));
+            f.handed = true;
         }
+        self.consume(&found);
     }
 
     /// Lists into `found` the items submitted after the read position, in ring order, up to
@@ -213,13 +172,14 @@ impl RecordRing {
                 pos,
                 len,
                 skip,
+                handed: false,
                 stamp: 0,
             };
             if !skip {
                 item.stamp = stamp(self.bytes(&item));
             }
             found.push(item);
-            pos += (HEADER_BYTES + len).next_multiple_of(8);
+            pos = item.end();
         }
         false
     }
@@ -239,12 +199,12 @@ impl RecordRing {
     }
 
     /// Moves the read position past the items of `found` (a [`RecordRing::scan`]'s) that are
-    /// done with: the skipped ones and those `handed(i)` says were handed over, up to the first
-    /// one neither; remembers the ones handed over beyond it, and tells the kernel side how far
-    /// it has read. Returns the bytes passed.
-    pub fn consume(&mut self, found: &[Found], handed: impl Fn(usize) -> bool) -> u64 {
+    /// done with, skipped or handed over, up to the first one neither; remembers the ones
+    /// handed over beyond it, and tells the kernel side how far it has read. Returns the bytes
+    /// passed.
+    pub fn consume(&mut self, found: &[Found]) -> u64 {
         let start = self.pos;
-        self.pos = pass(found, handed, self.pos, &mut self.ahead);
+        self.pos = pass(found, self.pos, &mut self.ahead);
         self.publish();
         (self.pos - start) as u64
     }
@@ -277,20 +237,22 @@ impl AsFd for RecordRing {
     }
 }
 
+impl Found {
+    /// The position just past it: its header and bytes, 8-byte aligned.
+    fn end(&self) -> usize {
+        self.pos + (HEADER_BYTES + self.len).next_multiple_of(8)
+    }
+}
+
 /// The read position after [`RecordRing::consume`] of `found` from `pos`: past the items done
-/// with (skipped or `handed`) up to the first one not; the handed ones beyond it are added to
-/// `ahead`, which keeps only positions from the new one on.
-fn pass(
-    found: &[Found],
-    handed: impl Fn(usize) -> bool,
-    mut pos: usize,
-    ahead: &mut Vec<usize>,
-) -> usize {
+/// with (skipped or handed over) up to the first one not; the handed ones beyond it are added
+/// to `ahead`, which keeps only positions from the new one on.
+fn pass(found: &[Found], mut pos: usize, ahead: &mut Vec<usize>) -> usize {
     let mut passing = true;
-    for (i, item) in found.iter().enumerate() {
-        let done = item.skip || handed(i);
+    for item in found {
+        let done = item.skip || item.handed;
         if passing && done {
-            pos = item.pos + (HEADER_BYTES + item.len).next_multiple_of(8);
+            pos = item.end();
         } else if done {
             if !item.skip {
                 ahead.push(item.pos);
@@ -313,41 +275,43 @@ fn consumer_pos(page: &Mapping) -> &AtomicUsize {
 mod tests {
     use super::*;
 
-    /// Items of 16 bytes (24 with the header) from position 0, the `skip`ped ones as given.
-    fn items(skip: &[bool]) -> Vec<Found> {
-        skip.iter()
-            .enumerate()
-            .map(|(i, &skip)| Found {
-                pos: i * 24,
-                len: 16,
-                skip,
-                stamp: 0,
-            })
-            .collect()
+    /// An item of 16 bytes (24 with the header) at `pos`.
+    fn item(pos: usize, skip: bool, handed: bool) -> Found {
+        Found {
+            pos,
+            len: 16,
+            skip,
+            handed,
+            stamp: 0,
+        }
     }
 
     /// The read position passes what was handed over or skipped up to the first item kept
     /// back; items handed over beyond it are remembered until the position passes them.
     #[test]
     fn the_read_position_stops_at_the_first_item_kept_back() {
-        let found = items(&[false, true, false, false, false]);
+        // Item 1 is skipped, item 2 kept back, the others handed over.
+        let found = [
+            item(0, false, true),
+            item(24, true, false),
+            item(48, false, false),
+            item(72, false, true),
+            item(96, false, true),
+        ];
         let mut ahead = Vec::new();
-        let kept = [false, false, true, false, false];
-        let pos = pass(&found, |i| !kept[i], 0, &mut ahead);
+        let pos = pass(&found, 0, &mut ahead);
         assert_eq!(pos, 48, "past items 0 and 1 (skipped), stopping at item 2");
         assert_eq!(ahead, [72, 96]);
         // The next drain finds items 2 to 4 again, 3 and 4 marked to skip, and hands over 2.
-        let item = |pos, skip| Found {
-            pos,
-            len: 16,
-            skip,
-            stamp: 0,
-        };
-        let found = vec![item(48, false), item(72, true), item(96, true)];
-        let pos = pass(&found, |i| i == 0, pos, &mut ahead);
+        let found = [
+            item(48, false, true),
+            item(72, true, false),
+            item(96, true, false),
+        ];
+        let pos = pass(&found, pos, &mut ahead);
         assert_eq!(pos, 120);
         assert!(ahead.is_empty());
         // Nothing handed over: the position stays.
-        assert_eq!(pass(&items(&[false]), |_| false, 0, &mut ahead), 0);
+        assert_eq!(pass(&[item(0, false, false)], 0, &mut ahead), 0);
     }
 }

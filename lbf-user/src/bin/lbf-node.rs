@@ -112,8 +112,9 @@ struct Cli {
     #[arg(long = "mpi-lib", value_name = "PATH", help_heading = "Live capture")]
     mpi_libs: Vec<PathBuf>,
 
-    /// Kernel ring buffer size in bytes, split evenly among one ring buffer per CPU.
-    #[arg(long, default_value_t = TracerOptions::DEFAULT_RINGBUF_BYTES, help_heading = "Live capture")]
+    /// Kernel ring buffer size in bytes, split evenly among one ring buffer per CPU. The
+    /// default is 16 MiB, or 2 MiB per CPU where that is more (see lbf-trace --help).
+    #[arg(long, default_value_t = TracerOptions::default_ringbuf_bytes(), help_heading = "Live capture")]
     ringbuf_size: u32,
 
     /// Replay the --procs processes of this trace (lbf trace format, version 1 or 2) instead

@@ -78,8 +78,9 @@ struct Cli {
 
     /// Ring buffer size in bytes, split evenly among one ring buffer per CPU (each rounded up
     /// to a power of two). Most MPI calls take 128 or 192 bytes of it (whole cache lines), a
-    /// few 384.
-    #[arg(long, default_value_t = TracerOptions::DEFAULT_RINGBUF_BYTES)]
+    /// few 384. The default is 16 MiB, or 2 MiB per CPU where that is more: records cost
+    /// more in smaller rings.
+    #[arg(long, default_value_t = TracerOptions::default_ringbuf_bytes())]
     ringbuf_size: u32,
 
     /// Probe this MPI library (or statically linked MPI program) instead of searching for

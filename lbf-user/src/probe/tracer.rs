@@ -58,14 +58,25 @@ pub struct TracerOptions {
 
 impl TracerOptions {
     /// Default ring buffer size, all CPUs' rings together: 16 MiB, about 100,000 calls (most
-    /// take 128 or 192 bytes).
-    pub const DEFAULT_RINGBUF_BYTES: u32 = 16 << 20;
+    /// take 128 or 192 bytes), or [`TracerOptions::MIN_DEFAULT_RING_BYTES`] per ring where
+    /// that is more (over 8 CPUs).
+    pub fn default_ringbuf_bytes() -> u32 {
+        let rings = ring_count().unwrap_or(1);
+        (16 << 20).max(rings * Self::MIN_DEFAULT_RING_BYTES)
+    }
+
+    /// The least each CPU's ring buffer gets by default: 2 MiB. In smaller rings every
+    /// record costs more: on the one-rank `MPI_Comm_rank` loop the exit program ran some
+    /// 245 ns per call with 256 KiB rings (what 16 MiB split among 64 CPUs gives) against
+    /// 185-220 with 2 MiB or 8 MiB ones (docs/probe-overhead.md, session 10), and a small ring
+    /// wakes the reader more often.
+    pub const MIN_DEFAULT_RING_BYTES: u32 = 2 << 20;
 }
 
 impl Default for TracerOptions {
     fn default() -> Self {
         Self {
-            ringbuf_bytes: Self::DEFAULT_RINGBUF_BYTES,
+            ringbuf_bytes: Self::default_ringbuf_bytes(),
         }
     }
 }
@@ -621,5 +632,13 @@ mod tests {
         assert_eq!(ringbuf_size(0), 4096);
         assert_eq!(ringbuf_size(5000), 8192);
         assert_eq!(ringbuf_size(16 << 20), 16 << 20);
+    }
+
+    #[test]
+    fn default_rings_are_16_mib_together_and_2_mib_each_at_least() {
+        let total = TracerOptions::default_ringbuf_bytes();
+        let each = ringbuf_size(total / ring_count().unwrap());
+        assert!(total >= 16 << 20, "{total}");
+        assert!(each >= TracerOptions::MIN_DEFAULT_RING_BYTES, "{each}");
     }
 }

@@ -106,6 +106,14 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
         lbf / empty,
         (lbf / empty - 1.0) * 100.0
     );
+    // What that means for a whole run: the probes' time is 3 % of a rank's once it makes a
+    // call every lbf / 0.03 ns (the reader's CPU, where no core is free for it, comes on top).
+    println!(
+        "  so the probes stay under 3 % of a rank's time while it makes at most {:.0} MPI \
+         calls a second (one every {:.1} µs)",
+        0.03e9 / lbf,
+        lbf / 0.03 / 1e3
+    );
     // The programs alone, by the kernel's statistics (one more run of each, statistics on).
     let mut per_call = Vec::new();
     for (name, cmd) in &configs[1..] {

@@ -61,8 +61,7 @@ impl TracerOptions {
     /// take 128 or 192 bytes), or [`TracerOptions::MIN_DEFAULT_RING_BYTES`] per ring where
     /// that is more (over 8 CPUs).
     pub fn default_ringbuf_bytes() -> u32 {
-        let rings = ring_count().unwrap_or(1);
-        (16 << 20).max(rings * Self::MIN_DEFAULT_RING_BYTES)
+        default_ringbuf_bytes_for(ring_count().unwrap_or(1))
     }
 
     /// The least each CPU's ring buffer gets by default: 2 MiB. In smaller rings every
@@ -538,6 +537,11 @@ fn wake_bytes(ring: u32) -> u64 {
     ring as u64 / 8
 }
 
+/// [`TracerOptions::default_ringbuf_bytes`] for `rings` ring buffers.
+fn default_ringbuf_bytes_for(rings: u32) -> u32 {
+    (16 << 20).max(rings * TracerOptions::MIN_DEFAULT_RING_BYTES)
+}
+
 /// How many record ring buffers to make: one per CPU the kernel may number (a power of two, so
 /// that a CPU's number masked selects its ring), at most `lbf_common::maps::MAX_RINGS`.
 fn ring_count() -> Result<u32> {
@@ -636,9 +640,14 @@ mod tests {
 
     #[test]
     fn default_rings_are_16_mib_together_and_2_mib_each_at_least() {
+        for (rings, total) in [(1, 16 << 20), (2, 16 << 20), (8, 16 << 20), (64, 128 << 20)] {
+            assert_eq!(default_ringbuf_bytes_for(rings), total, "{rings} rings");
+        }
         let total = TracerOptions::default_ringbuf_bytes();
         let each = ringbuf_size(total / ring_count().unwrap());
-        assert!(total >= 16 << 20, "{total}");
-        assert!(each >= TracerOptions::MIN_DEFAULT_RING_BYTES, "{each}");
+        assert!(
+            each >= TracerOptions::MIN_DEFAULT_RING_BYTES,
+            "{each} bytes per ring here"
+        );
     }
 }

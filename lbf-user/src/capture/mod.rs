@@ -561,27 +561,30 @@ impl Capture {
 
     /// The process `tgid`, inspected on its first MPI call; `None` if it cannot be modelled.
     fn process(&mut self, tgid: u32) -> Option<&mut Process> {
+        // Known first (a rejected process is never in `procs`): the case of every record but
+        // a process's first.
+        if self.procs.contains_key(&tgid) {
+            return self.procs.get_mut(&tgid);
+        }
         if self.rejected.contains(&tgid) {
             return None;
         }
-        if !self.procs.contains_key(&tgid) {
-            let abi = match self.inspector.abi(tgid) {
-                Ok(abi) => abi,
-                Err(e) => {
-                    note(&mut self.anomalies, &e.to_string());
-                    self.rejected.insert(tgid);
-                    return None;
-                }
-            };
-            let launch = self.inspector.launch_rank(tgid);
-            if let Some(size) = launch.and_then(|l| l.size) {
-                self.comms.set_size(comms::WORLD, size);
+        let abi = match self.inspector.abi(tgid) {
+            Ok(abi) => abi,
+            Err(e) => {
+                note(&mut self.anomalies, &e.to_string());
+                self.rejected.insert(tgid);
+                return None;
             }
-            let eager = self.inspector.eager_limits(tgid, abi.library());
-            self.procs.insert(tgid, Process::new(abi, eager, None));
-            if let Some(l) = launch {
-                self.claim_rank(tgid, l.rank);
-            }
+        };
+        let launch = self.inspector.launch_rank(tgid);
+        if let Some(size) = launch.and_then(|l| l.size) {
+            self.comms.set_size(comms::WORLD, size);
+        }
+        let eager = self.inspector.eager_limits(tgid, abi.library());
+        self.procs.insert(tgid, Process::new(abi, eager, None));
+        if let Some(l) = launch {
+            self.claim_rank(tgid, l.rank);
         }
         self.procs.get_mut(&tgid)
     }
@@ -635,26 +638,26 @@ impl Capture {
         let entry = (!nested).then(|| call::decode_entry(&p.abi, rec.fn_id, &rec.args, mem));
         let mut open = OpenCall {
             fn_id: rec.fn_id,
-            entry: entry.clone(),
+            entry: None,
             cpu_ns: rec.cpu_ns,
             posted: None,
             coll: None,
             creation: None,
             rendezvous: None,
         };
-        match entry {
-            Some(Entry::Send { send, mode, .. }) => open.rendezvous = self.send(rec, &send, mode),
+        match &entry {
+            Some(Entry::Send { send, mode, .. }) => open.rendezvous = self.send(rec, send, *mode),
             Some(Entry::Recv { recv, nonblocking }) => {
-                open.posted = self.post(rec.tgid, &recv);
-                if let (true, Some(id)) = (nonblocking, open.posted) {
+                open.posted = self.post(rec.tgid, recv);
+                if let (true, Some(id)) = (*nonblocking, open.posted) {
                     let p = self.procs.get_mut(&rec.tgid).expect("inspected above");
                     let slot = p.emit_pending_post(rec.tid, rec.cpu_ns);
                     self.post_slots.insert(id, (rec.tgid, slot));
                 }
             }
             Some(Entry::SendRecv { send, recv }) => {
-                open.rendezvous = self.send(rec, &send, SendMode::Standard);
-                open.posted = self.post(rec.tgid, &recv);
+                open.rendezvous = self.send(rec, send, SendMode::Standard);
+                open.posted = self.post(rec.tgid, recv);
             }
             Some(Entry::Probe) => p.probe_wait(rec.cpu_ns),
             Some(Entry::Finalize) => {
@@ -672,19 +675,19 @@ impl Capture {
                         "collective of unknown size (derived datatype or count array)",
                     );
                 }
-                open.coll = self.collective(rec, comm, op, bytes.unwrap_or(0));
+                open.coll = self.collective(rec, comm, *op, bytes.unwrap_or(0));
             }
             Some(Entry::CommCreate { parent, split }) => {
-                open.coll = self.collective(rec, parent, CollOp::Allreduce, 0);
+                open.coll = self.collective(rec, *parent, CollOp::Allreduce, 0);
                 let p = self.procs.get_mut(&rec.tgid).expect("inspected above");
-                match p.comm(parent) {
+                match p.comm(*parent) {
                     Some(LocalComm {
                         id,
                         rank: Some(rank),
                     }) => {
                         let seq = p.creations.entry(id).or_default();
                         open.creation = Some((id, *seq));
-                        self.comms.enter_creation(id, *seq, rec.tgid, rank, split);
+                        self.comms.enter_creation(id, *seq, rec.tgid, rank, *split);
                         *seq += 1;
                     }
                     _ => note(
@@ -694,10 +697,11 @@ impl Capture {
                 }
             }
             Some(Entry::CommFree { comm: Some(handle) }) => {
-                p.comms.remove(&handle);
+                p.comms.remove(handle);
             }
             _ => {}
         }
+        open.entry = entry;
         let p = self.procs.get_mut(&rec.tgid).expect("inspected above");
         p.calls.entry(rec.tid).or_default().push(open);
     }

@@ -16,7 +16,8 @@
 //!    without compute makes an MPI call every few microseconds, so even empty probes slow it
 //!    down by a large factor). For the communication-heavy ones, one more traced run with the
 //!    kernel's statistics gives lbf's programs' time per call: above the one-rank loop's, it is
-//!    what two ranks on two CPUs writing through the ring buffer's one lock cost each other.
+//!    what two ranks on two CPUs cost each other's probes (each CPU has a ring buffer of its
+//!    own; before that, their contention for one ring's lock showed here).
 //!
 //! Each configuration runs `--runs` times, interleaved, and the fastest run counts: other
 //! load on the machine only ever adds time. Needs root.
@@ -185,8 +186,8 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
             fastest(&total[2]),
             fastest(&total[0])
         );
-        // Two ranks on two CPUs reserve their records through the ring buffer's one lock: the
-        // programs' time per call against the one-rank loop's shows what that contention costs.
+        // The programs' time per call with two ranks on two CPUs against the one-rank loop's:
+        // what the ranks cost each other's probes.
         if let Some(min_runs) = min_runs {
             let (_, ns, runs) = bpf_stats::program_run_time(&configs[2], min_runs)?;
             println!(

@@ -169,19 +169,16 @@ impl RecordReader {
         plan(found, limit, order);
         let (mut records, mut exits) = (0, 0);
         let mut outcome = Ok(());
-        for &(_, r, i) in order.iter() {
+        'items: for &(_, r, i) in order.iter() {
             let item = &mut found[r][i];
             item.handed = true;
             for record in decoder.decode(rings[r].bytes(item)) {
                 if let Err(e) = sink.record(record) {
                     outcome = Err(e);
-                    break;
+                    break 'items;
                 }
                 records += 1;
                 exits += u64::from(record.kind == RecordKind::Exit as u16);
-            }
-            if outcome.is_err() {
-                break;
             }
         }
         let mut behind = false;

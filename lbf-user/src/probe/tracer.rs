@@ -452,27 +452,14 @@ impl Tracer {
     /// enters `MPI_Init` or `MPI_Init_thread`, as it does (see [`InitWatch`]). Once per
     /// tracer: the notices' ring buffer is taken.
     pub fn watch_inits(&mut self, on_init: impl FnMut(u32) + Send + 'static) -> Result<InitWatch> {
-        let ring = self.take_ring(
-            maps::INIT_NOTICES,
-            maps::INIT_NOTICES_BYTES,
-            "the MPI_Init notices were already taken",
-        )?;
-        InitWatch::spawn(ring, on_init)
-    }
-
-    /// Takes the ring buffer map `name` of `bytes` data bytes out of the object and maps it
-    /// for reading; once: a second time is the error `already_taken`.
-    fn take_ring(
-        &mut self,
-        name: &str,
-        bytes: u32,
-        already_taken: &'static str,
-    ) -> Result<RecordRing> {
-        let map = self.ebpf.take_map(name).context(already_taken)?;
+        let map = self
+            .ebpf
+            .take_map(maps::INIT_NOTICES)
+            .context("the MPI_Init notices were already taken")?;
         let Map::RingBuf(data) = map else {
-            bail!("map {name} is not a ring buffer");
+            bail!("map {} is not a ring buffer", maps::INIT_NOTICES);
         };
-        RecordRing::new(data, bytes)
+        InitWatch::spawn(RecordRing::new(data, maps::INIT_NOTICES_BYTES)?, on_init)
     }
 
     /// Attaches the entry and the exit program at `points` of the file at `path` (absolute),

@@ -106,6 +106,12 @@ pub enum RecordKind {
     /// traced); `args` are 0. It comes before every other record of its thread, so that the
     /// CPU a thread uses from the attach to its first probed call is known.
     Attach = 8,
+    /// A run of unsuccessful polls of the thread, written just before its next record (see
+    /// [`maps::PollRun`]): `fn_id` is the last poll's function, `ts_ns` and `cpu_ns` the
+    /// stamps at its return; `args[0]` is the number of polls, `args[1]` and `args[2]` the
+    /// `ts_ns` and `cpu_ns` at the first poll's entry, `args[3]` the CPU spent inside the
+    /// polls. The polls themselves have no records.
+    Polls = 9,
 }
 
 impl RecordKind {
@@ -120,6 +126,7 @@ impl RecordKind {
             6 => Self::Syscall,
             7 => Self::CallPair,
             8 => Self::Attach,
+            9 => Self::Polls,
             _ => return None,
         })
     }
@@ -253,8 +260,11 @@ pub mod counter {
     /// ([`crate::maps::INIT_NOTICES`]): those processes are inspected only when user space
     /// reads their records.
     pub const INIT_NOTICES_LOST: u32 = 5;
+    /// Unsuccessful polls (`MPI_Test*`, `MPI_Iprobe` finding nothing) that wrote no record:
+    /// each run of them is one [`crate::RecordKind::Polls`] record instead.
+    pub const POLLS_COALESCED: u32 = 6;
     /// Number of counters.
-    pub const COUNT: u32 = 6;
+    pub const COUNT: u32 = 7;
 }
 
 #[cfg(feature = "user")]

@@ -177,6 +177,47 @@ pub struct ThreadState {
     /// attach) until the thread completes a traced call: until then an exit without its entry
     /// is a call that was in progress at the attach, not a missed entry.
     pub seeded: u64,
+    /// The user memory of the deferred entry record (`entry`), when it has some: a poll's
+    /// entry read (its request handles) is kept here rather than written at once, since an
+    /// unsuccessful poll writes no record at all (see [`PollRun`]).
+    pub entry_mem: EntryMem,
+    /// The unsuccessful polls since the thread's last record.
+    pub polls: PollRun,
+}
+
+/// The user memory read at a deferred entry (see [`ThreadState::entry_mem`]): `len` bytes
+/// of `words`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EntryMem {
+    /// Valid bytes of `words`; 0: none.
+    pub len: u64,
+    /// The bytes read, as words (`[u8; MEM_BYTES]` has no `Default`).
+    pub words: [u64; crate::MEM_BYTES / 8],
+}
+
+/// A run of unsuccessful polls (`MPI_Test*` or `MPI_Iprobe` calls that found nothing, see
+/// `crate::mpi::poll_flag_arg`) of one thread since its last record. Such a call writes no
+/// record: the kernel side counts it here, and the thread's next record is preceded by one
+/// [`crate::RecordKind::Polls`] record saying what the run was. A polling loop then costs a
+/// record per change of state, not per poll, and cannot flood the ring buffer.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollRun {
+    /// Unsuccessful polls in the run; 0: no run.
+    pub count: u64,
+    /// The last poll's function.
+    pub fn_id: u64,
+    /// `ts_ns` and `cpu_ns` at the entry of the run's first poll.
+    pub first_ts_ns: u64,
+    /// See `first_ts_ns`.
+    pub first_cpu_ns: u64,
+    /// `ts_ns` and `cpu_ns` at the return of the run's last poll.
+    pub last_ts_ns: u64,
+    /// See `last_ts_ns`.
+    pub last_cpu_ns: u64,
+    /// CPU nanoseconds the thread spent inside the run's polls (not between them).
+    pub inside_cpu_ns: u64,
 }
 
 impl ThreadState {

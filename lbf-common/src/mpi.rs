@@ -121,6 +121,28 @@ pub const fn entry_at_once(fn_id: u16) -> bool {
     matches!(fn_id, COMM_SPLIT | crate::pvm::SEND | crate::pvm::PSEND)
 }
 
+/// Where the outcome of a poll is: for the calls that only look whether something has
+/// happened (`MPI_Test`, `MPI_Testall`, `MPI_Testany`, `MPI_Testsome`, `MPI_Iprobe`), the
+/// argument pointing at the `int` that is 0 when the call found nothing (`flag`; for
+/// `MPI_Testsome`, `outcount`). `None` for every other function.
+///
+/// An unsuccessful poll changes nothing the capture models: it writes no record. The kernel
+/// side reads this `int` at the return and, when it is 0, only counts the call in the
+/// thread's run of polls (`crate::maps::PollRun`); a polling loop then costs one record per
+/// change of state instead of one per poll.
+pub const fn poll_flag_arg(fn_id: u16) -> Option<u8> {
+    match fn_id {
+        // (request, flag, status)
+        TEST => Some(1),
+        // (count, requests, flag, statuses) and (incount, requests, outcount, indices,
+        // statuses)
+        TESTALL | TESTSOME => Some(2),
+        // (count, requests, index, flag, status) and (source, tag, comm, flag, status)
+        TESTANY | IPROBE => Some(3),
+        _ => None,
+    }
+}
+
 /// The attach cookie of the probes on function `fn_id` of the library in slot `slot`: the
 /// kernel hands it to the probe program (`bpf_get_attach_cookie`), so one entry and one exit
 /// program serve every function and library. Low 16 bits: `fn_id`; next 16: `slot`; bit 32:
@@ -128,13 +150,18 @@ pub const fn entry_at_once(fn_id: u16) -> bool {
 /// [`arg_count`] does not know), which the entry program then reads; bits 33-44: the
 /// [`dropped_args`] mask, with which the entry program reads all [`MAX_ARGS`] and keeps the
 /// others; bit 45: [`entry_at_once`]; bit 46: its [`pair_arg_words`] are
-/// [`crate::SHORT_ARG_WORDS`].
+/// [`crate::SHORT_ARG_WORDS`]; bits 47-49: 1 + its [`poll_flag_arg`], 0 if none.
 pub const fn cookie(fn_id: u16, slot: u32) -> u64 {
     let stack_args = match arg_count(fn_id) {
         Some(n) => n > 6,
         None => true,
     };
-    (((pair_arg_words(fn_id) == crate::SHORT_ARG_WORDS) as u64) << 46)
+    let poll = match poll_flag_arg(fn_id) {
+        Some(arg) => arg as u64 + 1,
+        None => 0,
+    };
+    ((poll & 0b111) << 47)
+        | (((pair_arg_words(fn_id) == crate::SHORT_ARG_WORDS) as u64) << 46)
         | ((entry_at_once(fn_id) as u64) << 45)
         | ((dropped_args(fn_id) as u64 & 0xfff) << 33)
         | ((stack_args as u64) << 32)
@@ -157,6 +184,8 @@ pub struct Cookie {
     pub entry_at_once: bool,
     /// Whether its [`pair_arg_words`] are [`crate::SHORT_ARG_WORDS`].
     pub short_args: bool,
+    /// 1 + its [`poll_flag_arg`]; 0 for a function that is no poll.
+    pub poll_flag: u8,
 }
 
 /// The argument words a [`crate::RecordKind::CallPair`] item of `fn_id` carries:
@@ -178,6 +207,7 @@ pub const fn split_cookie(cookie: u64) -> Cookie {
         dropped: ((cookie >> 33) & 0xfff) as u16,
         entry_at_once: (cookie >> 45) & 1 != 0,
         short_args: (cookie >> 46) & 1 != 0,
+        poll_flag: ((cookie >> 47) & 0b111) as u8,
     }
 }
 
@@ -196,6 +226,24 @@ mod tests {
         }
         let at_once = |id| split_cookie(cookie(id, 0)).entry_at_once;
         assert!(at_once(COMM_SPLIT) && at_once(crate::pvm::SEND) && !at_once(SEND));
+    }
+
+    #[test]
+    fn polls_carry_their_flag_argument_in_the_cookie() {
+        let flag = |id| split_cookie(cookie(id, 3)).poll_flag;
+        assert_eq!((flag(TEST), flag(TESTALL), flag(TESTANY)), (2, 3, 4));
+        assert_eq!((flag(TESTSOME), flag(IPROBE)), (3, 4));
+        for &(id, _) in NAMES {
+            let c = split_cookie(cookie(id, 3));
+            assert_eq!(
+                c.poll_flag != 0,
+                poll_flag_arg(id).is_some(),
+                "function {id}"
+            );
+            // Polls keep every argument, so the flag's word is its argument's.
+            assert!(c.poll_flag == 0 || dropped_args(id) == 0);
+            assert_eq!((c.fn_id, c.slot), (id, 3));
+        }
     }
 
     #[test]

@@ -23,6 +23,14 @@
 //! (a call inside this one, a system call, its end) writes the deferred entry record before
 //! it, so every thread's records stay in order (see `record::write_deferred_entry`).
 //!
+//! Polls (`MPI_Test*`, `MPI_Iprobe`: `lbf_common::mpi::poll_flag_arg`) always defer their
+//! entry record, keeping what its read found (the request handles) in the thread's state. At
+//! the return the exit program reads the poll's outcome; one that found nothing writes no
+//! record at all, and only counts in the thread's run of polls (`lbf_common::maps::PollRun`),
+//! which the thread's next record is preceded by, as one [`RecordKind::Polls`] record. A
+//! progress loop then writes a record per change of state, not per poll, and cannot flood
+//! the ring buffer however little CPU its reader gets.
+//!
 //! The entry of `MPI_Init` or `MPI_Init_thread` also writes the process id to a small ring
 //! buffer of its own, waking its reader at once (`lbf_common::maps::INIT_NOTICES`): user space
 //! inspects the process then, while it surely lives, rather than when its records are read.
@@ -43,7 +51,10 @@ use lbf_common::{
 
 use crate::{
     maps::{count, fn_reads, thread_state, INIT_NOTICES},
-    record::{clock_at, stamp_now, write_deferred_entry, Draft, Mem, PairDraft, UserRead},
+    record::{
+        clock_at, count_poll, keep_entry_read, stamp_now, write_deferred_entry, write_pending,
+        write_polls, Draft, Mem, PairDraft, UserRead,
+    },
 };
 
 /// What the probe that fired was attached with: function, library slot, stack arguments.
@@ -176,8 +187,14 @@ fn enter(
     call: Call,
     args: &[u64; ARG_WORDS],
 ) {
-    // A call made inside a call in flight: the outer call's entry record comes first.
-    write_deferred_entry(state);
+    let poll = cookie.poll_flag != 0;
+    // A call made inside a call in flight: the outer call's entry record comes first. A run
+    // of unsuccessful polls goes on through a poll's entry, and ends at any other record.
+    if poll {
+        write_deferred_entry(state);
+    } else {
+        write_pending(state);
+    }
     push_call(state, call.fn_id, args);
     if call.fn_id == mpi::INIT || call.fn_id == mpi::INIT_THREAD {
         notice_init(call.tgid);
@@ -186,6 +203,14 @@ fn enter(
         fn_reads(cookie.slot, call.fn_id)
             .and_then(|r| UserRead::plan(&r.entry, &r.global, args, || func_ip(ctx))),
     );
+    if poll {
+        // Whether this poll leaves a record is known at its return: its entry record, with
+        // what it read, waits in the thread's state until then.
+        keep_entry_read(state, &read);
+        let (ts_ns, cpu_ns) = stamp_now(|now| clock_at(&mut state.clock, now));
+        state.entry = DeferredEntry { ts_ns, cpu_ns };
+        return;
+    }
     if read.is_none() && !cookie.entry_at_once {
         let (ts_ns, cpu_ns) = stamp_now(|now| clock_at(&mut state.clock, now));
         state.entry = DeferredEntry { ts_ns, cpu_ns };
@@ -271,16 +296,30 @@ fn on_exit(ctx: *mut c_void) {
         fn_id,
         slot,
         short_args,
+        poll_flag,
         ..
     } = attach_cookie(ctx);
     // SAFETY: `regs` is the probe's register context.
     let ret = unsafe { (*RetProbeContext::new(ctx).regs).rax };
     let deferred = state.entry;
-    let paired = deferred.ts_ns != 0 && state.innermost().is_some_and(|c| c.fn_id == fn_id as u64);
+    let own_entry =
+        deferred.ts_ns != 0 && state.innermost().is_some_and(|c| c.fn_id == fn_id as u64);
+    if own_entry && poll_flag != 0 && found_nothing(state, poll_flag) {
+        // An unsuccessful poll: no record, one more in the thread's run of polls.
+        state.entry.ts_ns = 0;
+        state.entry_mem.len = 0;
+        state.seeded = 0;
+        let _ = pop_call(state, fn_id);
+        count_poll(state, fn_id, &deferred);
+        return;
+    }
+    // A deferred entry with user memory (a poll's) is written as a record of its own.
+    let paired = own_entry && state.entry_mem.len == 0;
     if paired {
+        write_polls(state);
         state.entry.ts_ns = 0;
     } else {
-        write_deferred_entry(state);
+        write_pending(state);
     }
     let Some(call) = pop_call(state, fn_id) else {
         count(if state.seeded != 0 {
@@ -322,6 +361,29 @@ fn on_exit(ctx: *mut c_void) {
     }
     let draft = Draft::reserve_with_clock(RecordKind::CallExit, fn_id, tgid, tid, mem, clock);
     submit(draft, &read, |i| if i == 0 { ret } else { entry[i - 1] });
+}
+
+/// Whether the poll the thread's innermost call is found nothing: the `int` its argument
+/// `poll_flag - 1` points at (`lbf_common::mpi::poll_flag_arg`) is 0. False if it cannot be
+/// read (the call then leaves its records, as any other).
+#[inline(always)]
+fn found_nothing(state: &ThreadState, poll_flag: u8) -> bool {
+    let Some(call) = state.innermost() else {
+        return false;
+    };
+    // Constant indices only (see `ThreadState::innermost`).
+    let ptr = match poll_flag {
+        2 => call.args[1],
+        3 => call.args[2],
+        4 => call.args[3],
+        _ => return false,
+    };
+    let mut flag = MaybeUninit::<i32>::uninit();
+    // SAFETY: reads 4 bytes of user memory into `flag`.
+    let rc =
+        unsafe { bpf_probe_read_user(flag.as_mut_ptr() as *mut c_void, 4, ptr as *const c_void) };
+    // SAFETY: filled by the successful read.
+    rc == 0 && unsafe { flag.assume_init() } == 0
 }
 
 /// Entry of any probed function, through a uprobe_multi link.

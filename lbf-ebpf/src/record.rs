@@ -10,7 +10,10 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns,
-        gen::{bpf_probe_read_user, bpf_ringbuf_query, bpf_ringbuf_reserve, bpf_ringbuf_submit},
+        gen::{
+            bpf_probe_read_kernel, bpf_probe_read_user, bpf_ringbuf_query, bpf_ringbuf_reserve,
+            bpf_ringbuf_submit,
+        },
     },
 };
 use lbf_common::{
@@ -188,10 +191,90 @@ fn follow(global: &GlobalPtr, func_ip: u64) -> Option<u64> {
     Some(ptr.wrapping_add(global.offset as u64))
 }
 
+/// Writes what thread `state` has pending before its next record: the record of its run of
+/// unsuccessful polls, then its deferred entry record. Called before anything else the thread
+/// records, so that its records stay in order, and when the thread ends.
+#[inline(always)]
+pub fn write_pending(state: &mut ThreadState) {
+    write_polls(state);
+    write_deferred_entry(state);
+}
+
+/// Writes the [`RecordKind::Polls`] record of the thread's run of unsuccessful polls, if it
+/// has one (see `lbf_common::maps::PollRun`), stamped as the run's last poll returned.
+#[inline(always)]
+pub fn write_polls(state: &mut ThreadState) {
+    let count = state.polls.count;
+    if count == 0 {
+        return;
+    }
+    state.polls.count = 0;
+    // Field by field: a struct copy would become a byte-at-a-time `memcpy` call.
+    let run = &state.polls;
+    let (first_ts, first_cpu, inside) = (run.first_ts_ns, run.first_cpu_ns, run.inside_cpu_ns);
+    let stamp = (run.last_ts_ns, run.last_cpu_ns);
+    let (fn_id, tgid, tid) = (run.fn_id as u16, state.tgid, state.tid);
+    let draft = Draft::reserve_stamped(RecordKind::Polls, fn_id, tgid, tid, Mem::None, || stamp);
+    if let Some(d) = draft {
+        d.submit(|i| match i {
+            0 => count,
+            1 => first_ts,
+            2 => first_cpu,
+            3 => inside,
+            _ => 0,
+        });
+    }
+}
+
+/// Counts an unsuccessful poll of the thread whose state is `state` in its run (see
+/// `lbf_common::maps::PollRun`): the call of `fn_id` entered as `entry` says and returning
+/// now, by the thread's clock.
+#[inline(always)]
+pub fn count_poll(state: &mut ThreadState, fn_id: u16, entry: &DeferredEntry) {
+    let (ts_ns, cpu_ns) = stamp_now(|now| clock_at(&mut state.clock, now));
+    let run = &mut state.polls;
+    if run.count == 0 {
+        run.first_ts_ns = entry.ts_ns;
+        run.first_cpu_ns = entry.cpu_ns;
+        run.inside_cpu_ns = 0;
+    }
+    run.count += 1;
+    run.fn_id = fn_id as u64;
+    run.last_ts_ns = ts_ns;
+    run.last_cpu_ns = cpu_ns;
+    run.inside_cpu_ns += cpu_ns.saturating_sub(entry.cpu_ns);
+    count(counter::POLLS_COALESCED);
+}
+
+/// Keeps the user memory `read` asks for in the thread's state, as its deferred entry's
+/// (`lbf_common::maps::ThreadState::entry_mem`); a failed read keeps none (counted).
+#[inline(always)]
+pub fn keep_entry_read(state: &mut ThreadState, read: &UserRead) {
+    let len = read.len.min(MEM_BYTES as u32);
+    state.entry_mem.len = 0;
+    if len == 0 {
+        return;
+    }
+    // SAFETY: `len` bytes fit the state's `words` (MEM_BYTES).
+    let rc = unsafe {
+        bpf_probe_read_user(
+            state.entry_mem.words.as_mut_ptr() as *mut c_void,
+            len,
+            read.ptr as *const c_void,
+        )
+    };
+    if rc == 0 {
+        state.entry_mem.len = len as u64;
+    } else {
+        count(counter::MEM_READ_FAILED);
+    }
+}
+
 /// Writes the deferred entry record of the thread whose state is `state`, if it has one (see
 /// `lbf_common::maps::ThreadState::entry`): the record of its innermost call in flight,
-/// stamped when the call was entered. Called before anything else the thread
-/// records, so that its records stay in order, and when the thread ends inside the call.
+/// stamped when the call was entered, with the user memory kept for it, if any. Use
+/// [`write_pending`] before a record; this alone only where a run of polls goes on (at a
+/// poll's entry).
 #[inline(always)]
 pub fn write_deferred_entry(state: &mut ThreadState) {
     let entry = state.entry;
@@ -199,14 +282,25 @@ pub fn write_deferred_entry(state: &mut ThreadState) {
         return;
     }
     state.entry.ts_ns = 0;
+    let kept = state.entry_mem.len;
+    state.entry_mem.len = 0;
     let Some(call) = state.innermost() else {
         return;
     };
     let (fn_id, tgid, tid) = (call.fn_id as u16, state.tgid, state.tid);
-    let draft = Draft::reserve_stamped(RecordKind::CallEntry, fn_id, tgid, tid, Mem::None, || {
+    // Each arm a constant room (see `Draft::reserve_stamped`).
+    let room = match kept {
+        0 => Mem::None,
+        1..=32 => Mem::Short,
+        _ => Mem::Full,
+    };
+    let draft = Draft::reserve_stamped(RecordKind::CallEntry, fn_id, tgid, tid, room, || {
         (entry.ts_ns, entry.cpu_ns)
     });
-    if let Some(d) = draft {
+    if let Some(mut d) = draft {
+        if kept != 0 {
+            d.copy_kept(&state.entry_mem.words, kept);
+        }
         // SAFETY: `i` < ARG_WORDS, within `call.args`; one load per word (no `memcpy`).
         d.submit(|i| unsafe { core::ptr::read_volatile(call.args.as_ptr().add(i)) });
     }
@@ -221,14 +315,14 @@ pub struct Draft {
 
 impl Draft {
     /// Reserves a record of `kind` for the current thread (ids `tgid`, `tid`) with room `mem`,
-    /// stamped now by its CPU clock. The thread's deferred entry record, if any, is written
-    /// first. `None` (and counted as lost) when the ring buffer is full.
+    /// stamped now by its CPU clock. What the thread has pending ([`write_pending`]) is
+    /// written first. `None` (and counted as lost) when the ring buffer is full.
     #[inline(always)]
     pub fn reserve(kind: RecordKind, fn_id: u16, tgid: u32, tid: u32, mem: Mem) -> Option<Self> {
         let state = THREADS.current();
         if let Some(state) = state {
             // SAFETY: a map value, written only by this thread's probes and hooks.
-            write_deferred_entry(unsafe { &mut *state });
+            write_pending(unsafe { &mut *state });
         }
         Self::reserve_stamped(kind, fn_id, tgid, tid, mem, || {
             stamp_now(|now| cpu_of(state, now))
@@ -298,6 +392,29 @@ impl Draft {
         let r = self.record();
         // SAFETY: the reserved record's `mem`, with room `self.mem`, and its `mem_len`.
         unsafe { read_into((*r).mem.as_mut_ptr(), &mut (*r).mem_len, self.mem, read) };
+    }
+
+    /// Copies `len` bytes of `words` (user memory kept in the thread's state) into `mem`, as
+    /// much as the record has room for.
+    #[inline(always)]
+    fn copy_kept(&mut self, words: &[u64; MEM_BYTES / 8], len: u64) {
+        let len = match self.mem {
+            Mem::None => return,
+            Mem::Short => len.min(SHORT_MEM_BYTES as u64),
+            Mem::Full => len.min(MEM_BYTES as u64),
+        } as u32;
+        let r = self.record();
+        // SAFETY: `len` bytes within the reserved record's `mem` and within `words`.
+        unsafe {
+            if bpf_probe_read_kernel(
+                (*r).mem.as_mut_ptr() as *mut c_void,
+                len,
+                words.as_ptr() as *const c_void,
+            ) == 0
+            {
+                (*r).mem_len = len as u16;
+            }
+        }
     }
 
     /// Marks the record as part `part` of its call (see [`lbf_common::Record::part`]).

@@ -26,7 +26,7 @@ use crate::{
         current_sum_exec_runtime, is_traced, new_thread_state, offsets, sum_exec_runtime,
         ADOPT_COMM, THREADS, TRACED,
     },
-    record::{current_ids, write_deferred_entry, Draft, Mem},
+    record::{current_ids, write_pending, Draft, Mem},
 };
 
 /// `CLONE_THREAD`: the new task is a thread of its parent's group, not a new process.
@@ -164,7 +164,7 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
     };
     if let Some(state) = THREADS.current() {
         // SAFETY: the thread's state, written only by this thread's hooks and probes.
-        write_deferred_entry(unsafe { &mut *state });
+        write_pending(unsafe { &mut *state });
     }
     if group_dead {
         if let Some(d) = Draft::reserve(RecordKind::Exit, 0, tgid, tid, Mem::None) {

@@ -481,3 +481,78 @@ impl Drop for Stopped {
         unsafe { libc::ptrace(libc::PTRACE_DETACH, self.0, null, null) };
     }
 }
+
+/// Ranks polling for seconds on both cores (`MPI_Test`, `MPI_Iprobe`, `MPI_Testany`,
+/// `MPI_Testall`, `MPI_Testsome` in progress loops, as real codes write them) through rings
+/// of 256 KiB, with lbf-trace at the job's own priority: an unsuccessful poll writes no record
+/// (the kernel side counts it in the thread's run of polls), so however little CPU the reader
+/// gets, nothing is lost. Every unsuccessful poll the ranks counted is counted by the kernel
+/// side, and the messages are all there.
+fn check_polling_loses_nothing(mpi: Mpi) {
+    let cc = format!("mpicc.{}", mpi.name());
+    let bin = workload_built_by(&cc, "mpi", "poll", &[]);
+    let trace = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("poll-{}.trace.jsonl", mpi.name()));
+    let ring = (256 * 1024 * machine::cores() as u64).to_string();
+    let mut args = vec!["--ringbuf-size", &ring, "-o", trace.to_str().unwrap(), "--"];
+    let launcher = format!("mpirun.{}", mpi.name());
+    args.push(&launcher);
+    if mpi == Mpi::OpenMpi {
+        args.extend([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+        ]);
+    }
+    let bin = bin.to_str().unwrap();
+    // 3 rounds, each polling 1 s, then 3 x 0.25 s.
+    args.extend(["-n", "2", bin, "3", "1000"]);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lbf-trace"))
+        .args(&args)
+        .output()
+        .expect("running lbf-trace");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(!stderr.contains("records lost"), "{stderr}");
+    let run = traced::TraceRun {
+        code: 0,
+        stdout: stdout.to_string(),
+        stderr: stderr.to_string(),
+        trace,
+    };
+    check_trace_file(&run, 2);
+    let probes: Vec<_> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("LBF-PROBE "))
+        .map(|l| parse_checks(&format!("LBF-CHECK {l}")).remove(0))
+        .collect();
+    assert_eq!(probes.len(), 2, "{stdout}");
+    let unsuccessful: u64 = probes.iter().map(|c| c.num("unsuccessful")).sum();
+    let polls: u64 = probes.iter().map(|c| c.num("polls")).sum();
+    let coalesced: u64 = stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("lbf-trace: "))
+        .find_map(|l| l.split_once(" unsuccessful polls"))
+        .and_then(|(n, _)| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of coalesced polls: {stderr}"));
+    eprintln!("{mpi:?}: {polls} polls, {unsuccessful} unsuccessful, {coalesced} coalesced");
+    assert!(
+        unsuccessful > 100_000,
+        "the ranks polled too little: {unsuccessful}"
+    );
+    assert_eq!(coalesced, unsuccessful, "every unsuccessful poll coalesced");
+}
+
+#[test]
+fn polling_for_seconds_loses_nothing_mpich() {
+    check_polling_loses_nothing(Mpi::Mpich);
+}
+
+#[test]
+fn polling_for_seconds_loses_nothing_openmpi() {
+    check_polling_loses_nothing(Mpi::OpenMpi);
+}

@@ -19,6 +19,11 @@
 //!    what two ranks on two CPUs cost each other's probes (each CPU has a ring buffer of its
 //!    own; before that, their contention for one ring's lock showed here).
 //!
+//! 3. Polling: the call loop of `MPI_Test` calls that find nothing (a progress loop), timed the
+//!    same three ways, and the records lbf writes per call, counted in a raw dump of one
+//!    traced run: an unsuccessful poll writes none (the kernel side counts it in the thread's
+//!    run of polls, one record per run).
+//!
 //! Each configuration runs `--runs` times, interleaved, and the fastest run counts: other
 //! load on the machine only ever adds time. Needs root.
 //! Prints numbers; asserts nothing.
@@ -70,31 +75,10 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
         "per-call cost: {} MPI_Comm_rank calls, {runs} runs each",
         args.calls
     );
-    let calls = args.calls.to_string();
-    let loop_cmd = |prefix: Vec<String>| -> Vec<String> {
-        let mut cmd = prefix;
-        cmd.extend(["mpirun.mpich", "-n", "1"].map(String::from));
-        cmd.push(tools.call_loop.display().to_string());
-        cmd.push(calls.clone());
-        cmd
-    };
-    let configs = [
-        ("untraced", loop_cmd(vec![])),
-        (
-            "empty uprobe+uretprobe",
-            loop_cmd(empty_probe_prefix(&tools, "PMPI_Comm_rank")),
-        ),
-        ("lbf-trace", loop_cmd(lbf_trace_prefix(&tools))),
-    ];
-    let mut loop_ns = vec![Vec::new(); configs.len()];
-    for _ in 0..runs {
-        for (i, (_, cmd)) in configs.iter().enumerate() {
-            let out = run_cmd(cmd)?;
-            loop_ns[i].push(field(&out.stdout, "LBF_LOOP", "ns")?);
-        }
-    }
+    let loop_cmd = |prefix: Vec<String>| loop_command(&tools, prefix, args.calls, "rank");
+    let configs = loop_configs(&tools, "PMPI_Comm_rank", &loop_cmd);
+    let best = fastest_loops(&configs, runs)?;
     let n = args.calls as f64;
-    let best: Vec<f64> = loop_ns.iter().map(|v| fastest(v)).collect();
     for ((name, _), m) in configs.iter().zip(&best) {
         println!("  {name:<24} {:9.1} ns per call", m / n);
     }
@@ -132,6 +116,7 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
     );
 
     user_space_cost(&tools, loop_cmd(vec![]), runs)?;
+    polling(&tools, args.calls, runs)?;
 
     println!(
         "\nwhole runs (2 ranks; wall time reported by the ranks), {runs} runs each; \"empty\": \
@@ -202,6 +187,88 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
         "  (the empty probes' slowdown is what the uprobe mechanism alone costs a workload, \
          {empty:.0} ns per probed call here: no uprobe-based tracer does better; lbf's own \
          share is its ratio to the empty probes' run)"
+    );
+    Ok(())
+}
+
+/// `mpirun.mpich -n 1 call_loop CALLS MODE` after `prefix`.
+fn loop_command(tools: &Tools, prefix: Vec<String>, calls: u64, mode: &str) -> Vec<String> {
+    let mut cmd = prefix;
+    cmd.extend(["mpirun.mpich", "-n", "1"].map(String::from));
+    cmd.push(tools.call_loop.display().to_string());
+    cmd.extend([calls.to_string(), mode.to_string()]);
+    cmd
+}
+
+/// The call loop `loop_cmd` untraced, under the empty probe pair on `symbol`, and under
+/// lbf-trace.
+fn loop_configs(
+    tools: &Tools,
+    symbol: &str,
+    loop_cmd: &dyn Fn(Vec<String>) -> Vec<String>,
+) -> [(&'static str, Vec<String>); 3] {
+    [
+        ("untraced", loop_cmd(vec![])),
+        (
+            "empty uprobe+uretprobe",
+            loop_cmd(empty_probe_prefix(tools, symbol)),
+        ),
+        ("lbf-trace", loop_cmd(lbf_trace_prefix(tools))),
+    ]
+}
+
+/// The fastest loop time (`LBF_LOOP ns=`) of each of `configs` over `runs` interleaved runs.
+fn fastest_loops(configs: &[(&str, Vec<String>)], runs: usize) -> Result<Vec<f64>> {
+    let mut loop_ns = vec![Vec::new(); configs.len()];
+    for _ in 0..runs {
+        for (i, (_, cmd)) in configs.iter().enumerate() {
+            let out = run_cmd(cmd)?;
+            loop_ns[i].push(field(&out.stdout, "LBF_LOOP", "ns")?);
+        }
+    }
+    Ok(loop_ns.iter().map(|v| fastest(v)).collect())
+}
+
+/// A progress loop: `MPI_Test` calls that find nothing. Each writes no record of its own (the
+/// kernel side counts it in the thread's run of polls); prints the records written per call
+/// (from a raw dump of one traced run) and the cost per call against the empty probe pair's.
+fn polling(tools: &Tools, calls: u64, runs: usize) -> Result<()> {
+    println!(
+        "
+polling: {calls} MPI_Test calls finding nothing, {runs} runs each"
+    );
+    let loop_cmd = |prefix: Vec<String>| loop_command(tools, prefix, calls, "test");
+    let configs = loop_configs(tools, "PMPI_Test", &loop_cmd);
+    let best = fastest_loops(&configs, runs)?;
+    let n = calls as f64;
+    for ((name, _), m) in configs.iter().zip(&best) {
+        println!("  {name:<24} {:9.1} ns per call", m / n);
+    }
+    let (empty, lbf) = ((best[1] - best[0]) / n, (best[2] - best[0]) / n);
+    println!(
+        "  added by an empty uprobe+uretprobe: {empty:8.1} ns per call; by lbf-trace: \
+         {lbf:8.1} ns per call (x{:.3})",
+        lbf / empty
+    );
+    let dump = std::env::temp_dir().join(format!("lbf-bench-poll-{}.jsonl", std::process::id()));
+    let mut cmd = vec![
+        tools.lbf_trace.display().to_string(),
+        "--raw-dump".into(),
+        dump.display().to_string(),
+    ];
+    cmd.extend(lbf_trace_prefix(tools).into_iter().skip(1));
+    run_cmd(&loop_command(tools, cmd, calls, "test"))?;
+    let text = std::fs::read_to_string(&dump)
+        .with_context(|| format!("reading the raw dump {}", dump.display()))?;
+    let _ = std::fs::remove_file(&dump);
+    let records = text
+        .lines()
+        .filter(|l| l.contains(r#""fn":"PMPI_Test""#) || l.contains(r#""kind":"Polls""#))
+        .count();
+    println!(
+        "  records written per MPI_Test call: {:.5} ({records} records for {calls} calls; \
+         target: under 0.01)",
+        records as f64 / n
     );
     Ok(())
 }

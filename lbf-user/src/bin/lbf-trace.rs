@@ -346,6 +346,13 @@ fn run(cli: Cli) -> Result<i32> {
             lost.exit_without_entry, lost.mem_read_failed, lost.no_clock
         );
     }
+    if lost.polls_coalesced > 0 {
+        eprintln!(
+            "lbf-trace: {} unsuccessful polls (MPI_Test*, MPI_Iprobe finding nothing) left no \
+             record of their own: each run of them is one record",
+            lost.polls_coalesced
+        );
+    }
     if cli.verbose {
         let how = if end.stopped {
             "stopped by signal"

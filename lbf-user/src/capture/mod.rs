@@ -18,6 +18,7 @@
 //! | `MPI_Recv` | `RecvStart` at entry, `RecvEnd` at exit |
 //! | `MPI_Irecv` | `RecvPost` at entry (its message filled in once the receive is matched); the receive is posted for matching order |
 //! | `MPI_Wait*` / `MPI_Test*` completing receives or rendezvous sends | `RecvStart` at entry, one `RecvEnd` per receive and one `SendEnd` per rendezvous send at exit; nothing if none completed |
+//! | unsuccessful `MPI_Test*` / `MPI_Iprobe` (no records: one `Polls` record per run of them) | none; the CPU spent inside them goes into the wait of the next `RecvStart`, if the next event is one (a progress loop's polls are waiting; the work between them stays work) |
 //! | `MPI_Sendrecv*` | `Send` at entry, `RecvStart`, `RecvEnd` (and `SendEnd` if by rendezvous) at exit |
 //! | `MPI_Probe` | the next `RecvStart` is moved back to the probe's entry |
 //! | collectives, `MPI_Comm_dup`/`split` | `CollStart` at entry, `CollEnd` at exit |
@@ -341,6 +342,11 @@ impl Capture {
                         note(&mut self.anomalies, "rank exited without MPI_Finalize");
                         self.abandon_posts(rec.tgid, false);
                     }
+                }
+            }
+            Some(RecordKind::Polls) => {
+                if let Some(p) = self.procs.get_mut(&rec.tgid) {
+                    p.polled(rec.args[3]);
                 }
             }
             Some(RecordKind::Fork | RecordKind::Exec | RecordKind::Syscall) => {}

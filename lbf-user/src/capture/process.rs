@@ -100,6 +100,8 @@ pub struct Process {
     attach_cpu: FxHashMap<u32, u64>,
     /// CPU clock at the entry of an `MPI_Probe` whose wait the next receive continues.
     wait_start: Option<u64>,
+    /// CPU spent inside unsuccessful polls since the previous event (see [`Self::polled`]).
+    polled_ns: u64,
     queue: VecDeque<Slot>,
     /// Absolute index of `queue[0]`.
     queue_base: u64,
@@ -123,6 +125,7 @@ impl Process {
             cpu_base: FxHashMap::default(),
             attach_cpu: FxHashMap::default(),
             wait_start: None,
+            polled_ns: 0,
             queue: VecDeque::new(),
             queue_base: 0,
         }
@@ -144,9 +147,18 @@ impl Process {
         self.wait_start.get_or_insert(cpu_ns);
     }
 
+    /// Remembers that the process spent `inside_ns` of CPU inside unsuccessful polls
+    /// (`MPI_Test*`, `MPI_Iprobe` finding nothing; `lbf_common::RecordKind::Polls`) since its
+    /// previous event. If its next event begins a wait (a `RecvStart`), that CPU was spent
+    /// waiting for it and goes into the wait; otherwise it stays work.
+    pub fn polled(&mut self, inside_ns: u64) {
+        self.polled_ns += inside_ns;
+    }
+
     /// Queues event `kind` happening when thread `tid`'s clock reads `cpu_at`.
     pub fn emit(&mut self, tid: u32, cpu_at: u64, kind: EventKind) {
         self.wait_start = None;
+        self.polled_ns = 0;
         self.push(tid, cpu_at, Some(kind));
     }
 
@@ -175,9 +187,12 @@ impl Process {
             .or_insert_with(|| self.attach_cpu.remove(&tid).unwrap_or(0))
     }
 
-    /// Queues a `RecvStart` at `cpu_at`, or where an `MPI_Probe` began waiting.
+    /// Queues a `RecvStart` at `cpu_at`, or where an `MPI_Probe` began waiting, less the CPU
+    /// spent in unsuccessful polls since the previous event ([`Self::polled`]).
     pub fn emit_recv_start(&mut self, tid: u32, cpu_at: u64) {
-        let at = self.wait_start.take().map_or(cpu_at, |w| w.min(cpu_at));
+        let polled = std::mem::take(&mut self.polled_ns);
+        let at = cpu_at.saturating_sub(polled);
+        let at = self.wait_start.take().map_or(at, |w| w.min(at));
         self.push(tid, at, Some(EventKind::RecvStart));
     }
 
@@ -186,6 +201,7 @@ impl Process {
     /// slot for [`Self::fill`].
     pub fn emit_pending(&mut self, tid: u32, cpu_at: u64) -> u64 {
         self.wait_start = None;
+        self.polled_ns = 0;
         self.push(tid, cpu_at, None)
     }
 

@@ -61,6 +61,7 @@ impl<W: Write> RecordSink for JsonLinesSink<W> {
             "mem_read_failed": lost.mem_read_failed,
             "no_clock": lost.no_clock,
             "init_notices_lost": lost.init_notices_lost,
+            "polls_coalesced": lost.polls_coalesced,
         }});
         writeln!(self.out, "{line}").context("writing the raw dump")?;
         self.out.flush().context("flushing the raw dump")

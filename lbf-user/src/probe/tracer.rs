@@ -19,7 +19,7 @@ use aya::{
 use lbf_common::{
     counter,
     maps::{self, ThreadClock, ThreadState, COMM_BYTES, MAX_LIBS},
-    mpi, FnReads, Record, RecordKind, MAX_FNS, MEM_BYTES,
+    mpi, FnReads, Record, RecordKind, ARG_WORDS, MAX_FNS, MEM_BYTES,
 };
 
 use super::{
@@ -38,7 +38,7 @@ fn attach_record(pid: u32, tid: u32, ts_ns: u64, cpu_ns: u64) -> Record {
         tid,
         ts_ns,
         cpu_ns,
-        args: [0; lbf_common::ARG_WORDS],
+        args: [0; ARG_WORDS],
         mem: [0; MEM_BYTES],
     }
 }
@@ -110,6 +110,9 @@ pub struct LostCounts {
     pub no_clock: u64,
     /// `MPI_Init` notices dropped (see `lbf_common::counter::INIT_NOTICES_LOST`).
     pub init_notices_lost: u64,
+    /// Unsuccessful polls that wrote no record of their own (not a loss: see
+    /// `lbf_common::counter::POLLS_COALESCED`).
+    pub polls_coalesced: u64,
 }
 
 /// How the MPI probes are attached, chosen at load from what the kernel supports.
@@ -398,14 +401,16 @@ impl Tracer {
             mem_read_failed: sum(counter::MEM_READ_FAILED)?,
             no_clock: sum(counter::NO_CLOCK)?,
             init_notices_lost: sum(counter::INIT_NOTICES_LOST)?,
+            polls_coalesced: sum(counter::POLLS_COALESCED)?,
         })
     }
 
-    /// The entry records the kernel side deferred and has not written (see
-    /// `lbf_common::maps::ThreadState::entry`): one per live thread of a traced process now
-    /// inside a probed call whose entry record waits for the return (a thread that ended wrote
-    /// its own). Each comes after every record its thread wrote. Read at the end of a capture,
-    /// so that the calls still in flight keep their entry.
+    /// The records the kernel side holds back and has not written (see
+    /// `lbf_common::maps::ThreadState`): per live thread of a traced process, its run of
+    /// unsuccessful polls ([`RecordKind::Polls`]), then the entry record of the probed call it
+    /// is inside if that waits for the return (a thread that ended wrote its own). Each comes
+    /// after every record its thread wrote. Read at the end of a capture, so that the calls
+    /// still in flight keep their entry.
     pub fn deferred_entries(&self) -> Result<Vec<Record>> {
         let threads = ThreadStates::new(self.ebpf.map(maps::THREADS))?;
         let mut records = Vec::new();
@@ -415,20 +420,47 @@ impl Tracer {
                 let Some(state) = threads.get(pid, tid)? else {
                     continue;
                 };
+                let run = &state.polls;
+                if run.count != 0 {
+                    let mut args = [0; ARG_WORDS];
+                    args[..4].copy_from_slice(&[
+                        run.count,
+                        run.first_ts_ns,
+                        run.first_cpu_ns,
+                        run.inside_cpu_ns,
+                    ]);
+                    records.push(Record {
+                        kind: RecordKind::Polls as u16,
+                        fn_id: run.fn_id as u16,
+                        mem_len: 0,
+                        part: 0,
+                        tgid: state.tgid,
+                        tid,
+                        ts_ns: run.last_ts_ns,
+                        cpu_ns: run.last_cpu_ns,
+                        args,
+                        mem: [0; MEM_BYTES],
+                    });
+                }
                 let (Some(call), true) = (state.innermost(), state.entry.ts_ns != 0) else {
                     continue;
                 };
+                let kept = (state.entry_mem.len as usize).min(MEM_BYTES);
+                let mut mem = [0; MEM_BYTES];
+                for (bytes, word) in mem.chunks_exact_mut(8).zip(state.entry_mem.words) {
+                    bytes.copy_from_slice(&word.to_ne_bytes());
+                }
                 records.push(Record {
                     kind: RecordKind::CallEntry as u16,
                     fn_id: call.fn_id as u16,
-                    mem_len: 0,
+                    mem_len: kept as u16,
                     part: 0,
                     tgid: state.tgid,
                     tid,
                     ts_ns: state.entry.ts_ns,
                     cpu_ns: state.entry.cpu_ns,
                     args: call.args,
-                    mem: [0; MEM_BYTES],
+                    mem,
                 });
             }
         }

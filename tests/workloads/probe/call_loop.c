@@ -1,11 +1,16 @@
-/* Per-call cost of lbf's MPI probes (`cargo xtask bench-probe`): calls MPI_Comm_rank, a cheap
- * function whose first instruction (`push`) the kernel emulates when it hits a uprobe, N times
+/* Per-call cost of lbf's MPI probes (`cargo xtask bench-probe`): calls an MPI function N times
  * in a loop (N = argv[1], default 1000000) and prints the loop's wall time:
  *   LBF_LOOP calls=N ns=T
+ * The function (argv[2]):
+ * - `rank` (the default): MPI_Comm_rank, a cheap function whose first instruction (`push`) the
+ *   kernel emulates when it hits a uprobe;
+ * - `test`: MPI_Test on a receive that nothing answers until the loop is over, as a progress
+ *   loop polls: every call finds nothing.
  * Every rank runs the loop; run it with one rank. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 static long long now_ns(void) {
@@ -16,15 +21,27 @@ static long long now_ns(void) {
 
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 1000000;
-    int rank, sum = 0;
+    int test = argc > 2 && strcmp(argv[2], "test") == 0;
+    int rank, sum = 0, flag = 0, in = 0, out = 1;
+    MPI_Request req;
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (test) MPI_Irecv(&in, 1, MPI_INT, rank, 7, MPI_COMM_WORLD, &req);
     long long start = now_ns();
     for (long i = 0; i < n; i++) {
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        sum += rank;
+        if (test) {
+            MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+            sum += flag;
+        } else {
+            MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+            sum += rank;
+        }
     }
     long long elapsed = now_ns() - start;
+    if (test) {
+        MPI_Send(&out, 1, MPI_INT, rank, 7, MPI_COMM_WORLD);
+        MPI_Wait(&req, MPI_STATUS_IGNORE);
+    }
     printf("LBF_LOOP calls=%ld ns=%lld sum=%d\n", n, elapsed, sum);
     fflush(stdout);
     MPI_Finalize();

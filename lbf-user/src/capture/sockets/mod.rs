@@ -238,7 +238,12 @@ impl SocketCapture {
                 self.roster.exit(tgid, rec.tid, rec.cpu_ns, &mut self.clock);
             }
             Some(RecordKind::Attach) => self.roster.attached(rec.tgid, rec.tid, rec.cpu_ns),
-            Some(RecordKind::CallEntry | RecordKind::CallExit | RecordKind::CallPair) => {}
+            Some(
+                RecordKind::CallEntry
+                | RecordKind::CallExit
+                | RecordKind::CallPair
+                | RecordKind::Polls,
+            ) => {}
             None => note(&mut self.anomalies, "record of unknown kind"),
         }
     }

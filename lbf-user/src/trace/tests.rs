@@ -85,6 +85,7 @@ fn header() -> Header {
     };
     Header {
         procs: vec![proc(0, "a"), proc(1, "b")],
+        source: None,
     }
 }
 

@@ -78,6 +78,7 @@ macro_rules! with_mpi_functions {
             COMM_DUP = 60 => "PMPI_Comm_dup" (2),
             COMM_SPLIT = 61 => "PMPI_Comm_split" (4),
             COMM_FREE = 62 => "PMPI_Comm_free" (1),
+            CART_CREATE = 63 => "PMPI_Cart_create" (6),
         }
     };
 }

@@ -4,6 +4,7 @@
 
 use anyhow::{Context, Result};
 use clap::{error::ErrorKind, CommandFactory, Parser, Subcommand};
+use lbf::capture::select::Source;
 use lbf::config::TargetArgs;
 use lbf::engine::Engine;
 use lbf::net::builder::serve;
@@ -201,11 +202,26 @@ fn predict(args: &Predict) -> Result<()> {
         eprintln!("warning: {trace}: {w}");
     }
     if args.json {
-        print!("{}", json_lines(&predictions, summary.as_ref()));
+        print!(
+            "{}",
+            json_lines(&predictions, summary.as_ref(), header.source)
+        );
     } else {
+        if let Some(source) = header.source {
+            println!("source: {}", source_label(source));
+        }
         print!("{}", table(&predictions, summary.as_ref()));
     }
     Ok(())
+}
+
+/// How the table names a trace's source: `MPI`, `PVM` or `sockets`.
+fn source_label(source: Source) -> &'static str {
+    match source {
+        Source::Mpi => "MPI",
+        Source::Pvm => "PVM",
+        Source::Sockets => "sockets",
+    }
 }
 
 /// Which target --timeline records; exits with a usage error for an unknown --timeline-target.

@@ -42,9 +42,12 @@ use std::time::{Duration, Instant};
 /// such links and get one uprobe per function instead, whose removal then takes about 20 s
 /// (one RCU grace period each; -v says which).
 ///
-/// One source per capture (--source, chosen automatically by default): MPI if the program
-/// is started by mpirun/mpiexec or links an MPI library, else PVM if it links libpvm3, else
-/// sockets. So an MPI program on the TCP transport is captured once, by its MPI calls (its
+/// One source per capture (--source, chosen automatically by default; --mpi-lib implies MPI):
+/// MPI if a word of the command names an MPI launcher (mpirun*, mpiexec*, orterun, srun,
+/// prun), through wrappers (taskset, numactl, env, nice, chrt, time, timeout, sh -c) and the
+/// shell scripts it runs, or names a program linking an MPI library (C, C++ or Fortran
+/// bindings), else PVM if it links libpvm3, else sockets. A socket or PVM capture whose
+/// processes turn out to map an MPI library says so on stderr (trace it with --source mpi). So an MPI program on the TCP transport is captured once, by its MPI calls (its
 /// launcher's control connections are not application messages). With sockets (and PVM),
 /// the processes that never send or receive a message are left out of the trace.
 ///
@@ -224,12 +227,21 @@ fn run(cli: Cli) -> Result<i32> {
         ringbuf_bytes: cli.ringbuf_size,
     })?;
     let source = cli.source.unwrap_or_else(|| {
-        if cli.command.is_empty() {
+        if !cli.mpi_libs.is_empty() {
+            // Naming an MPI library to probe says the program is an MPI program.
+            Source::Mpi
+        } else if cli.command.is_empty() {
             select::for_pids(&cli.pids)
         } else {
             select::for_command(&cli.command)
         }
     });
+    if source != Source::Mpi && !cli.mpi_libs.is_empty() {
+        eprintln!(
+            "lbf-trace: warning: --mpi-lib is not used with --source {}",
+            source.name()
+        );
+    }
     if cli.verbose {
         eprintln!("lbf-trace: capturing {source} messages");
     }
@@ -259,6 +271,7 @@ fn run(cli: Cli) -> Result<i32> {
     let live = (!cli.targets.is_empty()).then(|| LivePredictor::new(cli.targets.clone()));
     let file = cli.output.as_ref().map(|path| TraceFile {
         path: path.clone(),
+        source,
         procs: Vec::new(),
         writer: None,
         error: None,
@@ -295,6 +308,7 @@ fn run(cli: Cli) -> Result<i32> {
         last_report: Instant::now(),
         max_held: cli.max_held,
         last_held_check: Instant::now(),
+        mpi_watch: (source != Source::Mpi).then(|| MpiWatch::new(source)),
     };
     let mut reader = tracer.records()?;
     // SAFETY: the handler only stores to atomics.
@@ -329,6 +343,9 @@ fn run(cli: Cli) -> Result<i32> {
     // A call in progress at an attach (its exit came without its entry) is the attach's
     // boundary, not a loss: the kernel side counts it apart, the capture notes it, and it is
     // not in `lost_records`.
+    if let Some(watch) = &sink.mpi_watch {
+        watch.finish();
+    }
     if let Some(trace) = sink.trace {
         report(trace, source, cli.verbose)?;
     }
@@ -591,6 +608,93 @@ struct Tee {
     /// The most events the capture may hold (--max-held).
     max_held: u64,
     last_held_check: Instant,
+    /// With sockets and PVM: which traced processes turn out to be MPI processes.
+    mpi_watch: Option<MpiWatch>,
+}
+
+/// Watches the processes of a socket or PVM capture for MPI. A process that has an MPI
+/// library mapped (or execs a program that links one) means the command is an MPI job that
+/// the command line did not reveal, captured by its sockets (its launcher's control
+/// connections, its ranks' transport) instead of its MPI calls: that must not pass silently.
+/// Says so on stderr at the first such process, and again at the end.
+struct MpiWatch {
+    /// The capture's source.
+    source: Source,
+    /// The processes whose memory maps have been looked at since their last exec.
+    checked: std::collections::HashSet<u32>,
+    /// The MPI processes found: PID, program and MPI library.
+    found: Vec<(u32, String, String)>,
+}
+
+impl MpiWatch {
+    fn new(source: Source) -> Self {
+        MpiWatch {
+            source,
+            checked: Default::default(),
+            found: Vec::new(),
+        }
+    }
+
+    /// Looks at the process of `record`: the program it execs, or at its first other record
+    /// since, what it has mapped.
+    fn record(&mut self, record: &lbf_common::Record) {
+        use lbf_common::RecordKind;
+        let pid = record.tgid;
+        match RecordKind::from_raw(record.kind) {
+            Some(RecordKind::Exec) => {
+                self.checked.remove(&pid);
+                let len = usize::from(record.mem_len).min(record.mem.len());
+                let name = &record.mem[..len];
+                let name = name.split(|&b| b == 0).next().unwrap_or_default();
+                let name = String::from_utf8_lossy(name).into_owned();
+                if let Some(lib) = select::mpi_library_linked_by(std::path::Path::new(&name)) {
+                    self.found(pid, name, lib);
+                }
+            }
+            Some(RecordKind::Exit) | None => {}
+            Some(_) => {
+                if self.checked.insert(pid) {
+                    if let Some(lib) = select::mpi_library_mapped_by(pid) {
+                        let program = std::fs::read_link(format!("/proc/{pid}/exe"))
+                            .map(|p| p.display().to_string())
+                            .unwrap_or_else(|_| "?".into());
+                        self.found(pid, program, lib);
+                    }
+                }
+            }
+        }
+    }
+
+    fn found(&mut self, pid: u32, program: String, lib: String) {
+        if self.found.iter().any(|(p, _, _)| *p == pid) {
+            return;
+        }
+        if self.found.is_empty() {
+            eprintln!(
+                "lbf-trace: WARNING: process {pid} ({program}) is an MPI program (it links \
+                 {lib}), but this capture takes {} messages: an MPI job's launcher and ranks \
+                 are seen by their sockets, not their MPI calls. Trace it with --source mpi.",
+                self.source
+            );
+        }
+        self.found.push((pid, program, lib));
+    }
+
+    /// Repeats the warning at the end, with every MPI process found.
+    fn finish(&self) {
+        let Some((_, program, lib)) = self.found.first() else {
+            return;
+        };
+        let pids: Vec<String> = self.found.iter().map(|(p, _, _)| p.to_string()).collect();
+        eprintln!(
+            "lbf-trace: WARNING: {} traced processes (PIDs {}; {program} links {lib}) are MPI \
+             processes, captured as a {} program: this is not the MPI job's trace. Trace it \
+             again with --source mpi.",
+            self.found.len(),
+            pids.join(", "),
+            self.source
+        );
+    }
 }
 
 /// How often the capture's held events are compared with --max-held.
@@ -621,6 +725,9 @@ impl Tee {
 
 impl RecordSink for Tee {
     fn record(&mut self, record: &lbf_common::Record) -> Result<()> {
+        if let Some(watch) = &mut self.mpi_watch {
+            watch.record(record);
+        }
         self.raw.record(record)?;
         match &mut self.trace {
             Some(t) => t.record(record),
@@ -701,6 +808,8 @@ impl EventSink for Outputs {
 /// the end).
 struct TraceFile {
     path: PathBuf,
+    /// Where the capture takes its events, for the header.
+    source: Source,
     procs: Vec<ProcInfo>,
     writer: Option<TraceWriter<File>>,
     /// The first write error; reported at the end.
@@ -712,6 +821,7 @@ impl TraceFile {
         if self.writer.is_none() {
             let header = Header {
                 procs: self.procs.clone(),
+                source: Some(self.source),
             };
             self.writer = Some(TraceWriter::create(&self.path, &header)?);
         }

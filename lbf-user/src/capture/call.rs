@@ -267,6 +267,12 @@ pub fn decode_entry(abi: &Abi, fn_id: u16, args: &[u64; ARG_WORDS], mem: &[u8]) 
             parent: abi.comm_handle(arg(0)),
             split: None,
         },
+        // (comm_old, ndims, dims[], periods[], reorder, comm_cart): neither Open MPI 4.1 nor
+        // MPICH 4.0 reorders, so the grid's ranks are the parent's, as in a dup.
+        mpi::CART_CREATE => Entry::CommCreate {
+            parent: abi.comm_handle(arg(0)),
+            split: None,
+        },
         mpi::COMM_SPLIT => Entry::CommCreate {
             parent: abi.comm_handle(arg(0)),
             split: Some((int_arg(arg(1)), int_arg(arg(2)))),
@@ -407,6 +413,7 @@ pub fn fn_reads(layout: Layout) -> Vec<(u16, FnReads)> {
     set(&[mpi::SCATTERV], datatype(6), none);
     set(&[mpi::COMM_DUP], none, at(1, layout.handle));
     set(&[mpi::COMM_SPLIT], none, at(3, layout.handle));
+    set(&[mpi::CART_CREATE], none, at(5, layout.handle));
     set(&[mpi::COMM_FREE], at(0, layout.handle), none);
     (0..MAX_FNS as u16)
         .map(|id| (id, table[id as usize]))

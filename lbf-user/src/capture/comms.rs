@@ -2,8 +2,11 @@
 //!
 //! A communicator gets an id the same on every host ([`ids::communicator`]):
 //! `MPI_COMM_WORLD` is [`WORLD`]; a communicator created by the n-th
-//! `MPI_Comm_dup`/`MPI_Comm_split` a process makes on a parent is the same object in every
-//! member, so it is identified by (parent, n, color). Ranks in a dup are the parent's; ranks
+//! `MPI_Comm_dup`/`MPI_Comm_split`/`MPI_Cart_create` a process makes on a parent is the same
+//! object in every member, so it is identified by (parent, n, color). Ranks in a dup are the
+//! parent's, and so are a Cartesian grid's (neither Open MPI 4.1 nor MPICH 4.0 reorders
+//! them; a grid smaller than its parent takes the parent's size until `MPI_Comm_size` says
+//! otherwise, and its collectives are wrong until then); ranks
 //! in a split are ordered by (key, parent rank) among the members of one color, computed once
 //! every member of the parent has entered the split (which MPI guarantees before any of them
 //! returns) — when they all run on this host. `MPI_Comm_rank`/`MPI_Comm_size` answers fill in

@@ -572,6 +572,63 @@ fn collectives_and_split_communicators() {
     assert!(summary.anomalies.is_empty(), "{:?}", summary.anomalies);
 }
 
+/// A Cartesian communicator (`MPI_Cart_create`) has its parent's ranks and size: its
+/// point-to-point messages are matched and its collectives have every member.
+#[test]
+fn cartesian_communicators_keep_their_parents_ranks() {
+    let mut run = Run::mpich(2);
+    for r in 0..2 {
+        run.init(r, 0);
+    }
+    // (comm_old, ndims, dims, periods, reorder, comm_cart)
+    for r in 0..2 {
+        run.enter(
+            r,
+            mpi::CART_CREATE,
+            10,
+            &[WORLD, 1, 0x7000, 0x7010, 0, 0x5000],
+            &[],
+        );
+    }
+    for r in 0..2 {
+        run.leave(r, mpi::CART_CREATE, 20, &handles(&[0x8400_0002]));
+    }
+    run.enter(0, mpi::SEND, 30, &[0, 4, INT, 1, 3, 0x8400_0002], &[]);
+    run.leave(0, mpi::SEND, 31, &[]);
+    run.enter(
+        1,
+        mpi::RECV,
+        30,
+        &[0, 4, INT, 0, 3, 0x8400_0002, STATUS_IGNORE],
+        &[],
+    );
+    run.leave(1, mpi::RECV, 40, &[]);
+    for r in 0..2 {
+        run.enter(r, mpi::BARRIER, 50, &[0x8400_0002], &[]);
+        run.leave(r, mpi::BARRIER, 55, &[]);
+    }
+    for r in 0..2 {
+        run.finalize(r, 100);
+    }
+    let (log, summary) = run.finish();
+    assert_matched(&log);
+    assert!(summary.anomalies.is_empty(), "{:?}", summary.anomalies);
+    assert_eq!(
+        (summary.stats[0].send_bytes, summary.stats[1].recvs),
+        (16, 1)
+    );
+    // The creation and the barrier, each one instance of both ranks.
+    let sizes: Vec<(u32, u32)> = log
+        .events
+        .iter()
+        .filter_map(|e| match e.kind {
+            EventKind::CollStart { size, .. } => Some((e.proc, size)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sizes, [(0, 2), (1, 2), (0, 2), (1, 2)]);
+}
+
 #[test]
 fn processes_without_mpi_calls_are_not_ranks_and_ids_follow_ranks() {
     // Rank comes from MPI_Comm_rank only (no launcher environment); tgid 300 is mpirun.

@@ -437,6 +437,7 @@ mod tests {
                         ..ProcInfo::default()
                     })
                     .collect(),
+                source: None,
             },
             targets: vec![Target {
                 name: "one".into(),

@@ -77,6 +77,8 @@ pub fn serve(config: ServeConfig, exit_when_done: bool) -> Result<()> {
     let applier = Applier {
         header: Header {
             procs: config.procs.clone(),
+            // Hosts may capture from different sources; the merged trace says none.
+            source: None,
         },
         targets: config.targets.clone(),
         merged_trace: config.merged_trace.clone(),

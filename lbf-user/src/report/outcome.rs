@@ -1,5 +1,6 @@
 //! Predictions side by side with the measured run: table, JSON lines, warnings.
 
+use crate::capture::select::Source;
 use crate::engine::Prediction;
 use crate::trace::Summary;
 use serde::Serialize;
@@ -9,6 +10,9 @@ use std::fmt::Write;
 #[derive(Serialize)]
 struct Row<'a> {
     target: &'a str,
+    /// Where the trace's capture took its events, when the trace says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<Source>,
     predicted_seconds: f64,
     /// Whether the trace ended with its summary line (a completed capture).
     complete: bool,
@@ -21,9 +25,10 @@ struct Row<'a> {
     lost_events: Option<u64>,
 }
 
-fn row<'a>(p: &'a Prediction, summary: Option<&Summary>) -> Row<'a> {
+fn row<'a>(p: &'a Prediction, summary: Option<&Summary>, source: Option<Source>) -> Row<'a> {
     Row {
         target: &p.target,
+        source,
         predicted_seconds: p.predicted_seconds,
         complete: summary.is_some(),
         measured_seconds: summary.map(|s| s.measured_seconds),
@@ -48,12 +53,17 @@ pub fn add_teardown(predictions: &mut [Prediction], summary: Option<&Summary>) {
 }
 
 /// One JSON object per prediction, each on its own line (newline-terminated), with
-/// `target`, `predicted_seconds`, `complete`, and, when the trace has a summary,
+/// `target`, `source` when the trace says where its events come from (`source`: `mpi`,
+/// `pvm` or `sockets`), `predicted_seconds`, `complete`, and, when the trace has a summary,
 /// `measured_seconds`, `speedup` and `lost_events`.
-pub fn json_lines(predictions: &[Prediction], summary: Option<&Summary>) -> String {
+pub fn json_lines(
+    predictions: &[Prediction],
+    summary: Option<&Summary>,
+    source: Option<Source>,
+) -> String {
     let mut out = String::new();
     for p in predictions {
-        let line = serde_json::to_string(&row(p, summary)).expect("rows serialize");
+        let line = serde_json::to_string(&row(p, summary, source)).expect("rows serialize");
         out.push_str(&line);
         out.push('\n');
     }
@@ -175,13 +185,14 @@ two-nodes            7.000 s     2.00x
 
     #[test]
     fn json_lines_carry_the_summary_when_known() {
-        let text = json_lines(&predictions(), Some(&SUMMARY));
+        let text = json_lines(&predictions(), Some(&SUMMARY), Some(Source::Mpi));
         let rows: Vec<serde_json::Value> = text
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0]["target"], "two-nodes");
+        assert_eq!(rows[0]["source"], "mpi");
         assert_eq!(rows[0]["predicted_seconds"], 7.0);
         assert_eq!(rows[0]["measured_seconds"], 14.0);
         assert_eq!(rows[0]["speedup"], 2.0);
@@ -189,7 +200,7 @@ two-nodes            7.000 s     2.00x
         assert_eq!(rows[0]["complete"], true);
 
         let bare: serde_json::Value =
-            serde_json::from_str(json_lines(&predictions()[..1], None).trim()).unwrap();
+            serde_json::from_str(json_lines(&predictions()[..1], None, None).trim()).unwrap();
         assert_eq!(
             bare,
             serde_json::json!({"target":"two-nodes","predicted_seconds":7.0,"complete":false})

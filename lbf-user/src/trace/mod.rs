@@ -21,6 +21,7 @@ pub use error::{TraceError, TraceErrorKind};
 pub use reader::TraceReader;
 pub use writer::TraceWriter;
 
+use crate::capture::select::Source;
 use crate::event::{CollOp, Event, EventKind, ProcInfo};
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +39,10 @@ pub const READABLE_VERSIONS: [u64; 2] = [1, FORMAT_VERSION];
 pub struct Header {
     /// The processes of the traced run.
     pub procs: Vec<ProcInfo>,
+    /// Where the capture took its events: MPI calls, PVM calls or socket system calls.
+    /// `None` when the trace does not say (written before traces said, or merged from
+    /// several hosts' streams).
+    pub source: Option<Source>,
 }
 
 /// The closing line of a completed capture: how long the measured run took, and whether the

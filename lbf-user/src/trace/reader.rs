@@ -4,6 +4,7 @@ use super::line::{parse, Record};
 use super::{
     Header, LineEvent, Summary, TraceError, TraceErrorKind, FORMAT_NAME, READABLE_VERSIONS,
 };
+use crate::capture::select::Source;
 use crate::event::ProcInfo;
 use serde::Deserialize;
 use std::fs::File;
@@ -30,6 +31,7 @@ pub struct TraceReader<R> {
 struct RawHeader {
     format: Option<String>,
     version: Option<u64>,
+    source: Option<String>,
     procs: Option<Vec<ProcInfo>>,
 }
 
@@ -48,7 +50,10 @@ impl<R: BufRead> TraceReader<R> {
             input,
             buf: Vec::with_capacity(256),
             line: 0,
-            header: Header { procs: Vec::new() },
+            header: Header {
+                procs: Vec::new(),
+                source: None,
+            },
             summary: None,
         };
         if !reader.read_line()? {
@@ -144,5 +149,16 @@ fn parse_header(text: &[u8]) -> Result<Header, TraceErrorKind> {
             p.id
         )));
     }
-    Ok(Header { procs })
+    let source = match raw.source.as_deref() {
+        None => None,
+        Some("mpi") => Some(Source::Mpi),
+        Some("pvm") => Some(Source::Pvm),
+        Some("sockets") => Some(Source::Sockets),
+        Some(other) => {
+            return Err(TraceErrorKind::BadHeader(format!(
+                "\"source\" is \"{other}\"; it must be \"mpi\", \"pvm\" or \"sockets\""
+            )))
+        }
+    };
+    Ok(Header { procs, source })
 }

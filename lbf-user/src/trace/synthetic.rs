@@ -37,7 +37,10 @@ pub fn header(config: &Config) -> Header {
             ..Default::default()
         })
         .collect();
-    Header { procs }
+    Header {
+        procs,
+        source: None,
+    }
 }
 
 /// The events of the trace `config` describes, in an order a live capture could deliver.

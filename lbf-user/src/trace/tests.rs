@@ -85,6 +85,7 @@ fn header() -> Header {
     };
     Header {
         procs: vec![proc(0, "a"), proc(1, "b")],
+        source: None,
     }
 }
 
@@ -203,6 +204,41 @@ fn header_errors_are_on_line_1() {
         gap.contains("process number 1 in \"procs\" has id 2"),
         "{gap}"
     );
+}
+
+/// The header's `source`: written when known, read back, absent in older traces (and then
+/// `None`), and an unknown value is a bad header.
+#[test]
+fn the_source_is_recorded_and_optional() {
+    use crate::capture::select::Source;
+    for source in [Source::Mpi, Source::Pvm, Source::Sockets] {
+        let header = Header {
+            source: Some(source),
+            ..header()
+        };
+        let writer = TraceWriter::new(Vec::new(), &header).unwrap();
+        let text = String::from_utf8(writer.finish(&Summary::default()).unwrap()).unwrap();
+        let first = text.lines().next().unwrap();
+        assert!(
+            first.starts_with(&format!(
+                r#"{{"format":"lbf-trace","version":2,"source":"{}","procs":"#,
+                source.name()
+            )),
+            "{first}"
+        );
+        let reader = TraceReader::new(text.as_bytes()).unwrap();
+        assert_eq!(reader.header(), &header);
+    }
+    let writer = TraceWriter::new(Vec::new(), &header()).unwrap();
+    let text = String::from_utf8(writer.finish(&Summary::default()).unwrap()).unwrap();
+    assert!(!text.contains("source"), "{text}");
+    for old in [HEADER, HEADER_V1] {
+        let reader = TraceReader::new(old.as_bytes()).unwrap();
+        assert_eq!(reader.header().source, None);
+    }
+    let bad = read_all(r#"{"format":"lbf-trace","version":2,"source":"rpc","procs":[]}"#);
+    let bad = bad.unwrap_err().to_string();
+    assert!(bad.contains(r#""source" is "rpc""#), "{bad}");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Buffered writer of traces (the current version, [`super::FORMAT_VERSION`]).
 
 use super::{kind_name, op_name, Header, Summary, FORMAT_NAME, FORMAT_VERSION};
+use crate::capture::select::Source;
 use crate::event::{Event, EventKind, ProcInfo};
 use serde::Serialize;
 use std::fs::File;
@@ -21,6 +22,8 @@ pub struct TraceWriter<W: Write> {
 struct HeaderLine<'a> {
     format: &'static str,
     version: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    source: Option<Source>,
     procs: &'a [ProcInfo],
 }
 
@@ -44,6 +47,7 @@ impl<W: Write> TraceWriter<W> {
         let line = HeaderLine {
             format: FORMAT_NAME,
             version: FORMAT_VERSION,
+            source: header.source,
             procs: &header.procs,
         };
         serde_json::to_writer(&mut out, &line)?;

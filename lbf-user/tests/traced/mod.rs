@@ -84,7 +84,8 @@ pub fn workload(family: &str, name: &str, libs: &[&str]) -> PathBuf {
 
 /// Workload `name` of `tests/workloads/<family>` built by the C compiler (or MPI wrapper)
 /// `cc` with `libs`, rebuilt when a file of that folder (or the shared `work.h`) is newer than
-/// the binary.
+/// the binary. Its source is `name.c`, or for a Fortran compiler (`mpif90.openmpi`)
+/// `name.f90` or the fixed-form `name.f`.
 pub fn workload_built_by(cc: &str, family: &str, name: &str, libs: &[&str]) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/workloads")
@@ -102,7 +103,11 @@ pub fn workload_built_by(cc: &str, family: &str, name: &str, libs: &[&str]) -> P
         // Built aside and renamed into place: tests running at once may build the same
         // workload, and one must not run a binary another is still writing.
         let aside = out_dir.join(format!(".{name}-{:?}", std::thread::current().id()));
-        let src = dir.join(format!("{name}.c"));
+        let src = ["c", "f90", "f"]
+            .map(|ext| dir.join(format!("{name}.{ext}")))
+            .into_iter()
+            .find(|src| src.exists())
+            .unwrap_or_else(|| panic!("no source of workload {name} in {}", dir.display()));
         let status = Command::new(cc)
             .args(["-O1", "-g", "-Wall", "-o"])
             .arg(&aside)

@@ -93,6 +93,7 @@ pub fn op_name(op: CollOp) -> &'static str {
         CollOp::Bcast => "bcast",
         CollOp::Reduce => "reduce",
         CollOp::Allreduce => "allreduce",
+        CollOp::Alltoall => "alltoall",
     }
 }
 
@@ -103,6 +104,7 @@ pub fn parse_op(name: &str) -> Option<CollOp> {
         CollOp::Bcast,
         CollOp::Reduce,
         CollOp::Allreduce,
+        CollOp::Alltoall,
     ]
     .into_iter()
     .find(|&op| op_name(op) == name)

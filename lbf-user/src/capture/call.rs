@@ -684,3 +684,217 @@ pub fn fn_reads(layout: Layout) -> Vec<(u16, FnReads)> {
         .filter(|(_, r)| *r != FnReads::default())
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::mpich::Mpich;
+    use super::super::openmpi::OpenMpi;
+    use super::*;
+
+    const INT: u64 = 0x4c00_0405;
+    const DOUBLE: u64 = 0x4c00_080b;
+    const CHAR: u64 = 0x4c00_0101;
+
+    fn ints_mem(v: &[i32]) -> Vec<u8> {
+        v.iter().flat_map(|i| i.to_le_bytes()).collect()
+    }
+
+    /// The record words of `fn_id` for the prototype's arguments `proto`.
+    fn words(fn_id: u16, proto: &[u64]) -> [u64; ARG_WORDS] {
+        let mut w = [0; ARG_WORDS];
+        for (i, &a) in proto.iter().enumerate() {
+            if mpi::dropped_args(fn_id) & (1 << i) == 0 {
+                w[mpi::word(fn_id, i)] = a;
+            }
+        }
+        w
+    }
+
+    fn bytes_of(e: Entry) -> CollBytes {
+        match e {
+            Entry::Collective { bytes, .. } => bytes,
+            other => panic!("not a collective: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn alltoallv_states_what_a_member_sends_to_the_others() {
+        let abi = Abi::Mpich(Mpich);
+        // (sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm)
+        let args = words(
+            mpi::ALLTOALLV,
+            &[
+                0x1000,
+                0x2000,
+                0x3000,
+                INT,
+                0x4000,
+                0x5000,
+                0x6000,
+                INT,
+                0x4400_0000,
+            ],
+        );
+        let mem = ints_mem(&[3, 5, 7]);
+        let derived = DerivedTypes::default();
+        let b = bytes_of(decode_entry(
+            &abi,
+            mpi::ALLTOALLV,
+            &args,
+            &mem,
+            &[],
+            &derived,
+        ));
+        // Rank 1 of 3 sends 3 + 7 ints to the others.
+        assert_eq!(b.resolve(3, Some(1)), (40, None));
+        // A count array shorter than the communicator: the members beyond are left out, said.
+        assert_eq!(b.resolve(4, Some(1)), (40, Some(TRUNCATED_COUNTS)));
+        assert_eq!(b.resolve(3, None), (0, Some(UNKNOWN_COLL_SIZE)));
+        // MPI_IN_PLACE: the send counts do not apply.
+        let mut in_place = args;
+        in_place[0] = u64::MAX;
+        let e = decode_entry(&abi, mpi::ALLTOALLV, &in_place, &mem, &[], &derived);
+        assert_eq!(bytes_of(e), CollBytes::Unknown);
+    }
+
+    #[test]
+    fn open_mpis_alltoallv_and_reduce_scatter_take_the_datatype_from_the_second_read() {
+        let abi = Abi::OpenMpi(OpenMpi {
+            comm_world: 0x7000,
+            request_null: 0x7100,
+        });
+        let mut datatype = vec![0u8; 64];
+        datatype[24..32].copy_from_slice(&8u64.to_le_bytes());
+        let derived = DerivedTypes::default();
+        // (sendbuf, recvbuf, recvcounts, datatype, op, comm)
+        let args = words(
+            mpi::REDUCE_SCATTER,
+            &[0x1000, 0x2000, 0x3000, 0x8000, 0x9000, 0x7000],
+        );
+        let mem = ints_mem(&[1, 2]);
+        let e = decode_entry(&abi, mpi::REDUCE_SCATTER, &args, &mem, &datatype, &derived);
+        assert_eq!(bytes_of(e).resolve(2, Some(0)), (24, None));
+        // Without the second read the size is unknown.
+        let e = decode_entry(&abi, mpi::REDUCE_SCATTER, &args, &mem, &[], &derived);
+        assert_eq!(bytes_of(e).resolve(2, Some(0)).1, Some(UNKNOWN_COLL_SIZE));
+        // Its table: the counts in the first 192 bytes, the datatype in the second read.
+        let reads = fn_reads(super::super::openmpi::LAYOUT);
+        let (_, r) = reads.iter().find(|(id, _)| *id == mpi::ALLTOALLV).unwrap();
+        assert_eq!((r.entry.ptr_arg, r.entry.len), (2, MORE_MEM_AT as u16));
+        assert_eq!((r.entry_more.ptr_arg, r.entry_more.len), (3, 32));
+        let mpich = fn_reads(super::super::mpich::LAYOUT);
+        let (_, r) = mpich.iter().find(|(id, _)| *id == mpi::ALLTOALLV).unwrap();
+        assert_eq!(
+            (r.entry.len, r.entry_more),
+            (MEM_BYTES as u16, MemRead::default())
+        );
+    }
+
+    #[test]
+    fn reduce_scatter_block_and_alltoall_scale_with_the_members() {
+        let abi = Abi::Mpich(Mpich);
+        let derived = DerivedTypes::default();
+        let args = words(
+            mpi::REDUCE_SCATTER_BLOCK,
+            &[0x1000, 0x2000, 16, INT, 0, 0x4400_0000],
+        );
+        let e = decode_entry(&abi, mpi::REDUCE_SCATTER_BLOCK, &args, &[], &[], &derived);
+        assert_eq!(bytes_of(e).resolve(4, Some(2)), (256, None));
+        let args = words(
+            mpi::ALLTOALL,
+            &[0x1000, 10, DOUBLE, 0x2000, 10, DOUBLE, 0x4400_0000],
+        );
+        let e = decode_entry(&abi, mpi::ALLTOALL, &args, &[], &[], &derived);
+        assert_eq!(bytes_of(e).resolve(4, Some(0)), (240, None));
+    }
+
+    #[test]
+    fn mpich_derived_types_are_sized_from_their_constructors() {
+        let abi = Abi::Mpich(Mpich);
+        let mut derived = DerivedTypes::default();
+        let size = |e: Entry| match e {
+            Entry::TypeCreate { size } => size,
+            other => panic!("not a type constructor: {other:?}"),
+        };
+        // MPI_Type_vector(8, 3, 5, MPI_DOUBLE, &t): 192 bytes.
+        let args = words(mpi::TYPE_VECTOR, &[8, 3, 5, DOUBLE, 0x1000]);
+        let vec = size(decode_entry(
+            &abi,
+            mpi::TYPE_VECTOR,
+            &args,
+            &[],
+            &[],
+            &derived,
+        ));
+        assert_eq!(vec, Some(192));
+        derived.insert(0x8c00_0007, 192);
+        // A contiguous of 2 of that vector: the derived type's size is looked up.
+        let args = words(mpi::TYPE_CONTIGUOUS, &[2, 0x8c00_0007, 0x1000]);
+        let e = decode_entry(&abi, mpi::TYPE_CONTIGUOUS, &args, &[], &[], &derived);
+        assert_eq!(size(e), Some(384));
+        // A struct { int; double[3]; char[5] }: lengths at entry, types in the second read.
+        let args = words(
+            mpi::TYPE_CREATE_STRUCT,
+            &[3, 0x1000, 0x2000, 0x3000, 0x4000],
+        );
+        let types: Vec<u8> = [INT, DOUBLE, CHAR]
+            .iter()
+            .flat_map(|&t| (t as u32).to_le_bytes())
+            .chain([0; 52])
+            .collect();
+        let lengths = ints_mem(&[1, 3, 5]);
+        let e = decode_entry(
+            &abi,
+            mpi::TYPE_CREATE_STRUCT,
+            &args,
+            &lengths,
+            &types,
+            &derived,
+        );
+        assert_eq!(size(e), Some(33));
+        // Lengths cut short: unknown, not guessed.
+        let e = decode_entry(
+            &abi,
+            mpi::TYPE_CREATE_STRUCT,
+            &args,
+            &lengths[..8],
+            &types,
+            &derived,
+        );
+        assert_eq!(size(e), None);
+        // An indexed of blocks of 2 and 5 ints.
+        let args = words(mpi::TYPE_INDEXED, &[2, 0x1000, 0x2000, INT, 0x3000]);
+        let e = decode_entry(
+            &abi,
+            mpi::TYPE_INDEXED,
+            &args,
+            &ints_mem(&[2, 5]),
+            &[],
+            &derived,
+        );
+        assert_eq!(size(e), Some(28));
+        // A send of the derived type is sized; an unknown one is not.
+        let send = |dt| {
+            let args = words(mpi::SEND, &[0x1000, 3, dt, 1, 0, 0x4400_0000]);
+            match decode_entry(&abi, mpi::SEND, &args, &[], &[], &derived) {
+                Entry::Send { send, .. } => send.bytes,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!((send(0x8c00_0007), send(0x8c00_0009)), (Some(576), None));
+        let free = decode_entry(
+            &abi,
+            mpi::TYPE_FREE,
+            &words(mpi::TYPE_FREE, &[0x1000]),
+            &ints_mem(&[0x8c00_0007u32 as i32]),
+            &[],
+            &derived,
+        );
+        assert_eq!(
+            free,
+            Entry::TypeFree {
+                handle: Some(0x8c00_0007)
+            }
+        );
+    }
+}

@@ -228,7 +228,14 @@ impl GlobalPtr {
     pub const MAX_LOADS: u32 = 3;
 }
 
-/// The two [`MemRead`]s of one function: one at entry and one at exit.
+/// Where in `mem` the second read of an entry ([`FnReads::entry_more`]) goes, and so the
+/// most bytes the first read of such an entry carries.
+pub const MORE_MEM_AT: usize = 192;
+
+/// Most bytes the second read of an entry ([`FnReads::entry_more`]) carries.
+pub const MORE_MEM_BYTES: usize = MEM_BYTES - MORE_MEM_AT;
+
+/// The [`MemRead`]s of one function: one at entry (and an optional second one), one at exit.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FnReads {
@@ -236,6 +243,16 @@ pub struct FnReads {
     pub entry: MemRead,
     /// Read performed when the function returns (pointers taken from the entry arguments).
     pub exit: MemRead,
+    /// A second read at entry, for calls that need two pieces of user memory (a count array
+    /// and a datatype, a struct's block lengths and datatypes). When set, the entry record
+    /// is reserved with all [`MEM_BYTES`] of `mem`: the first read fills at most
+    /// [`MORE_MEM_AT`] bytes (its `mem_len`), and this one the [`MORE_MEM_BYTES`] from
+    /// [`MORE_MEM_AT`] on: all of them whatever its `len` (past the data asked for when that
+    /// is shorter), zeroed if the read failed or its pointer is in the first page. Its
+    /// `ptr_arg` may not be [`MemRead::FROM_GLOBAL`].
+    pub entry_more: MemRead,
+    /// Padding (0), so that the struct has none the compiler could leave uninitialised.
+    pub pad: u32,
     /// Where a read whose `ptr_arg` is [`MemRead::FROM_GLOBAL`] reads.
     pub global: GlobalPtr,
 }

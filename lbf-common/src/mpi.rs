@@ -75,10 +75,23 @@ macro_rules! with_mpi_functions {
             ALLTOALLV = 51 => "PMPI_Alltoallv" (9),
             REDUCE_SCATTER = 52 => "PMPI_Reduce_scatter" (6),
             SCAN = 53 => "PMPI_Scan" (6),
+            REDUCE_SCATTER_BLOCK = 54 => "PMPI_Reduce_scatter_block" (6),
             COMM_DUP = 60 => "PMPI_Comm_dup" (2),
             COMM_SPLIT = 61 => "PMPI_Comm_split" (4),
             COMM_FREE = 62 => "PMPI_Comm_free" (1),
             CART_CREATE = 63 => "PMPI_Cart_create" (6),
+            TYPE_CONTIGUOUS = 70 => "PMPI_Type_contiguous" (3),
+            TYPE_VECTOR = 71 => "PMPI_Type_vector" (5),
+            TYPE_CREATE_HVECTOR = 72 => "PMPI_Type_create_hvector" (5),
+            TYPE_INDEXED = 73 => "PMPI_Type_indexed" (5),
+            TYPE_CREATE_HINDEXED = 74 => "PMPI_Type_create_hindexed" (5),
+            TYPE_CREATE_INDEXED_BLOCK = 75 => "PMPI_Type_create_indexed_block" (5),
+            TYPE_CREATE_HINDEXED_BLOCK = 76 => "PMPI_Type_create_hindexed_block" (5),
+            TYPE_CREATE_STRUCT = 77 => "PMPI_Type_create_struct" (5),
+            TYPE_CREATE_RESIZED = 78 => "PMPI_Type_create_resized" (4),
+            TYPE_DUP = 79 => "PMPI_Type_dup" (2),
+            TYPE_FREE = 80 => "PMPI_Type_free" (1),
+            TYPE_CREATE_SUBARRAY = 81 => "PMPI_Type_create_subarray" (7),
         }
     };
 }
@@ -97,8 +110,10 @@ pub const fn dropped_args(fn_id: u16) -> u16 {
         // (sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
         // recvtag, comm, status)
         SENDRECV => 0b0000_1110_0001,
-        // Sendrecv_replace: the buffer; Gatherv, Scatterv, Alltoallv: the send buffer.
-        SENDRECV_REPLACE | GATHERV | SCATTERV | ALLTOALLV => 0b1,
+        // Sendrecv_replace: the buffer; Gatherv, Scatterv: the send buffer.
+        SENDRECV_REPLACE | GATHERV | SCATTERV => 0b1,
+        // Alltoallv: the send displacements (the send buffer tells `MPI_IN_PLACE`).
+        ALLTOALLV => 0b100,
         _ => 0,
     }
 }
@@ -273,6 +288,10 @@ mod tests {
         let at: [usize; 8] = core::array::from_fn(|i| [1, 2, 3, 4, 8, 9, 10, 11][i]);
         assert_eq!(at.map(|a| word(SENDRECV, a)), [0, 1, 2, 3, 4, 5, 6, 7]);
         assert_eq!((word(GATHERV, 8), word(SEND, 5)), (7, 5));
+        assert_eq!(
+            (word(ALLTOALLV, 1), word(ALLTOALLV, 3), word(ALLTOALLV, 8)),
+            (1, 2, 7)
+        );
     }
 
     #[test]

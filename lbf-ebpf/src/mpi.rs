@@ -199,9 +199,9 @@ fn enter(
     if call.fn_id == mpi::INIT || call.fn_id == mpi::INIT_THREAD {
         notice_init(call.tgid);
     }
+    let reads = fn_reads(cookie.slot, call.fn_id);
     let read = UserRead::or_none(
-        fn_reads(cookie.slot, call.fn_id)
-            .and_then(|r| UserRead::plan(&r.entry, &r.global, args, || func_ip(ctx))),
+        reads.and_then(|r| UserRead::plan(&r.entry, &r.global, args, || func_ip(ctx))),
     );
     if poll {
         // Whether this poll leaves a record is known at its return: its entry record, with
@@ -211,9 +211,25 @@ fn enter(
         state.entry = DeferredEntry { ts_ns, cpu_ns };
         return;
     }
-    if read.is_none() && !cookie.entry_at_once {
+    // A second read (`FnReads::entry_more`): its pointer is an argument's.
+    let two = reads.is_some_and(|r| r.entry_more.ptr_arg != 0);
+    if read.is_none() && !two && !cookie.entry_at_once {
         let (ts_ns, cpu_ns) = stamp_now(|now| clock_at(&mut state.clock, now));
         state.entry = DeferredEntry { ts_ns, cpu_ns };
+        return;
+    }
+    if two {
+        let more = UserRead::or_none(
+            reads.and_then(|r| UserRead::plan(&r.entry_more, &r.global, args, || 0)),
+        );
+        let Call { fn_id, tgid, tid } = call;
+        let clock = &mut state.clock;
+        let draft =
+            Draft::reserve_with_clock(RecordKind::CallEntry, fn_id, tgid, tid, Mem::Full, clock);
+        if let Some(mut d) = draft {
+            d.read_user_two(&read, &more);
+            d.submit(|i| args[i]);
+        }
         return;
     }
     let mem = Mem::for_read(&read);

@@ -19,7 +19,8 @@ use aya_ebpf::{
 use lbf_common::{
     counter,
     maps::{DeferredEntry, ThreadClock, ThreadState},
-    GlobalPtr, MemRead, PairHead, Record, RecordKind, ARG_WORDS, MEM_BYTES, PAIR_HEAD_BYTES,
+    GlobalPtr, MemRead, PairHead, Record, RecordKind, ARG_WORDS, MEM_BYTES, MORE_MEM_AT,
+    MORE_MEM_BYTES, PAIR_HEAD_BYTES,
     RECORD_HEAD_BYTES, SHORT_ARG_WORDS, SHORT_MEM_BYTES,
 };
 
@@ -417,6 +418,37 @@ impl Draft {
         }
     }
 
+    /// Reads user memory for an entry with two reads ([`lbf_common::FnReads::entry_more`]) into
+    /// a [`Mem::Full`] record: `first` into `mem[..MORE_MEM_AT]` (its length in `mem_len`),
+    /// all [`MORE_MEM_BYTES`] at `more` (whatever its length: a constant length is one the
+    /// verifier need not bound) from [`MORE_MEM_AT`] on, zeroed if it read nothing.
+    #[inline(always)]
+    pub fn read_user_two(&mut self, first: &UserRead, more: &UserRead) {
+        if self.mem != Mem::Full {
+            return;
+        }
+        let r = self.record();
+        let first = UserRead {
+            ptr: first.ptr,
+            len: first.len.min(MORE_MEM_AT as u32),
+        };
+        // SAFETY: the reserved record's `mem`, all of it reserved; the first read stays
+        // below MORE_MEM_AT, the second is within the MORE_MEM_BYTES from there.
+        unsafe {
+            read_into((*r).mem.as_mut_ptr(), &mut (*r).mem_len, Mem::Full, &first);
+            let at = (*r).mem.as_mut_ptr().add(MORE_MEM_AT);
+            // The helper zeroes its destination when the read fails.
+            if more.is_none()
+                || bpf_probe_read_user(at as *mut _, MORE_MEM_BYTES as u32, more.ptr as *const _)
+                    != 0
+            {
+                for i in 0..MORE_MEM_BYTES / 8 {
+                    core::ptr::write_volatile((at as *mut u64).add(i), 0);
+                }
+            }
+        }
+    }
+
     /// Marks the record as part `part` of its call (see [`lbf_common::Record::part`]).
     #[inline(always)]
     pub fn set_part(&mut self, part: u16) {
@@ -607,9 +639,24 @@ unsafe fn read_into(mem: *mut u8, mem_len: *mut u16, room: Mem, read: &UserRead)
     unsafe {
         if bpf_probe_read_user(mem as *mut _, len, read.ptr as *const _) == 0 {
             *mem_len = len as u16;
-        } else {
-            count(counter::MEM_READ_FAILED);
+            return;
         }
+        // A fixed-length read of an array whose length no argument gives (an `MPI_Alltoallv`
+        // count array, one int per rank) may run past the last mapped page after it: what is
+        // before that page's end is read, and user space sees how far the array went.
+        // `to_end < len <= room`, so the mask changes nothing but shows the verifier the bound.
+        let to_end = 4096 - (read.ptr & 4095) as u32;
+        let mask = match room {
+            Mem::Short => SHORT_MEM_BYTES as u32 - 1,
+            _ => MEM_BYTES as u32 - 1,
+        };
+        let to_end = to_end & mask;
+        if to_end < len && bpf_probe_read_user(mem as *mut _, to_end, read.ptr as *const _) == 0
+        {
+            *mem_len = to_end as u16;
+            return;
+        }
+        count(counter::MEM_READ_FAILED);
     }
 }
 

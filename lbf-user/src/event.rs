@@ -53,8 +53,11 @@ pub enum CollOp {
     Bcast,
     /// All-to-one data movement (MPI_Reduce, MPI_Gather*).
     Reduce,
-    /// All-to-all combinations (MPI_Allreduce, MPI_Allgather*, MPI_Alltoall*).
+    /// All-to-all combinations (MPI_Allreduce, MPI_Allgather*, MPI_Reduce_scatter*).
     Allreduce,
+    /// Personalised all-to-all exchange (MPI_Alltoall, MPI_Alltoallv): each member sends a
+    /// block of its own to every other; its `bytes` are the sum of those blocks.
+    Alltoall,
 }
 
 /// What happened at one event of one process.
@@ -98,7 +101,9 @@ pub enum EventKind {
         op: CollOp,
         /// Number of participating processes.
         size: u32,
-        /// Payload per participant.
+        /// This participant's payload: what it contributes (a gather, a reduction, an
+        /// all-gather), receives (a scatter) or, for [`CollOp::Alltoall`], sends to the other
+        /// participants in all. Participants of a `v` collective state different payloads.
         bytes: u64,
     },
     /// The process's rendezvous send of `msg` has completed: happens at max(now, the end of

@@ -5,7 +5,9 @@
 //! exactly the sends that waited for their receive (the libraries' eager limits, by default
 //! and as configured), ties them to their receives; traces on one core and on two predict
 //! alike, and each predicts the run on the other. Ranks that end before lbf-trace's reader
-//! reaches their records are captured all the same. Needs root; skips otherwise.
+//! reaches their records are captured all the same. Collectives with count arrays and
+//! messages and collectives of derived datatypes state the bytes each rank says it moved.
+//! Needs root; skips otherwise (fails with `CI=true`).
 
 mod traced;
 
@@ -85,6 +87,75 @@ workload_tests! {
     collectives_openmpi: Mpi::OpenMpi, "collectives", 2, "20 5";
     rendezvous_mpich: Mpi::Mpich, "rendezvous", 2, "10 5";
     rendezvous_openmpi: Mpi::OpenMpi, "rendezvous", 2, "10 5";
+}
+
+/// Runs workload `name` (one that prints `LBF-COLL rank=R coll_bytes=B` lines) with 2 ranks,
+/// checks it as [`check`] does (no anomaly, such as a collective of unknown size), and that
+/// each rank's `CollStart` payloads add up to what the rank says it stated.
+fn check_coll_bytes(mpi: Mpi, name: &str) {
+    timed(|| {
+        let t = run(mpi, name, 2, "10 5");
+        let mut stated = HashMap::new();
+        for line in t.output.lines() {
+            let Some(rest) = line.trim().strip_prefix("LBF-COLL ") else {
+                continue;
+            };
+            let field = |key: &str| -> u64 {
+                rest.split_whitespace()
+                    .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("{key} in {line:?}"))
+            };
+            stated.insert(field("rank") as u32, field("coll_bytes"));
+        }
+        assert_eq!(stated.len(), 2, "one LBF-COLL line per rank: {}", t.output);
+        let mut captured: HashMap<u32, u64> = HashMap::new();
+        for e in &t.log.events {
+            if let EventKind::CollStart { bytes, .. } = e.kind {
+                *captured.entry(e.proc).or_default() += bytes;
+            }
+        }
+        for (rank, bytes) in &stated {
+            eprintln!(
+                "rank {rank}: program {bytes} collective bytes, capture {:?}",
+                captured.get(rank)
+            );
+            assert_eq!(
+                captured.get(rank),
+                Some(bytes),
+                "rank {rank}'s collective bytes"
+            );
+        }
+        check(&t, mpi, 2)
+    });
+}
+
+#[test]
+fn vector_collectives_count_each_members_bytes_mpich() {
+    if can_trace() {
+        check_coll_bytes(Mpi::Mpich, "vcollectives");
+    }
+}
+
+#[test]
+fn vector_collectives_count_each_members_bytes_openmpi() {
+    if can_trace() {
+        check_coll_bytes(Mpi::OpenMpi, "vcollectives");
+    }
+}
+
+#[test]
+fn derived_datatypes_are_sized_mpich() {
+    if can_trace() {
+        check_coll_bytes(Mpi::Mpich, "derived");
+    }
+}
+
+#[test]
+fn derived_datatypes_are_sized_openmpi() {
+    if can_trace() {
+        check_coll_bytes(Mpi::OpenMpi, "derived");
+    }
 }
 
 /// Checks the messages sent by rendezvous in `events`: each is flagged at its send, is

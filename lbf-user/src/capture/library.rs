@@ -115,6 +115,21 @@ impl Abi {
         }
     }
 
+    /// A datatype handle from an argument word or a read handle, as [`Self::handles`] and
+    /// the derived types' table key it.
+    pub fn datatype_handle(&self, word: u64) -> u64 {
+        self.comm_handle(word)
+    }
+
+    /// Whether a buffer argument is `MPI_IN_PLACE` (Open MPI's `(void *)1`, MPICH's
+    /// `(void *)-1`).
+    pub fn in_place(&self, word: u64) -> bool {
+        match self {
+            Abi::OpenMpi(_) => word == 1,
+            Abi::Mpich(_) => word == u64::MAX,
+        }
+    }
+
     /// The handles in `mem` (an array of requests or communicators).
     pub fn handles(&self, mem: &[u8]) -> Vec<u64> {
         match self {

@@ -90,10 +90,10 @@ mod totals;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
 
-use lbf_common::{mpi, Record, RecordKind, MEM_BYTES};
+use lbf_common::{mpi, Record, RecordKind, MEM_BYTES, MORE_MEM_AT};
 
 use self::alignment::AttachedCollectives;
-use self::call::{Completion, Entry, Peer, RecvArgs, SendArgs, Status};
+use self::call::{CollBytes, Completion, Entry, Peer, RecvArgs, SendArgs, Status};
 use self::comms::Comms;
 use self::eager::{Route, SendMode};
 use self::library::Abi;
@@ -641,7 +641,14 @@ impl Capture {
             p.mid_run = true;
             self.matcher.attached_mid_run();
         }
-        let entry = (!nested).then(|| call::decode_entry(&p.abi, rec.fn_id, &rec.args, mem));
+        // The second entry read, where the function has one (`FnReads::entry_more`).
+        let more = if rec.kind == RecordKind::CallEntry as u16 && call::has_more(rec.fn_id) {
+            &rec.mem[MORE_MEM_AT..]
+        } else {
+            &[][..]
+        };
+        let entry = (!nested)
+            .then(|| call::decode_entry(&p.abi, rec.fn_id, &rec.args, mem, more, &p.derived));
         let mut open = OpenCall {
             fn_id: rec.fn_id,
             entry: None,
@@ -675,16 +682,16 @@ impl Capture {
             }
             Some(Entry::Collective { comm, op, bytes }) => {
                 let comm = comm.unwrap_or(p.abi.world());
-                if bytes.is_none() {
-                    note(
-                        &mut self.anomalies,
-                        "collective of unknown size (derived datatype or count array)",
-                    );
-                }
-                open.coll = self.collective(rec, comm, *op, bytes.unwrap_or(0));
+                open.coll = self.collective(rec, comm, *op, bytes);
+            }
+            Some(Entry::TypeFree {
+                handle: Some(handle),
+            }) => {
+                p.derived.remove(handle);
             }
             Some(Entry::CommCreate { parent, split }) => {
-                open.coll = self.collective(rec, *parent, CollOp::Allreduce, 0);
+                let none = CollBytes::Known(0);
+                open.coll = self.collective(rec, *parent, CollOp::Allreduce, &none);
                 let p = self.procs.get_mut(&rec.tgid).expect("inspected above");
                 match p.comm(*parent) {
                     Some(LocalComm {
@@ -735,6 +742,20 @@ impl Capture {
                 p.untimed(tid, cpu);
             }
             None | Some(Entry::Probe | Entry::CommFree { .. } | Entry::Other) => {}
+            Some(Entry::TypeFree { .. }) => {}
+            Some(Entry::TypeCreate { size }) => {
+                let handle = p.abi.handles(mem).first().copied();
+                match (handle, size) {
+                    (Some(h), Some(size)) => {
+                        p.derived.insert(h, size);
+                    }
+                    (Some(h), None) => {
+                        // A handle reused for a type of unknown size: not the old one's.
+                        p.derived.remove(&h);
+                    }
+                    (None, _) => {}
+                }
+            }
             Some(Entry::Finalize) => p.untimed(tid, cpu),
             Some(Entry::CommQuery { comm, size }) => {
                 let Some(value) = Abi::int(mem).and_then(|v| u32::try_from(v).ok()) else {
@@ -1010,8 +1031,15 @@ impl Capture {
         }
     }
 
-    /// Emits a `CollStart` for the entry `rec` of a collective on `comm`; returns its id.
-    fn collective(&mut self, rec: &Record, comm: u64, op: CollOp, bytes: u64) -> Option<u64> {
+    /// Emits a `CollStart` for the entry `rec` of a collective on `comm`, whose member states
+    /// its payload as `bytes`; returns its id.
+    fn collective(
+        &mut self,
+        rec: &Record,
+        comm: u64,
+        op: CollOp,
+        bytes: &CollBytes,
+    ) -> Option<u64> {
         let p = self
             .procs
             .get_mut(&rec.tgid)
@@ -1027,6 +1055,10 @@ impl Capture {
             );
             return None;
         };
+        let (bytes, anomaly) = bytes.resolve(size, local.rank);
+        if let Some(what) = anomaly {
+            note(&mut self.anomalies, what);
+        }
         let seq = p.collectives.entry(local.id).or_default();
         let coll = ids::collective(local.id, *seq);
         *seq += 1;

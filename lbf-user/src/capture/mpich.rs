@@ -5,8 +5,11 @@
 //!   `MPI_COMM_WORLD` = `0x44000000` in every process.
 //! - Builtin datatypes encode their size in bits 8-15 (`MPI_INT` = `0x4c000405`: 4 bytes). The
 //!   pair types for `MINLOC`/`MAXLOC` are not builtins (`0x8c00000N`) and are tabled here.
-//!   Derived datatypes' sizes live in MPICH's object pools, which are not read: their messages
-//!   have unknown size (counted in the capture summary).
+//!   Derived datatypes' sizes live in MPICH's object pools (`MPIR_Datatype_direct`,
+//!   `MPIR_Datatype_mem`), which `libmpich.so.12` does not export (`nm -D`; the library is
+//!   stripped): the capture sizes them by following the type constructors instead
+//!   (`call`'s module documentation). A derived type made before the capture saw the
+//!   process has unknown size (counted in the capture summary).
 //! - `MPI_Status` is `{ int count_lo; int count_hi_and_cancelled; int MPI_SOURCE, MPI_TAG,
 //!   MPI_ERROR }` (20 bytes; the count is in bytes: `count_lo | (count_hi_and_cancelled >> 1)
 //!   << 32`); `MPI_STATUS_IGNORE` is `(MPI_Status *)1`, which the kernel fails to read.

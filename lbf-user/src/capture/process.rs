@@ -10,7 +10,7 @@
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
-use super::call::Entry;
+use super::call::{DerivedTypes, Entry};
 use super::eager::EagerLimits;
 use super::library::Abi;
 use super::matching::{CommId, RecvId};
@@ -87,6 +87,8 @@ pub struct Process {
     pub creations: FxHashMap<CommId, u32>,
     /// Collectives entered so far, per communicator.
     pub collectives: FxHashMap<CommId, u64>,
+    /// Sizes of the derived datatypes the process made (see `call`'s module documentation).
+    pub derived: DerivedTypes,
     /// Whether its `Exit` event is queued; later calls are ignored.
     pub exited: bool,
     /// Whether it was traced from the middle of its run (attached after `MPI_Init`).
@@ -119,6 +121,7 @@ impl Process {
             comms: FxHashMap::default(),
             creations: FxHashMap::default(),
             collectives: FxHashMap::default(),
+            derived: DerivedTypes::default(),
             exited: false,
             mid_run: false,
             stats: ProcStats::default(),

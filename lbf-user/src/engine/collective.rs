@@ -8,6 +8,15 @@
 //! than one node and from the local table otherwise. This is the simplest model that grows
 //! with both the group size and the payload; it ignores contention, like the paper's
 //! point-to-point model (section 2.2).
+//!
+//! An all-to-all exchange ([`CollOp::Alltoall`]) is a pairwise exchange instead: `size - 1`
+//! rounds, in each of which every member sends one block to another at once, so that it
+//! costs `size - 1` messages of the largest member's payload shared out over the rounds
+//! (its `bytes` are the sum of its blocks to the others: `MPI_Alltoallv`'s uneven members
+//! cost what the member sending most sends).
+//!
+//! The payload is the largest any participant declared (members of a `v` collective declare
+//! their own).
 
 use super::comm::CachedNetwork;
 use crate::event::{CollOp, ProcId};
@@ -27,6 +36,11 @@ pub(super) fn cost(
     let rounds = match op {
         CollOp::Barrier | CollOp::Bcast | CollOp::Reduce => depth,
         CollOp::Allreduce => 2 * depth,
+        CollOp::Alltoall => {
+            let rounds = size - 1;
+            let block = bytes.div_ceil(u64::from(rounds));
+            return rounds as f64 * network.seconds(!multi_node, block);
+        }
     };
     rounds as f64 * network.seconds(!multi_node, bytes)
 }
@@ -78,5 +92,17 @@ mod tests {
         assert_eq!(cost(&n, CollOp::Barrier, 5, 0, false), 3.0);
         assert_eq!(cost(&n, CollOp::Allreduce, 4, 0, false), 4.0);
         assert_eq!(cost(&n, CollOp::Bcast, 4, 0, true), 20.0);
+    }
+
+    #[test]
+    fn alltoall_is_size_less_1_rounds_of_a_share_of_the_largest_payload() {
+        let n = CachedNetwork::new(Network {
+            local: CommTable::new(vec![(0.0, 1.0), (300.0, 4.0)]).unwrap(),
+            remote: CommTable::new(vec![(0.0, 10.0)]).unwrap(),
+        });
+        assert_eq!(cost(&n, CollOp::Alltoall, 1, 300, false), 0.0);
+        // 3 rounds of 100 bytes: 1 + 100 * 3 / 300 = 2 s each.
+        assert_eq!(cost(&n, CollOp::Alltoall, 4, 300, false), 6.0);
+        assert_eq!(cost(&n, CollOp::Alltoall, 4, 0, true), 30.0);
     }
 }

@@ -230,12 +230,18 @@ fn direction_of(conn: &Conn, index: usize) -> Result<Direction, String> {
     })
 }
 
+/// The bit of a collective's `coll_shape` that marks [`CollOp::Alltoall`].
+const ALLTOALL_BIT: u32 = 1 << 31;
+
 fn op_code(op: CollOp) -> u32 {
     match op {
         CollOp::Barrier => 0,
         CollOp::Bcast => 1,
         CollOp::Reduce => 2,
         CollOp::Allreduce => 3,
+        // Code 3 with bit 31 (sizes stay below 2^29): a node of an older lbf reads an
+        // all-to-all as an all-reduce of an absurd size rather than as a wrong operation.
+        CollOp::Alltoall => 3 | ALLTOALL_BIT,
     }
 }
 
@@ -298,13 +304,16 @@ pub fn decode_batch(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Deco
                 let shape = *shapes.next().ok_or_else(|| short("coll_shape"))?;
                 EventKind::CollStart {
                     coll,
-                    op: [
-                        CollOp::Barrier,
-                        CollOp::Bcast,
-                        CollOp::Reduce,
-                        CollOp::Allreduce,
-                    ][(shape & 3) as usize],
-                    size: shape >> 2,
+                    op: match (shape & 3, shape & ALLTOALL_BIT != 0) {
+                        (3, true) => CollOp::Alltoall,
+                        (code, _) => [
+                            CollOp::Barrier,
+                            CollOp::Bcast,
+                            CollOp::Reduce,
+                            CollOp::Allreduce,
+                        ][code as usize],
+                    },
+                    size: (shape & !ALLTOALL_BIT) >> 2,
                     bytes,
                 }
             }

@@ -9,7 +9,8 @@ use std::{
 
 use anyhow::{Context, Result};
 use lbf_common::{
-    PairHead, Record, RecordKind, ARG_WORDS, MEM_BYTES, PAIR_HEAD_BYTES, RECORD_HEAD_BYTES,
+    PairHead, Record, RecordKind, ARG_WORDS, MEM_BYTES, MORE_MEM_AT, PAIR_HEAD_BYTES,
+    RECORD_HEAD_BYTES,
 };
 
 use super::{
@@ -266,6 +267,17 @@ impl Decoder {
                 .len()
                 .min(MEM_OFFSET + (mem_len as usize).min(MEM_BYTES));
             self.write(0, 0, &bytes[..n]);
+            // An entry with all of `mem` may carry a second read past `MORE_MEM_AT`
+            // (`lbf_common::FnReads::entry_more`), which `mem_len` does not count.
+            let full = MEM_OFFSET + MEM_BYTES;
+            let more = MEM_OFFSET + MORE_MEM_AT;
+            if bytes.len() >= full
+                && n <= more
+                && bytes[..2] == (RecordKind::CallEntry as u16).to_ne_bytes()
+            {
+                self.records[0].mem[MORE_MEM_AT..].copy_from_slice(&bytes[more..full]);
+                self.dirty[0] = full;
+            }
             &self.records[..1]
         } else {
             &[]

@@ -88,7 +88,7 @@ impl fmt::Display for TraceError {
             TraceErrorKind::UnknownOp(op) => write!(
                 f,
                 "unknown collective op \"{op}\"; \"op\" must be one of barrier, bcast, reduce, \
-                 allreduce"
+                 allreduce, alltoall"
             ),
             TraceErrorKind::UnknownProcess { proc, procs } => write!(
                 f,

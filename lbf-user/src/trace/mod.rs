@@ -98,6 +98,7 @@ pub fn op_name(op: CollOp) -> &'static str {
         CollOp::Bcast => "bcast",
         CollOp::Reduce => "reduce",
         CollOp::Allreduce => "allreduce",
+        CollOp::Alltoall => "alltoall",
     }
 }
 
@@ -108,6 +109,7 @@ pub fn parse_op(name: &str) -> Option<CollOp> {
         CollOp::Bcast,
         CollOp::Reduce,
         CollOp::Allreduce,
+        CollOp::Alltoall,
     ]
     .into_iter()
     .find(|&op| op_name(op) == name)

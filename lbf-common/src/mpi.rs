@@ -80,6 +80,7 @@ macro_rules! with_mpi_functions {
             COMM_SPLIT = 61 => "PMPI_Comm_split" (4),
             COMM_FREE = 62 => "PMPI_Comm_free" (1),
             CART_CREATE = 63 => "PMPI_Cart_create" (6),
+            CANCEL = 64 => "PMPI_Cancel" (1),
             TYPE_CONTIGUOUS = 70 => "PMPI_Type_contiguous" (3),
             TYPE_VECTOR = 71 => "PMPI_Type_vector" (5),
             TYPE_CREATE_HVECTOR = 72 => "PMPI_Type_create_hvector" (5),

@@ -189,6 +189,11 @@ pub enum Entry {
         /// The freed handle, if it could be read.
         handle: Option<u64>,
     },
+    /// `MPI_Cancel` of the request handle read at entry.
+    Cancel {
+        /// The request, if it could be read.
+        request: Option<u64>,
+    },
     /// `MPI_Comm_dup` (`split == None`) or `MPI_Comm_split`; the new handle is read at exit.
     CommCreate {
         /// Parent communicator handle.
@@ -487,6 +492,9 @@ pub fn decode_entry(
             parent: abi.comm_handle(arg(0)),
             split: Some((int_arg(arg(1)), int_arg(arg(2)))),
         },
+        mpi::CANCEL => Entry::Cancel {
+            request: abi.handles(mem).first().copied(),
+        },
         mpi::COMM_FREE => Entry::CommFree {
             comm: abi.handles(mem).first().copied(),
         },
@@ -640,6 +648,7 @@ pub fn fn_reads(layout: Layout) -> Vec<(u16, FnReads)> {
     set!(&[mpi::COMM_DUP], none, at(1, layout.handle));
     set!(&[mpi::COMM_SPLIT], none, at(3, layout.handle));
     set!(&[mpi::CART_CREATE], none, at(5, layout.handle));
+    set!(&[mpi::CANCEL], at(0, layout.handle), none);
     set!(&[mpi::COMM_FREE], at(0, layout.handle), none);
     set!(&[mpi::REDUCE_SCATTER_BLOCK], datatype(3), none);
     // A count array, one int per member (its length is the communicator's size, which no
@@ -768,6 +777,7 @@ mod tests {
     fn open_mpis_alltoallv_and_reduce_scatter_take_the_datatype_from_the_second_read() {
         let abi = Abi::OpenMpi(OpenMpi {
             comm_world: 0x7000,
+            comm_self: 0x7200,
             request_null: 0x7100,
         });
         let mut datatype = vec![0u8; 64];

@@ -49,6 +49,15 @@ pub fn communicator(parent: CommId, seq: u32, color: i32) -> CommId {
     }
 }
 
+/// The id of `MPI_COMM_SELF` of the process whose `MPI_COMM_WORLD` rank is `rank`: a
+/// communicator of that process alone. Never [`WORLD`].
+pub fn self_comm(rank: u32) -> CommId {
+    match hash(Domain::SelfComm, &[u64::from(rank)]) {
+        WORLD => 1,
+        id => id,
+    }
+}
+
 /// The id of the `k`-th message (from 0) that PVM task `src` sent to task `dst` with `tag`.
 /// PVM delivers the messages of a pair of tasks in order and a receive takes the first one
 /// that matches, so the receiver's `k`-th receive of (`src`, `tag`) is the same message; task
@@ -125,6 +134,7 @@ enum Domain {
     PvmMessage = 4,
     PvmBarrier = 5,
     LocalMessage = 6,
+    SelfComm = 7,
 }
 
 /// Folds `parts` into 64 bits with SplitMix64's finaliser, a bijective mixer with full

@@ -75,6 +75,14 @@ impl Abi {
         }
     }
 
+    /// `MPI_COMM_SELF`'s handle in this process.
+    pub fn comm_self(&self) -> u64 {
+        match self {
+            Abi::OpenMpi(o) => o.comm_self,
+            Abi::Mpich(_) => mpich::COMM_SELF,
+        }
+    }
+
     /// `MPI_REQUEST_NULL` in this process.
     pub fn request_null(&self) -> u64 {
         match self {

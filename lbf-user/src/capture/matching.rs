@@ -265,6 +265,18 @@ impl Matcher {
         self.try_match(queue);
     }
 
+    /// Takes receive `recv` out of matching (it was cancelled): it takes no message, and the
+    /// receives posted after it may take the ones it would have. Unknown ids are ignored.
+    pub fn withdraw(&mut self, recv: RecvId) {
+        let Some(queue) = self.queue_of.remove(&recv) else {
+            return;
+        };
+        if let Some(q) = self.posted.get_mut(&queue) {
+            q.retain(|p| p.id != recv);
+        }
+        self.try_match(queue);
+    }
+
     /// Takes the pairs matched since the last call.
     pub fn drain_matched(&mut self) -> std::vec::Drain<'_, Matched> {
         self.matched.drain(..)

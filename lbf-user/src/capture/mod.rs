@@ -605,6 +605,7 @@ impl Capture {
             }
             _ => {
                 self.rank_owner.insert(rank, tgid);
+                self.comms.set_size(ids::self_comm(rank), 1);
                 if let Some(p) = self.procs.get_mut(&tgid) {
                     p.rank = Some(rank);
                 }
@@ -709,6 +710,10 @@ impl Capture {
                     ),
                 }
             }
+            Some(Entry::Cancel { request: Some(h) }) => {
+                let h = *h;
+                self.cancel(rec.tgid, h);
+            }
             Some(Entry::CommFree { comm: Some(handle) }) => {
                 p.comms.remove(handle);
             }
@@ -741,7 +746,9 @@ impl Capture {
                 self.past_init.insert(rec.tgid, rec.ts_ns);
                 p.untimed(tid, cpu);
             }
-            None | Some(Entry::Probe | Entry::CommFree { .. } | Entry::Other) => {}
+            None
+            | Some(Entry::Probe | Entry::CommFree { .. } | Entry::Cancel { .. } | Entry::Other) => {
+            }
             Some(Entry::TypeFree { .. }) => {}
             Some(Entry::TypeCreate { size }) => {
                 let handle = p.abi.handles(mem).first().copied();
@@ -946,6 +953,28 @@ impl Capture {
                 p.abandon_post(slot);
                 note(&mut self.anomalies, "receive posted and never completed");
             }
+        }
+    }
+
+    /// Process `tgid` cancels its request `h` (`MPI_Cancel`). A receive is taken out of
+    /// matching, so that it takes no message: programs cancel the receives no message will
+    /// answer (a cancel that comes too late, after a message matched it, leaves that send
+    /// unmatched, counted). Its completion then completes nothing. A send's cancel is not
+    /// modelled (counted).
+    fn cancel(&mut self, tgid: u32, h: u64) {
+        let Some(p) = self.procs.get_mut(&tgid) else {
+            return;
+        };
+        match p.requests.get(&h) {
+            Some(&Request::Recv(id)) => {
+                p.requests.insert(h, Request::Null);
+                if let Some((_, slot)) = self.post_slots.remove(&id) {
+                    p.abandon_post(slot);
+                }
+                self.matcher.withdraw(id);
+            }
+            Some(Request::Send(_)) => note(&mut self.anomalies, "send cancelled (not modelled)"),
+            Some(Request::Null) | None => {}
         }
     }
 

@@ -27,6 +27,9 @@ pub const LAYOUT: Layout = Layout {
 /// `MPI_COMM_WORLD`.
 pub const COMM_WORLD: u64 = 0x4400_0000;
 
+/// `MPI_COMM_SELF`.
+pub const COMM_SELF: u64 = 0x4400_0001;
+
 /// `MPI_REQUEST_NULL`.
 pub const REQUEST_NULL: u64 = 0x2c00_0000;
 

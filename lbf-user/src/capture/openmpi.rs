@@ -32,6 +32,8 @@ const DATATYPE_SIZE_OFFSET: usize = 24;
 
 /// The exported object whose address is `MPI_COMM_WORLD`.
 pub const COMM_WORLD_SYMBOL: &str = "ompi_mpi_comm_world";
+/// The exported object whose address is `MPI_COMM_SELF`.
+pub const COMM_SELF_SYMBOL: &str = "ompi_mpi_comm_self";
 
 /// The exported object whose address is `MPI_REQUEST_NULL`.
 pub const REQUEST_NULL_SYMBOL: &str = "ompi_request_null";
@@ -48,6 +50,8 @@ const ANY_TAG: i32 = -1;
 pub struct OpenMpi {
     /// `MPI_COMM_WORLD` in this process: the address of `ompi_mpi_comm_world`.
     pub comm_world: u64,
+    /// `MPI_COMM_SELF` in this process: the address of `ompi_mpi_comm_self`.
+    pub comm_self: u64,
     /// `MPI_REQUEST_NULL` in this process: the address of `ompi_request_null`.
     pub request_null: u64,
 }

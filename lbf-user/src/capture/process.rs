@@ -142,6 +142,13 @@ impl Process {
                 rank: self.rank,
             });
         }
+        if handle == self.abi.comm_self() {
+            // Each rank's own communicator of one member (see `ids::self_comm`).
+            return self.rank.map(|rank| LocalComm {
+                id: super::ids::self_comm(rank),
+                rank: Some(0),
+            });
+        }
         self.comms.get(&handle).copied()
     }
 

@@ -335,6 +335,12 @@ impl ProcFs {
                     mapping,
                     openmpi::COMM_WORLD_SYMBOL,
                 )?,
+                comm_self: self.open_mpi_object(
+                    tgid,
+                    &mappings,
+                    mapping,
+                    openmpi::COMM_SELF_SYMBOL,
+                )?,
                 request_null: self.open_mpi_object(
                     tgid,
                     &mappings,

@@ -687,6 +687,7 @@ fn open_mpi_handles_statuses_and_datatypes() {
     let world = 0x7f00_1234_5000;
     let abi = Abi::OpenMpi(OpenMpi {
         comm_world: world,
+        comm_self: world + 0x200,
         request_null: 0x5000,
     });
     let table = HashMap::from([(100, (abi, Some(0), 2)), (101, (abi, Some(1), 2))]);
@@ -944,5 +945,132 @@ fn a_receive_never_completed_drops_its_post_when_its_handle_is_reused() {
         Some(&2),
         "{:?}",
         summary.anomalies
+    );
+}
+
+#[test]
+fn cpu_inside_unsuccessful_polls_goes_into_the_wait_they_were_for() {
+    let mut run = Run::mpich(2);
+    for r in 0..2 {
+        run.init(r, 0);
+    }
+    // Rank 0 posts a receive from 1, then polls: a run of 1000 polls from clock 20, 300 of
+    // CPU inside them (the rest, between them, is work), then the Test that completes.
+    run.enter(0, mpi::IRECV, 10, &[0, 1, INT, 1, 5, WORLD, 0x2000], &[]);
+    run.leave(0, mpi::IRECV, 11, &handles(&[0xa]));
+    run.record(
+        RecordKind::Polls,
+        0,
+        mpi::TEST,
+        600,
+        &[1000, 0, 20, 300],
+        &[],
+    );
+    run.send(1, 30, 1, 0, 5);
+    run.enter(
+        0,
+        mpi::TEST,
+        610,
+        &[0x2000, 0x3000, STATUS_IGNORE],
+        &handles(&[0xa]),
+    );
+    run.leave(0, mpi::TEST, 620, &handles(&[mpich::REQUEST_NULL as u32]));
+    run.finalize(0, 700);
+    run.finalize(1, 700);
+    let (log, _) = run.finish();
+    let p0 = of(&log, 0);
+    // RecvPost at the Irecv's entry (10); RecvStart at 610 - 300 = 310 (600 of CPU since the
+    // post less the 300 inside the polls: 300 of work); RecvEnd at 620 (310 of waiting).
+    assert_eq!(p0[1], (300, EventKind::RecvStart), "{p0:?}");
+    assert_eq!(
+        p0[2],
+        (
+            310,
+            EventKind::RecvEnd {
+                msg: msg(1, 0, 5, 0)
+            }
+        )
+    );
+}
+
+#[test]
+fn polls_before_anything_but_a_wait_stay_work() {
+    let mut run = Run::mpich(2);
+    for r in 0..2 {
+        run.init(r, 0);
+    }
+    run.record(
+        RecordKind::Polls,
+        0,
+        mpi::IPROBE,
+        500,
+        &[10, 0, 20, 400],
+        &[],
+    );
+    run.send(0, 510, 1, 1, 5);
+    run.recv(1, (20, 600), 0, 5, &[]);
+    run.finalize(0, 700);
+    run.finalize(1, 700);
+    let (log, _) = run.finish();
+    assert_eq!(
+        of(&log, 0)[0].0,
+        510,
+        "the send's work is all the CPU before it"
+    );
+}
+
+#[test]
+fn a_collective_on_comm_self_is_a_collective_of_one() {
+    let mut run = Run::mpich(2);
+    for r in 0..2 {
+        run.init(r, 0);
+    }
+    run.enter(1, mpi::BARRIER, 50, &[mpich::COMM_SELF], &[]);
+    run.leave(1, mpi::BARRIER, 55, &[]);
+    run.finalize(0, 60);
+    run.finalize(1, 60);
+    let (log, summary) = run.finish();
+    assert!(summary.anomalies.is_empty(), "{:?}", summary.anomalies);
+    let p1 = of(&log, 1);
+    assert!(
+        matches!(p1[0].1, EventKind::CollStart { size: 1, .. }),
+        "{p1:?}"
+    );
+    assert!(matches!(p1[1].1, EventKind::CollEnd { .. }));
+}
+
+#[test]
+fn a_cancelled_receive_takes_no_message() {
+    let mut run = Run::mpich(2);
+    for r in 0..2 {
+        run.init(r, 0);
+    }
+    // Rank 0 posts a receive nobody answers, cancels it and waits for it; then receives the
+    // message rank 1 does send, which the cancelled receive must not have taken.
+    run.enter(0, mpi::IRECV, 10, &[0, 1, INT, 1, 5, WORLD, 0x2000], &[]);
+    run.leave(0, mpi::IRECV, 11, &handles(&[0xa]));
+    run.enter(0, mpi::CANCEL, 12, &[0x2000], &handles(&[0xa]));
+    run.leave(0, mpi::CANCEL, 13, &[]);
+    run.enter(0, mpi::WAIT, 14, &[0x2000, STATUS_IGNORE], &handles(&[0xa]));
+    run.leave(0, mpi::WAIT, 15, &[]);
+    run.send(1, 30, 1, 0, 5);
+    run.recv(0, (20, 40), 1, 5, &[]);
+    run.finalize(0, 50);
+    run.finalize(1, 50);
+    let (log, summary) = run.finish();
+    assert_matched(&log);
+    assert_eq!(summary.unmatched_recvs, 0);
+    let ends: Vec<_> = of(&log, 0)
+        .into_iter()
+        .filter(|(_, k)| matches!(k, EventKind::RecvEnd { .. }))
+        .collect();
+    assert_eq!(
+        ends,
+        [(
+            20,
+            EventKind::RecvEnd {
+                msg: msg(1, 0, 5, 0)
+            }
+        )]
     );
 }

@@ -17,6 +17,8 @@ apt_packages=(
     openmpi-bin libopenmpi-dev      # Open MPI 4.1: mpicc.openmpi, mpirun.openmpi
     mpich libmpich-dev              # MPICH 4.0: mpicc.mpich, mpirun.mpich
     pvm pvm-dev                     # PVM 3.4 (sockets/PVM capture)
+    gfortran                        # the Fortran MPI workloads (mpif90.openmpi, mpif90.mpich)
+    hpcc                            # HPC Challenge (Open MPI): a third-party MPI program
     iproute2                        # network namespaces for multi-host tests
     gcc make pkg-config
 )

@@ -18,22 +18,9 @@ use std::path::{Path, PathBuf};
 use lbf::capture::select::Source;
 use lbf::event::{Event, EventKind};
 use lbf::trace::TraceReader;
-use traced::{check_trace_file, lbf_trace, parse_checks, workload, workload_built_by, Mpi};
-
-/// Whether the test can run: as root. Without root it skips, unless `CI` is set, where a
-/// missing requirement fails.
-fn can_trace() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI is set, but tracing needs root"
-    );
-    eprintln!("skipping: tracing needs root");
-    false
-}
+use traced::{
+    can_trace, check_trace_file, lbf_trace, parse_checks, workload, workload_built_by, Mpi,
+};
 
 /// Iterations of each MPI workload: a few, enough that every call runs more than once.
 const ITERS: &str = "4";

@@ -335,10 +335,12 @@ fn mpich_calls_and_cpu_time() {
 }
 
 /// 20,000 `MPI_Comm_rank` calls through a 16 KiB ring buffer: their records (one 128-byte
-/// item per call) wrap around its end again and again, items straddling it. The reader falls
-/// behind (it needs more time per call than the program, certainly as a debug build), so
-/// records are lost: every call read must read back whole (its entry, and its exit with the
-/// entry's arguments and the rank), and every call not read must be counted lost.
+/// item per call) wrap around its end again and again, items straddling it. The reader may
+/// fall behind (it needs more time per call than the program, certainly as a debug build),
+/// so records may be lost: every call read must read back whole (its entry, and its exit with
+/// the entry's arguments and the rank), and every call not read must be counted lost. The
+/// program sleeps 1 ms after every 64 calls (`call_loop`'s `paced` mode), so that the reader
+/// gets the CPU to read around the ring many times however busy the machine is.
 #[test]
 fn calls_read_back_whole_through_a_ring_buffer_that_wraps() {
     const CALLS: usize = 20_000;
@@ -356,6 +358,7 @@ fn calls_read_back_whole_through_a_ring_buffer_that_wraps() {
         "1",
         exe.to_str().unwrap(),
         &calls,
+        "paced",
     ];
     let out = lbf_trace(&args, &dump, &[]);
     assert!(out.status.success(), "mpirun failed: {out:?}");

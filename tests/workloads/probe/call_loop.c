@@ -4,6 +4,8 @@
  * The function (argv[2]):
  * - `rank` (the default): MPI_Comm_rank, a cheap function whose first instruction (`push`) the
  *   kernel emulates when it hits a uprobe;
+ * - `paced`: MPI_Comm_rank too, with a 1 ms sleep after every 64 calls, so that a reader of
+ *   the records gets the CPU to read them whatever else runs;
  * - `test`: MPI_Test on a receive that nothing answers until the loop is over, as a progress
  *   loop polls: every call finds nothing.
  * Every rank runs the loop; run it with one rank. */
@@ -22,6 +24,8 @@ static long long now_ns(void) {
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 1000000;
     int test = argc > 2 && strcmp(argv[2], "test") == 0;
+    int paced = argc > 2 && strcmp(argv[2], "paced") == 0;
+    struct timespec pause = {0, 1000000};
     int rank, sum = 0, flag = 0, in = 0, out = 1;
     MPI_Request req;
     MPI_Init(&argc, &argv);
@@ -35,6 +39,7 @@ int main(int argc, char **argv) {
         } else {
             MPI_Comm_rank(MPI_COMM_WORLD, &rank);
             sum += rank;
+            if (paced && i % 64 == 63) nanosleep(&pause, NULL);
         }
     }
     long long elapsed = now_ns() - start;

@@ -11,12 +11,9 @@
 //! offline. The engine knows nothing of eBPF, MPI or files.
 
 pub mod capture;
-pub mod config;
-pub mod engine;
-pub mod event;
 pub mod net;
-pub mod predict_live;
 pub mod probe;
-pub mod report;
-pub mod target;
-pub mod trace;
+
+pub use lbf_model::{
+    config, engine, event, live as predict_live, report, sink, source, stream, target, trace,
+};

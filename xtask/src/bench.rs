@@ -1,6 +1,6 @@
 //! `cargo xtask bench`: throughput and memory of the offline pipeline.
 //!
-//! Runs lbf-user's `throughput` benchmark (release build) in a separate process per
+//! Runs lbf-model's `throughput` benchmark (release build) in a separate process per
 //! measurement, so each peak RSS (VmHWM) is that run's own: the engine on a synthetic
 //! 64-process trace with four targets at two lengths (to show memory does not grow with the
 //! trace), and reading a generated JSONL trace. Prints numbers; asserts nothing.
@@ -30,7 +30,7 @@ pub fn run(args: &Args) -> Result<()> {
         .args([
             "bench",
             "-p",
-            "lbf-user",
+            "lbf-model",
             "--bench",
             "throughput",
             "--no-run",
@@ -75,7 +75,7 @@ fn measure(cargo: &str, kind: &str, count: u64) -> Result<Measurement> {
             "bench",
             "-q",
             "-p",
-            "lbf-user",
+            "lbf-model",
             "--bench",
             "throughput",
             "--",

@@ -100,61 +100,14 @@ use self::library::Abi;
 use self::matching::{Envelope, Matcher, Pattern, RecvId};
 use self::process::{LocalComm, OpenCall, Process, Request};
 use self::procfs::ProcessInspector;
-use self::sockets::channels::{EndClosed, StreamOp};
 use self::timeline::RunClock;
-use crate::event::{CollId, CollOp, Event, EventKind, MsgId, ProcId, ProcInfo};
+use crate::event::{CollId, CollOp, EventKind, MsgId, ProcInfo};
 
 pub use self::library::Library;
 pub use self::live::CaptureSink;
 pub use self::source::Backlog;
 
-/// Receives what a capture produces, in order per process.
-///
-/// Every rank of `MPI_COMM_WORLD` is announced, in rank order, before the first event of any
-/// of them, so a sink can write a trace header listing them all.
-pub trait EventSink {
-    /// A process; called once per process, before any event.
-    fn process(&mut self, info: &ProcInfo);
-    /// The next event of `event.proc`.
-    fn event(&mut self, event: &Event);
-    /// Where the processes' `start_ns` count from: the capture's first record, in
-    /// `CLOCK_MONOTONIC` nanoseconds. Called once, before the first process. Sinks that put
-    /// several captures on one time line (a cluster node) need it; others ignore it.
-    fn clock_origin(&mut self, _monotonic_ns: u64) {}
-    /// The next event of `proc`, a send or receive on a connection to another host, which
-    /// the capture leaves to be matched where both ends meet (only a socket capture told to,
-    /// [`sockets::SocketCapture::matching_between_hosts`], makes these; a cluster node passes
-    /// them on to the builder). A sink that matches nothing elsewhere keeps its CPU as a
-    /// `Keepalive`.
-    fn stream_op(&mut self, proc: ProcId, cpu_ns: u64, _op: &StreamOp) {
-        self.event(&Event {
-            proc,
-            cpu_ns,
-            kind: EventKind::Keepalive,
-        });
-    }
-    /// An end of a connection to another host closed (see [`EventSink::stream_op`]); not a
-    /// process's event, and in no order with them.
-    fn stream_closed(&mut self, _end: &EndClosed) {}
-}
-
-/// An [`EventSink`] that keeps everything in memory (tests, small captures).
-#[derive(Clone, Debug, Default)]
-pub struct EventLog {
-    /// Processes in order of appearance.
-    pub procs: Vec<ProcInfo>,
-    /// Events in order of emission.
-    pub events: Vec<Event>,
-}
-
-impl EventSink for EventLog {
-    fn process(&mut self, info: &ProcInfo) {
-        self.procs.push(info.clone());
-    }
-    fn event(&mut self, event: &Event) {
-        self.events.push(*event);
-    }
-}
+pub use lbf_model::sink::{EventLog, EventSink};
 
 /// Totals over the events of one process.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

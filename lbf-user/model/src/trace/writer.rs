@@ -1,8 +1,8 @@
 //! Buffered writer of traces (the current version, [`super::FORMAT_VERSION`]).
 
 use super::{kind_name, op_name, Header, Summary, FORMAT_NAME, FORMAT_VERSION};
-use crate::capture::select::Source;
 use crate::event::{Event, EventKind, ProcInfo};
+use crate::source::Source;
 use serde::Serialize;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};

@@ -6,10 +6,10 @@
 //! the trace being written is worth more than the prediction, and the error is reported at
 //! the end.
 
-use crate::capture::EventSink;
 use crate::config::TargetArgs;
 use crate::engine::{Engine, Prediction};
 use crate::event::{Event, ProcInfo};
+use crate::sink::EventSink;
 
 /// An [`EventSink`] that runs the engine on the captured events for the targets given.
 pub struct LivePredictor {

@@ -1,8 +1,8 @@
 //! What both benchmarks measure: a synthetic trace of 64 processes and four targets for it.
 
-use lbf::config::{preset, short_form, Layout, ShortForm};
-use lbf::target::Target;
-use lbf::trace::synthetic;
+use lbf_model::config::{preset, short_form, Layout, ShortForm};
+use lbf_model::target::Target;
+use lbf_model::trace::synthetic;
 
 /// Processes of the benchmark trace.
 pub const PROCS: u32 = 64;

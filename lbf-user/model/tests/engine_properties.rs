@@ -9,9 +9,9 @@ use std::collections::HashMap;
 
 use proptest::prelude::*;
 
-use lbf::engine::Engine;
-use lbf::event::{CollOp, Event, EventKind};
-use lbf::target::{CommTable, Network, Node, Target};
+use lbf_model::engine::Engine;
+use lbf_model::event::{CollOp, Event, EventKind};
+use lbf_model::target::{CommTable, Network, Node, Target};
 
 /// How a message of a random program is sent and received.
 #[derive(Clone, Copy, Debug)]

@@ -210,7 +210,7 @@ fn header_errors_are_on_line_1() {
 /// `None`), and an unknown value is a bad header.
 #[test]
 fn the_source_is_recorded_and_optional() {
-    use crate::capture::select::Source;
+    use crate::source::Source;
     for source in [Source::Mpi, Source::Pvm, Source::Sockets] {
         let header = Header {
             source: Some(source),

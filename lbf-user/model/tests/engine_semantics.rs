@@ -4,9 +4,9 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use lbf::engine::{Engine, EngineError, ScheduleSink};
-use lbf::event::{CollOp, Event, EventKind, ProcId};
-use lbf::target::{CommTable, Network, Node, Target};
+use lbf_model::engine::{Engine, EngineError, ScheduleSink};
+use lbf_model::event::{CollOp, Event, EventKind, ProcId};
+use lbf_model::target::{CommTable, Network, Node, Target};
 
 const S: u64 = 1_000_000_000; // one "unit" of the paper = one second of CPU
 

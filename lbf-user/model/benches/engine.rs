@@ -3,8 +3,8 @@
 //! the same at ten million events, with peak memory.
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use lbf::engine::Engine;
-use lbf::trace::{synthetic, Summary, TraceReader, TraceWriter};
+use lbf_model::engine::Engine;
+use lbf_model::trace::{synthetic, Summary, TraceReader, TraceWriter};
 
 mod common;
 

@@ -190,9 +190,9 @@ impl std::error::Error for EngineError {}
 /// The online engine: one simulation per target, fed by one stream of events.
 ///
 /// ```
-/// use lbf::engine::Engine;
-/// use lbf::event::{Event, EventKind};
-/// use lbf::target::{Network, Node, Target};
+/// use lbf_model::engine::Engine;
+/// use lbf_model::event::{Event, EventKind};
+/// use lbf_model::target::{Network, Node, Target};
 ///
 /// let both_on_one = Target {
 ///     name: "1 node".into(),

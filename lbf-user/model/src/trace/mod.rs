@@ -21,8 +21,8 @@ pub use error::{TraceError, TraceErrorKind};
 pub use reader::TraceReader;
 pub use writer::TraceWriter;
 
-use crate::capture::select::Source;
 use crate::event::{CollOp, Event, EventKind, ProcInfo};
+use crate::source::Source;
 use serde::{Deserialize, Serialize};
 
 /// The value of the header's `format` field.

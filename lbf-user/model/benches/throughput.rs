@@ -7,8 +7,8 @@
 //! `... -- jsonl LINES` writes a synthetic trace file and times reading it back. Each prints readable lines and one `RESULT` line of
 //! `key=value` pairs for xtask to collect.
 
-use lbf::engine::Engine;
-use lbf::trace::{synthetic, TraceReader, TraceWriter};
+use lbf_model::engine::Engine;
+use lbf_model::trace::{synthetic, TraceReader, TraceWriter};
 use std::time::{Duration, Instant};
 
 mod common;
@@ -101,7 +101,7 @@ fn jsonl(lines: u64) {
         writer.write_event(&event).expect("write");
         written += 1;
     }
-    drop(writer.finish(&lbf::trace::Summary {
+    drop(writer.finish(&lbf_model::trace::Summary {
         measured_seconds: 1.0,
         lost_events: 0,
         teardown_seconds: 0.0,

@@ -4,8 +4,8 @@ use super::line::{parse, Record};
 use super::{
     Header, LineEvent, Summary, TraceError, TraceErrorKind, FORMAT_NAME, READABLE_VERSIONS,
 };
-use crate::capture::select::Source;
 use crate::event::ProcInfo;
+use crate::source::Source;
 use serde::Deserialize;
 use std::fs::File;
 use std::io::{BufRead, BufReader};

@@ -1,7 +1,7 @@
 //! Predictions side by side with the measured run: table, JSON lines, warnings.
 
-use crate::capture::select::Source;
 use crate::engine::Prediction;
+use crate::source::Source;
 use crate::trace::Summary;
 use serde::Serialize;
 use std::fmt::Write;

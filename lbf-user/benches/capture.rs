@@ -1,4 +1,4 @@
-//! Criterion benchmark of the MPI capture (`lbf::capture::Capture`): raw records of a two-rank
+//! Criterion benchmark of the MPI capture (`lbf::capture::mpi::Capture`): raw records of a two-rank
 //! MPICH ping-pong (blocking `MPI_Send` and `MPI_Recv` with statuses) turned into matched
 //! events, as `lbf-trace` does for every record it reads. On a node whose cores the ranks keep
 //! busy, this is CPU taken from them: on `ring 20000 0` (2 ranks, 2 cores) the capture's work
@@ -6,10 +6,11 @@
 //! session 10).
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use lbf::capture::library::Abi;
-use lbf::capture::mpich::{self, Mpich};
-use lbf::capture::procfs::{InspectError, LaunchRank, ProcessInspector};
-use lbf::capture::{Capture, EventSink};
+use lbf::capture::mpi::inspect::{InspectError, LaunchRank, ProcessInspector};
+use lbf::capture::mpi::library::Abi;
+use lbf::capture::mpi::mpich::{self, Mpich};
+use lbf::capture::mpi::Capture;
+use lbf::capture::EventSink;
 use lbf::event::{Event, ProcInfo};
 use lbf_common::{mpi, Record, RecordKind, ARG_WORDS};
 

@@ -10,9 +10,11 @@
 //! [`trace`] reads and writes the same [`event`]s to files, so the engine can replay a capture
 //! offline. The engine knows nothing of eBPF, MPI or files.
 
-pub mod capture;
+pub mod capture_sink;
 pub mod net;
 pub mod probe;
+
+pub use lbf_capture as capture;
 
 pub use lbf_model::{
     config, engine, event, live as predict_live, report, sink, source, stream, target, trace,

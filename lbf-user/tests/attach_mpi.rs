@@ -14,8 +14,10 @@ mod traced;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use lbf::capture::procfs::ProcFs;
-use lbf::capture::{Capture, CaptureSink, EventLog, Summary};
+use lbf::capture::mpi::inspect::ProcFs;
+use lbf::capture::mpi::Capture;
+use lbf::capture::{EventLog, Summary};
+use lbf::capture_sink::CaptureSink;
 use lbf::event::{Event, EventKind, MsgId};
 use traced::{
     can_trace, check_accounts, check_prediction, predict_as_run, probe_mpi, timed, trace_attaching,

@@ -13,9 +13,11 @@ mod traced;
 
 use std::collections::HashMap;
 
-use lbf::capture::eager::{EagerLimits, Route, SendMode};
-use lbf::capture::procfs::ProcFs;
-use lbf::capture::{Capture, CaptureSink, EventLog};
+use lbf::capture::mpi::eager::{EagerLimits, Route, SendMode};
+use lbf::capture::mpi::inspect::ProcFs;
+use lbf::capture::mpi::Capture;
+use lbf::capture::EventLog;
+use lbf::capture_sink::CaptureSink;
 use lbf::event::{Event, EventKind};
 use traced::{
     can_trace, check_accounts, check_prediction, check_trace_file, check_what_if, first_start,

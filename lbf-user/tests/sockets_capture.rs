@@ -14,7 +14,8 @@
 mod traced;
 
 use lbf::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
-use lbf::capture::{CaptureSink, EventLog};
+use lbf::capture::EventLog;
+use lbf::capture_sink::CaptureSink;
 use lbf::event::EventKind;
 use traced::{
     can_trace, capture_reports, check, check_streamed, check_trace_file, kept_reports, lbf_trace,

@@ -11,10 +11,12 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use lbf::capture::mpi::{inspect::ProcFs, Capture, Library};
 use lbf::capture::pvm::{self as pvm_capture, PvmCapture};
 use lbf::capture::select::{self, Source};
 use lbf::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
-use lbf::capture::{procfs::ProcFs, Capture, CaptureSink, EventSink, Library};
+use lbf::capture::EventSink;
+use lbf::capture_sink::CaptureSink;
 use lbf::config::TargetArgs;
 use lbf::event::{Event, ProcInfo};
 use lbf::predict_live::LivePredictor;

@@ -5,12 +5,14 @@
 use super::node::Chunk;
 use super::wire::{BatchBuilder, BATCH_EVENTS};
 use crate::capture::ids;
-use crate::capture::procfs::ProcFs;
+use crate::capture::mpi::inspect::ProcFs;
+use crate::capture::mpi::{Capture, Library};
 use crate::capture::pvm::{self as pvm_capture, PvmCapture};
 use crate::capture::select::Source;
 use crate::capture::sockets::channels::{EndClosed, StreamOp};
 use crate::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
-use crate::capture::{Capture, CaptureSink, EventSink, Library};
+use crate::capture::EventSink;
+use crate::capture_sink::CaptureSink;
 use crate::event::{Event, ProcId, ProcInfo};
 use crate::probe::{self, pvm::ProbedPvmLibrary, InitWatch, Tracer, TracerOptions};
 use crate::trace::{synthetic, TraceReader};

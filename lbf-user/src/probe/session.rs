@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::Result;
 
-use super::{procfs, LostCounts, RecordReader, RecordSink, Tracer};
+use super::{LostCounts, RecordReader, RecordSink, Tracer};
 
 /// How long one wait for records lasts at most: bounds the reaction to a stop request and how
 /// late records are read. The kernel side wakes the reader sooner when the ring buffer has
@@ -111,7 +111,7 @@ pub fn run_adopting(
 fn any_traced_alive(tracer: &mut Tracer) -> Result<bool> {
     let mut alive = false;
     for pid in tracer.traced_pids()? {
-        if procfs::has_ended(pid) {
+        if lbf_capture::procfs::has_ended(pid) {
             tracer.untrace_pid(pid)?;
         } else {
             alive = true;

@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lbf::capture::{EventLog, Library, Summary};
+use lbf::capture::mpi::Library;
+use lbf::capture::{EventLog, Summary};
 use lbf::engine::Engine;
 use lbf::event::{Event, EventKind};
 use lbf::probe::{self, HeldChild, RecordSink, Tracer, TracerOptions};

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::capture::sockets::channels::StreamOp;
-use crate::capture::sockets::tests::{call, ends, exit, short_connections_between, Table};
+use crate::capture::sockets::test_support::{call, ends, exit, short_connections_between, Table};
 use crate::capture::sockets::SocketCapture;
 use crate::capture::{EventLog, EventSink};
 use crate::event::{EventKind, ProcInfo};

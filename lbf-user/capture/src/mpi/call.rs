@@ -47,7 +47,7 @@ use rustc_hash::FxHashMap;
 
 use super::eager::SendMode;
 use super::library::Abi;
-use crate::event::CollOp;
+use lbf_model::event::CollOp;
 
 /// A rank argument of a point-to-point call, in the communicator's rank space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

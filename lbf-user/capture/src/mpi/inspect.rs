@@ -19,7 +19,7 @@ use super::eager::EagerLimits;
 use super::library::{Abi, Library};
 use super::mpich::Mpich;
 use super::openmpi::{self, OpenMpi};
-use crate::probe::procfs::has_ended;
+use crate::procfs::has_ended;
 
 /// A process's place in `MPI_COMM_WORLD`, as its launcher announced it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,10 +18,10 @@
 
 use rustc_hash::FxHashMap;
 
-use super::ids;
 use super::matching::CommId;
+use crate::ids;
 
-pub use super::ids::WORLD;
+pub use crate::ids::WORLD;
 
 /// `MPI_UNDEFINED` (the same in Open MPI and MPICH): a split color that yields no communicator.
 pub const UNDEFINED: i32 = -32766;

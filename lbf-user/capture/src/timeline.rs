@@ -12,8 +12,8 @@ use std::collections::VecDeque;
 
 use lbf_common::{Record, RecordKind};
 
-use super::sockets::channels::StreamOp;
-use crate::event::EventKind;
+use lbf_model::event::EventKind;
+use lbf_model::stream::StreamOp;
 
 /// What a settled slot hands out.
 #[derive(Clone, Debug, PartialEq)]

@@ -82,8 +82,8 @@ fn bytes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::ProcStats;
-    use crate::event::ProcInfo;
+    use crate::ProcStats;
+    use lbf_model::event::ProcInfo;
 
     #[test]
     fn bytes_are_scaled_to_their_unit() {

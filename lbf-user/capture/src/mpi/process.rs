@@ -14,8 +14,8 @@ use super::call::{DerivedTypes, Entry};
 use super::eager::EagerLimits;
 use super::library::Abi;
 use super::matching::{CommId, RecvId};
-use super::{EventSink, ProcStats};
-use crate::event::{CollId, Event, EventKind, MsgId};
+use crate::{EventSink, ProcStats};
+use lbf_model::event::{CollId, Event, EventKind, MsgId};
 
 /// A call entered and not yet returned.
 #[derive(Clone, Debug)]
@@ -145,7 +145,7 @@ impl Process {
         if handle == self.abi.comm_self() {
             // Each rank's own communicator of one member (see `ids::self_comm`).
             return self.rank.map(|rank| LocalComm {
-                id: super::ids::self_comm(rank),
+                id: crate::ids::self_comm(rank),
                 rank: Some(0),
             });
         }

@@ -48,9 +48,9 @@
 
 use rustc_hash::FxHashMap;
 
-use super::ids;
 use super::matching::{CommId, Envelope, Matched, RecvId};
-use crate::event::{CollId, CollOp, EventKind};
+use crate::ids;
+use lbf_model::event::{CollId, CollOp, EventKind};
 
 /// A send seen on an envelope numbered from an attach.
 #[derive(Clone, Copy, Debug)]

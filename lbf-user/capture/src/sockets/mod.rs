@@ -69,11 +69,11 @@ use self::channels::{Channel, Channels, Direction, EndClosed, Endpoint, Outcome,
 use self::descriptors::{Descriptors, Fd};
 use self::resolve::{SocketChannels, SocketResolver};
 use self::syscall::Call;
-use super::roster::{Labels, Proc, Roster};
-use super::source::{Backlog, Kept, RecordCapture};
-use super::timeline::{RunClock, Wait};
-use super::{EventSink, Summary};
-use crate::event::EventKind;
+use crate::record_capture::{Backlog, Kept, RecordCapture};
+use crate::roster::{Labels, Proc, Roster};
+use crate::timeline::{RunClock, Wait};
+use crate::{EventSink, Summary};
+use lbf_model::event::EventKind;
 
 /// Why a descriptor is looked up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -752,5 +752,7 @@ fn note(anomalies: &mut BTreeMap<String, u64>, what: &str) {
     *anomalies.entry(what.to_string()).or_default() += 1;
 }
 
+#[cfg(any(test, feature = "test-support"))]
+pub mod test_support;
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

@@ -28,7 +28,7 @@
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
-use crate::event::{EventKind, MsgId};
+use lbf_model::event::{EventKind, MsgId};
 pub use lbf_model::stream::{Channel, Direction, EndClosed, Endpoint, Role, StreamOp};
 
 /// One message a send becomes.

@@ -4,8 +4,8 @@
 
 use lbf_common::Record;
 
-use super::source::{Backlog, RecordCapture};
-use super::{EventSink, Summary};
+use crate::capture::record_capture::{Backlog, RecordCapture};
+use crate::capture::{EventSink, Summary};
 use crate::probe::{LostCounts, RecordSink};
 
 /// Feeds a live record stream into a capture; [`CaptureSink::into_parts`] gives back the

@@ -5,13 +5,14 @@ use std::collections::HashMap;
 
 use lbf_common::{mpi, Record, RecordKind, ARG_WORDS, MEM_BYTES};
 
+use super::inspect::{InspectError, LaunchRank, ProcessInspector};
 use super::library::Abi;
 use super::matching::Envelope;
 use super::mpich::{self, Mpich};
 use super::openmpi::OpenMpi;
-use super::procfs::{InspectError, LaunchRank, ProcessInspector};
-use super::{ids, Capture, EventLog, Summary};
-use crate::event::{CollOp, EventKind, MsgId};
+use super::Capture;
+use crate::{ids, EventLog, Summary};
+use lbf_model::event::{CollOp, EventKind, MsgId};
 
 /// Answers from a fixed table: tgid -> (ABI, world rank, world size).
 struct FakeInspector(HashMap<u32, (Abi, Option<u32>, u32)>);

@@ -22,11 +22,11 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeMap;
 
-use super::sockets::channels::Role;
-use super::source::Backlog;
-use super::timeline::{Item, RunClock, Timeline};
-use super::{EventSink, ProcStats};
-use crate::event::{Event, EventKind, ProcInfo};
+use crate::record_capture::Backlog;
+use crate::timeline::{Item, RunClock, Timeline};
+use crate::{EventSink, ProcStats};
+use lbf_model::event::{Event, EventKind, ProcInfo};
+use lbf_model::stream::Role;
 
 /// How the notes of a roster name its processes.
 #[derive(Clone, Copy, Debug)]

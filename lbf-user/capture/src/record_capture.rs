@@ -3,7 +3,8 @@
 
 use lbf_common::Record;
 
-use super::{Capture, EventSink, Summary};
+use crate::mpi::Capture;
+use crate::{EventSink, Summary};
 
 /// What a running capture holds back or leaves out, for reports while it runs: memory grows
 /// with the events held.

@@ -36,8 +36,8 @@ use std::collections::{BTreeSet, VecDeque};
 
 use super::alignment::{Attached, Boundary};
 use super::call::Status;
-use super::ids;
-use crate::event::MsgId;
+use crate::ids;
+use lbf_model::event::MsgId;
 
 /// A communicator's id, the same on every host (see [`ids::communicator`]); not a
 /// process-local handle.

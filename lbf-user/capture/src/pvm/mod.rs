@@ -64,12 +64,12 @@ use std::collections::{BTreeMap, VecDeque};
 
 use lbf_common::{pvm, FnReads, GlobalPtr, MemRead, Record, RecordKind};
 
-use super::ids;
-use super::roster::{Labels, Proc, Roster};
-use super::source::{Backlog, RecordCapture};
-use super::timeline::RunClock;
-use super::{EventSink, Summary};
-use crate::event::{CollOp, EventKind, MsgId};
+use crate::ids;
+use crate::record_capture::{Backlog, RecordCapture};
+use crate::roster::{Labels, Proc, Roster};
+use crate::timeline::RunClock;
+use crate::{EventSink, Summary};
+use lbf_model::event::{CollOp, EventKind, MsgId};
 
 /// Most destinations of one `pvm_mcast` a record holds (256 bytes of 4-byte task ids).
 const MCAST_MAX: usize = 64;
@@ -760,9 +760,9 @@ impl RecordCapture for PvmCapture {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capture::EventLog;
-    use crate::event::Event;
+    use crate::EventLog;
     use lbf_common::{ARG_WORDS, MEM_BYTES};
+    use lbf_model::event::Event;
 
     /// Task ids of a virtual machine of two hosts: a master on host 1, a worker on host 2.
     const MASTER: i32 = 0x40002;

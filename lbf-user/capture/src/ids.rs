@@ -12,8 +12,8 @@
 //! on it, so changing it changes the cluster protocol's version. Collisions need two
 //! identities among the ones in flight to share 64 bits.
 
-use super::matching::{CommId, Envelope};
-use crate::event::{CollId, EventKind, MsgId};
+use crate::mpi::matching::{CommId, Envelope};
+use lbf_model::event::{CollId, EventKind, MsgId};
 
 /// `MPI_COMM_WORLD`'s id.
 pub const WORLD: CommId = 0;

@@ -10,11 +10,11 @@
 //! [`trace`] reads and writes the same [`event`]s to files, so the engine can replay a capture
 //! offline. The engine knows nothing of eBPF, MPI or files.
 
-pub mod capture_sink;
 pub mod net;
-pub mod probe;
 
 pub use lbf_capture as capture;
+pub use lbf_probe as probe;
+pub use lbf_record as record;
 
 pub use lbf_model::{
     config, engine, event, live as predict_live, report, sink, source, stream, target, trace,

@@ -17,8 +17,8 @@ use std::time::Duration;
 use lbf::capture::mpi::inspect::ProcFs;
 use lbf::capture::mpi::Capture;
 use lbf::capture::{EventLog, Summary};
-use lbf::capture_sink::CaptureSink;
 use lbf::event::{Event, EventKind, MsgId};
+use lbf::record::CaptureSink;
 use traced::{
     can_trace, check_accounts, check_prediction, predict_as_run, probe_mpi, timed, trace_attaching,
     workload_built_by, Attach, Measured, Mpi, Setup, Traced, TIME_TOLERANCE,

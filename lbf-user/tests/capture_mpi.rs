@@ -17,8 +17,8 @@ use lbf::capture::mpi::eager::{EagerLimits, Route, SendMode};
 use lbf::capture::mpi::inspect::ProcFs;
 use lbf::capture::mpi::Capture;
 use lbf::capture::EventLog;
-use lbf::capture_sink::CaptureSink;
 use lbf::event::{Event, EventKind};
+use lbf::record::CaptureSink;
 use traced::{
     can_trace, check_accounts, check_prediction, check_trace_file, check_what_if, first_start,
     lbf_trace_during, lbf_trace_without_outputs, machine, parse_checks, predict_on, probe_mpi,

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use lbf::capture::pvm::{fn_reads, PvmCapture, RECEIVE_BUFFER};
 use lbf::capture::EventLog;
-use lbf::capture_sink::CaptureSink;
+use lbf::record::CaptureSink;
 use lbf_common::pvm;
 use traced::{
     can_trace, check, check_streamed, check_trace_file, lbf_trace, read_trace, timed, trace,

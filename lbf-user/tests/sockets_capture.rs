@@ -15,8 +15,8 @@ mod traced;
 
 use lbf::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use lbf::capture::EventLog;
-use lbf::capture_sink::CaptureSink;
 use lbf::event::EventKind;
+use lbf::record::CaptureSink;
 use traced::{
     can_trace, capture_reports, check, check_streamed, check_trace_file, kept_reports, lbf_trace,
     lbf_trace_without_outputs, parse_checks, predicted_so_far, read_trace, timed, trace, workload,

@@ -3,7 +3,6 @@
 mod bench;
 mod bench_cluster;
 mod bench_probe;
-mod build_ebpf;
 mod cmd;
 mod engine_diff;
 mod validate;
@@ -59,7 +58,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::BuildEbpf => {
-            let object = build_ebpf::build(&workspace_root()).map_err(|e| anyhow!(e))?;
+            let object = lbf_build::build(&workspace_root()).map_err(|e| anyhow!(e))?;
             println!("{}", object.display());
         }
         Command::Bench(args) => bench::run(&args)?,

@@ -16,13 +16,13 @@ use lbf::capture::pvm::{self as pvm_capture, PvmCapture};
 use lbf::capture::select::{self, Source};
 use lbf::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use lbf::capture::EventSink;
-use lbf::capture_sink::CaptureSink;
 use lbf::config::TargetArgs;
 use lbf::event::{Event, ProcInfo};
 use lbf::predict_live::LivePredictor;
 use lbf::probe::{
     self, AttachMode, HeldChild, InitWatch, JsonLinesSink, RecordSink, Tracer, TracerOptions,
 };
+use lbf::record::CaptureSink;
 use lbf::report::{add_teardown, table, warnings};
 use lbf::trace::{Header, Summary, TraceWriter};
 use std::time::{Duration, Instant};
@@ -337,7 +337,7 @@ fn run(cli: Cli) -> Result<i32> {
         set_niceness(nice);
     }
     let cpu_before = own_cpu_seconds();
-    let end = probe::run(&mut tracer, &mut reader, &mut sink, &STOP)?;
+    let end = lbf::record::run(&mut tracer, &mut reader, &mut sink, &STOP)?;
     let capture_cpu = own_cpu_seconds() - cpu_before;
     if let Some(Err(e)) = init_watch.map(InitWatch::finish) {
         eprintln!("lbf-trace: warning: {e:#}");

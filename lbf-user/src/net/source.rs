@@ -12,9 +12,9 @@ use crate::capture::select::Source;
 use crate::capture::sockets::channels::{EndClosed, StreamOp};
 use crate::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use crate::capture::EventSink;
-use crate::capture_sink::CaptureSink;
 use crate::event::{Event, ProcId, ProcInfo};
 use crate::probe::{self, pvm::ProbedPvmLibrary, InitWatch, Tracer, TracerOptions};
+use crate::record::CaptureSink;
 use crate::trace::{synthetic, TraceReader};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeSet;
@@ -398,7 +398,7 @@ impl Live {
             }
             Ok(())
         };
-        probe::run_adopting(&mut self.tracer, &mut reader, &mut sink, stop, &mut adopt)?;
+        crate::record::run_adopting(&mut self.tracer, &mut reader, &mut sink, stop, &mut adopt)?;
         if let Some(Err(e)) = init_watch.map(InitWatch::finish) {
             eprintln!("lbf-node: warning: {e:#}");
         }

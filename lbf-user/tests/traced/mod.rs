@@ -222,7 +222,7 @@ fn run_traced<S: RecordSink>(
     let watchdog = Watchdog::start(child.pid(), RUN_LIMIT, stop.clone());
     let (cpu_before, own_before) = (machine_cpu_seconds(), own_cpu_seconds());
     let steal_before = machine::steal_seconds();
-    let end = probe::run(&mut tracer, &mut reader, &mut sink, &stop).expect("capturing");
+    let end = lbf::record::run(&mut tracer, &mut reader, &mut sink, &stop).expect("capturing");
     let machine_cpu_seconds = machine_cpu_seconds() - cpu_before;
     let steal_seconds = machine::steal_seconds() - steal_before;
     let status = child.wait().expect("waiting for the command");
@@ -401,8 +401,8 @@ pub fn trace_attaching<S: RecordSink, A: RecordSink>(
                 }
                 let mut sink = attached_sink();
                 let stop = AtomicBool::new(false);
-                let end =
-                    probe::run(&mut tracer, &mut reader, &mut sink, &stop).expect("capturing");
+                let end = lbf::record::run(&mut tracer, &mut reader, &mut sink, &stop)
+                    .expect("capturing");
                 // Calls entered between the probes' attach and the processes' return without
                 // their entry: counted as in progress at the attach, not as missed entries.
                 eprintln!(

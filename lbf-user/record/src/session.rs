@@ -8,7 +8,7 @@ use std::{
 
 use anyhow::Result;
 
-use super::{LostCounts, RecordReader, RecordSink, Tracer};
+use lbf_probe::{LostCounts, RecordReader, RecordSink, Tracer};
 
 /// How long one wait for records lasts at most: bounds the reaction to a stop request and how
 /// late records are read. The kernel side wakes the reader sooner when the ring buffer has

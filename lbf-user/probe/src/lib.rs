@@ -5,7 +5,7 @@
 //! Use: [`Tracer::load`], [`Tracer::attach_mpi_library`] for each library (found with
 //! [`mpi_libraries_mapped_by`] or [`installed_mpi_libraries`]), [`Tracer::trace_pid`] for
 //! each process (or [`HeldChild`] to start a command traced from its first instruction),
-//! then [`run`] with a [`RecordSink`].
+//! then `lbf-record`'s capture loop with a [`RecordSink`].
 //!
 //! What a record holds (see `lbf_common::Record`): `ts_ns` is CLOCK_MONOTONIC, `cpu_ns` the
 //! thread's exact on-CPU time (0 if the thread has no clock). `CallEntry`: `args` = rdi, rsi,
@@ -29,11 +29,10 @@ mod dump;
 mod kernel_offsets;
 mod libraries;
 mod notices;
-pub(crate) mod procfs;
+pub mod procfs;
 pub mod pvm;
 mod reader;
 mod ring;
-mod session;
 mod symbols;
 mod syscalls;
 mod thread_states;
@@ -45,5 +44,4 @@ pub use dump::{record_json, JsonLinesSink};
 pub use libraries::{installed as installed_mpi_libraries, mapped_by as mpi_libraries_mapped_by};
 pub use notices::InitWatch;
 pub use reader::{Drained, RecordReader, RecordSink};
-pub use session::{run, run_adopting, CaptureEnd};
 pub use tracer::{unix_ns_of, AttachMode, AttachedLibrary, LostCounts, Tracer, TracerOptions};

@@ -4,9 +4,9 @@
 
 use lbf_common::Record;
 
-use crate::capture::record_capture::{Backlog, RecordCapture};
-use crate::capture::{EventSink, Summary};
-use crate::probe::{LostCounts, RecordSink};
+use lbf_capture::record_capture::{Backlog, RecordCapture};
+use lbf_capture::{EventSink, Summary};
+use lbf_probe::{LostCounts, RecordSink};
 
 /// Feeds a live record stream into a capture; [`CaptureSink::into_parts`] gives back the
 /// event sink and the summary once the probe layer has called `finish`.

@@ -1,8 +1,8 @@
 //! Builds lbf's eBPF object (the `lbf-ebpf` crate) for `bpfel-unknown-none`.
 //!
-//! One implementation for two callers: `cargo xtask build-ebpf`, and `lbf-user/build.rs`,
-//! which includes this file with `#[path]` so that every build of lbf-user embeds a fresh
-//! object. Hence only `std` here. The eBPF crate builds with the nightly toolchain
+//! One implementation for two callers: `cargo xtask build-ebpf`, and `lbf-probe`'s build
+//! script (a build dependency), so that every build of the probe crate embeds a fresh
+//! object. Only `std` here. The eBPF crate builds with the nightly toolchain
 //! (`-Z build-std=core`, see `lbf-ebpf/.cargo/config.toml`) and links with `bpf-linker`; both
 //! are installed by `scripts/setup.sh`.
 

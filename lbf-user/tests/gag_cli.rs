@@ -310,7 +310,7 @@ fn target_errors_name_the_file() {
     );
     assert_eq!(out.status.code(), Some(1));
     assert!(
-        stderr(&out).contains("half.toml: process(es) 2 are on no node"),
+        stderr(&out).contains("half.toml: process 2 is on no node; add it to a node's procs"),
         "{}",
         stderr(&out)
     );

@@ -18,6 +18,7 @@
 //! processes running ahead cross their horizon (see docs/engine.md).
 
 use anyhow::{bail, Context, Result};
+use lbf_model::trace::synthetic::SplitMix64 as Rng;
 use serde_json::json;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -150,44 +151,6 @@ fn predict(
     })
 }
 
-/// SplitMix64: small, fast, and enough to vary the cases.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..bound` (`bound` > 0).
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
-
-    /// A number in `0..bound` as an index.
-    fn index(&mut self, bound: usize) -> usize {
-        self.below(bound as u64) as usize
-    }
-
-    /// True with probability `percent` / 100.
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-
-    /// A float in `[0, 1)`.
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// One of `items`.
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.index(items.len())]
-    }
-}
-
 /// CPU nanoseconds before an event: often typical, sometimes none, tiny or long, and often
 /// one round value, so that events tie.
 fn cpu(rng: &mut Rng) -> u64 {
@@ -212,7 +175,7 @@ fn bytes(rng: &mut Rng) -> u64 {
 /// Writes case `seed`'s trace and four target files into `dir`; returns their paths and the
 /// target whose timeline is compared.
 fn write_case(dir: &Path, seed: u64) -> Result<(PathBuf, Vec<PathBuf>, usize)> {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let most = if rng.chance(20) { 30 } else { 10 };
     let procs = 2 + rng.index(most);
     let streams = program(&mut rng, procs);

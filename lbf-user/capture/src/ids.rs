@@ -90,22 +90,7 @@ pub fn local_message(origin: &str, k: u64) -> MsgId {
 /// `kind` with its message id (if it has one) made unique in the job as numbered by `origin`
 /// ([`local_message`]).
 pub fn job_wide(kind: EventKind, origin: &str) -> EventKind {
-    let id = |msg| local_message(origin, msg);
-    match kind {
-        EventKind::Send {
-            msg,
-            bytes,
-            rendezvous,
-        } => EventKind::Send {
-            msg: id(msg),
-            bytes,
-            rendezvous,
-        },
-        EventKind::RecvPost { msg } => EventKind::RecvPost { msg: id(msg) },
-        EventKind::RecvEnd { msg } => EventKind::RecvEnd { msg: id(msg) },
-        EventKind::SendEnd { msg } => EventKind::SendEnd { msg: id(msg) },
-        other => other,
-    }
+    kind.with_msg(|msg| local_message(origin, msg))
 }
 
 /// `name`'s bytes as words (little-endian, the last one zero-padded), its length, then `rest`:

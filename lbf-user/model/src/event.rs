@@ -124,6 +124,29 @@ pub enum EventKind {
     Exit,
 }
 
+impl EventKind {
+    /// This event with its message id (a send's, a receive's, a post's or a send end's), if it
+    /// has one, replaced by `f` of it: where ids are renumbered (made unique across hosts, or
+    /// small for a test).
+    pub fn with_msg(self, mut f: impl FnMut(MsgId) -> MsgId) -> Self {
+        match self {
+            EventKind::Send {
+                msg,
+                bytes,
+                rendezvous,
+            } => EventKind::Send {
+                msg: f(msg),
+                bytes,
+                rendezvous,
+            },
+            EventKind::RecvPost { msg } => EventKind::RecvPost { msg: f(msg) },
+            EventKind::RecvEnd { msg } => EventKind::RecvEnd { msg: f(msg) },
+            EventKind::SendEnd { msg } => EventKind::SendEnd { msg: f(msg) },
+            other => other,
+        }
+    }
+}
+
 /// One event of one process.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Event {

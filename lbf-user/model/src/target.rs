@@ -146,8 +146,9 @@ pub struct Target {
     pub spin: f64,
 }
 
-/// Why a target cannot run a trace: what [`Target::placement`] found wrong. Callers word it
-/// for their users (a target file, a command line, an engine error).
+/// Why a target cannot run a trace: what [`Target::placement`] found wrong. Its `Display` is
+/// worded for a person editing a target file or a command line: it names the culprit and what
+/// to do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum PlacementError {
     /// `spin` is outside 0..=1.
@@ -170,6 +171,8 @@ pub enum PlacementError {
         node: usize,
         /// The process it lists.
         proc: ProcId,
+        /// How many processes the trace has.
+        num_procs: usize,
     },
     /// A process is on two nodes.
     TwoNodes {
@@ -183,6 +186,57 @@ pub enum PlacementError {
     /// These processes are on no node.
     Homeless(Vec<ProcId>),
 }
+
+impl std::fmt::Display for PlacementError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlacementError::Spin(spin) => write!(
+                f,
+                "spin is {spin}; it must be between 0 (waiting uses no CPU) and 1 (waiting polls \
+                 as hard as computing)"
+            ),
+            PlacementError::NoCores { node } => {
+                write!(f, "node {node} has 0 cores; give it at least 1")
+            }
+            PlacementError::Speed { node, speed } => {
+                write!(f, "node {node} has speed {speed}; it must be positive")
+            }
+            PlacementError::UnknownProcess {
+                node,
+                proc,
+                num_procs,
+            } => write!(
+                f,
+                "node {node} lists process {proc}, but the trace has only {num_procs} processes \
+                 (ids 0 to {})",
+                num_procs.saturating_sub(1)
+            ),
+            PlacementError::TwoNodes {
+                proc,
+                first,
+                second,
+            } => write!(
+                f,
+                "process {proc} is on node {first} and on node {second}; put it on one"
+            ),
+            PlacementError::Homeless(procs) => {
+                let ids: Vec<String> = procs.iter().map(u32::to_string).collect();
+                let (one, are, them) = if procs.len() == 1 {
+                    ("process", "is", "it")
+                } else {
+                    ("processes", "are", "them")
+                };
+                write!(
+                    f,
+                    "{one} {} {are} on no node; add {them} to a node's procs",
+                    ids.join(", ")
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for PlacementError {}
 
 impl Target {
     /// The node of each process `0..num_procs`, checking what the engine relies on: spin in
@@ -204,9 +258,14 @@ impl Target {
                 });
             }
             for &proc in &node.procs {
-                let slot = node_of
-                    .get_mut(proc as usize)
-                    .ok_or(PlacementError::UnknownProcess { node: n, proc })?;
+                let slot =
+                    node_of
+                        .get_mut(proc as usize)
+                        .ok_or(PlacementError::UnknownProcess {
+                            node: n,
+                            proc,
+                            num_procs,
+                        })?;
                 if *slot != usize::MAX {
                     return Err(PlacementError::TwoNodes {
                         proc,

@@ -3,7 +3,9 @@
 //! the cluster's node daemon record alike through it.
 
 pub mod capture_sink;
+pub mod recorder;
 pub mod session;
 
 pub use capture_sink::CaptureSink;
+pub use recorder::{Recorder, Scope};
 pub use session::{run, run_adopting, CaptureEnd};

@@ -11,18 +11,13 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use lbf::capture::mpi::{inspect::ProcFs, Capture, Library};
-use lbf::capture::pvm::{self as pvm_capture, PvmCapture};
 use lbf::capture::select::{self, Source};
-use lbf::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use lbf::capture::EventSink;
 use lbf::config::TargetArgs;
 use lbf::event::{Event, ProcInfo};
 use lbf::predict_live::LivePredictor;
-use lbf::probe::{
-    self, AttachMode, HeldChild, InitWatch, JsonLinesSink, RecordSink, Tracer, TracerOptions,
-};
-use lbf::record::CaptureSink;
+use lbf::probe::{self, HeldChild, InitWatch, JsonLinesSink, RecordSink, TracerOptions};
+use lbf::record::{CaptureSink, Recorder, Scope};
 use lbf::report::{add_teardown, table, warnings};
 use lbf::trace::{Header, Summary, TraceWriter};
 use std::time::{Duration, Instant};
@@ -225,9 +220,6 @@ fn run(cli: Cli) -> Result<i32> {
             bail!("no process with PID {pid}");
         }
     }
-    let mut tracer = Tracer::load(&TracerOptions {
-        ringbuf_bytes: cli.ringbuf_size,
-    })?;
     let source = cli.source.unwrap_or_else(|| {
         if !cli.mpi_libs.is_empty() {
             // Naming an MPI library to probe says the program is an MPI program.
@@ -257,10 +249,10 @@ fn run(cli: Cli) -> Result<i32> {
              Stopped earlier, lbf-trace matches them by timing alone and says so."
         );
     }
-    match source {
-        Source::Mpi => attach_libraries(&mut tracer, &cli)?,
-        Source::Sockets => tracer.record_syscalls(&syscall::traced())?,
-        Source::Pvm => attach_pvm(&mut tracer, cli.verbose)?,
+    let scope = Scope::Whole { expected };
+    let mut recorder = Recorder::load(source, cli.ringbuf_size, &scope, "lbf-trace", cli.verbose)?;
+    if source == Source::Mpi {
+        recorder.attach_mpi(mpi_libraries(&cli)?)?;
     }
     let raw: Box<dyn RecordSink> = match &cli.raw_dump {
         Some(path) => {
@@ -281,28 +273,17 @@ fn run(cli: Cli) -> Result<i32> {
     // Asked for neither a trace nor predictions, lbf-trace still captures, and prints what it
     // saw at the end (see `report`); unless asked for the raw records only.
     let capture = file.is_some() || live.is_some() || cli.raw_dump.is_none();
-    // An MPI rank is inspected when it enters MPI_Init, however far behind the reader is.
-    let procfs = ProcFs::new();
-    let init_watch = (capture && source == Source::Mpi)
-        .then(|| tracer.watch_inits(procfs.prefetcher()))
-        .transpose()?;
-    let trace = capture.then(|| {
-        let outputs = Outputs {
-            file,
-            live,
-            events: 0,
-        };
-        match source {
-            Source::Sockets => CaptureSink::new(
-                SocketCapture::new(Box::new(ProcResolver::new()), hostname()).expecting(expected),
-                outputs,
-            ),
-            Source::Pvm => {
-                CaptureSink::new(PvmCapture::new(hostname()).expecting(expected), outputs)
-            }
-            Source::Mpi => CaptureSink::new(Capture::new(Box::new(procfs), hostname()), outputs),
-        }
-    });
+    let outputs = Outputs {
+        file,
+        live,
+        events: 0,
+    };
+    let (trace, init_watch) = if capture {
+        let (sink, watch) = recorder.capture(hostname(), scope, outputs)?;
+        (Some(sink), watch)
+    } else {
+        (None, None)
+    };
     let mut sink = Tee {
         raw,
         trace,
@@ -312,6 +293,7 @@ fn run(cli: Cli) -> Result<i32> {
         last_held_check: Instant::now(),
         mpi_watch: (source != Source::Mpi).then(|| MpiWatch::new(source)),
     };
+    let tracer = recorder.tracer();
     let mut reader = tracer.records()?;
     // SAFETY: the handler only stores to atomics.
     unsafe {
@@ -337,7 +319,7 @@ fn run(cli: Cli) -> Result<i32> {
         set_niceness(nice);
     }
     let cpu_before = own_cpu_seconds();
-    let end = lbf::record::run(&mut tracer, &mut reader, &mut sink, &STOP)?;
+    let end = lbf::record::run(tracer, &mut reader, &mut sink, &STOP)?;
     let capture_cpu = own_cpu_seconds() - cpu_before;
     if let Some(Err(e)) = init_watch.map(InitWatch::finish) {
         eprintln!("lbf-trace: warning: {e:#}");
@@ -389,7 +371,7 @@ fn run(cli: Cli) -> Result<i32> {
     // The probes go before the wait: a command still running (the capture was stopped) runs
     // on untraced, at its normal speed.
     drop(reader);
-    drop(tracer);
+    drop(recorder);
     match child {
         Some(mut c) => {
             if end.stopped {
@@ -449,63 +431,23 @@ fn expected_procs(cli: &Cli, source: Source) -> Result<Option<usize>> {
     Ok(expected)
 }
 
-/// Probes the PVM libraries (the group library only if installed).
-fn attach_pvm(tracer: &mut Tracer, verbose: bool) -> Result<()> {
-    let reads = pvm_capture::fn_reads();
-    for lib in tracer.attach_pvm_libraries(&reads, pvm_capture::RECEIVE_BUFFER)? {
-        if verbose {
-            eprintln!(
-                "lbf-trace: probing {} PVM functions in {}",
-                lib.functions,
-                lib.path.display()
-            );
-        }
-    }
-    Ok(())
-}
-
-/// Probes the MPI libraries: the --mpi-lib ones if given, else those mapped by the PIDs
+/// The MPI libraries to probe: the --mpi-lib ones if given, else those mapped by the PIDs
 /// (with -p) or those installed (with a command).
-fn attach_libraries(tracer: &mut Tracer, cli: &Cli) -> Result<()> {
-    let paths = if !cli.mpi_libs.is_empty() {
-        cli.mpi_libs.clone()
-    } else if cli.command.is_empty() {
-        libraries_of(&cli.pids)?
-    } else {
-        let installed = probe::installed_mpi_libraries()?;
-        if installed.is_empty() {
-            bail!(
-                "--source mpi, but no MPI library found (ldconfig -p lists no libmpi.so / \
-                 libmpich.so): give one with --mpi-lib, or trace by --source sockets or pvm"
-            );
-        }
-        installed
-    };
-    let how = match tracer.attach_mode() {
-        AttachMode::Multi => "uprobe_multi links",
-        AttachMode::PerPoint => "one uprobe per function",
-    };
-    for path in paths {
-        let reads = Library::from_path(&path.to_string_lossy())
-            .map(Library::fn_reads)
-            .unwrap_or_default();
-        let lib = tracer.attach_mpi_library(&path, &reads)?;
-        if cli.verbose {
-            eprintln!(
-                "lbf-trace: probing {} functions in {} (slot {}, {}){}",
-                lib.probed.len(),
-                lib.path.display(),
-                lib.slot,
-                how,
-                if lib.missing.is_empty() {
-                    String::new()
-                } else {
-                    format!("; not defined there: {}", lib.missing.join(", "))
-                }
-            );
-        }
+fn mpi_libraries(cli: &Cli) -> Result<Vec<PathBuf>> {
+    if !cli.mpi_libs.is_empty() {
+        return Ok(cli.mpi_libs.clone());
     }
-    Ok(())
+    if cli.command.is_empty() {
+        return libraries_of(&cli.pids);
+    }
+    let installed = probe::installed_mpi_libraries()?;
+    if installed.is_empty() {
+        bail!(
+            "--source mpi, but no MPI library found (ldconfig -p lists no libmpi.so / \
+             libmpich.so): give one with --mpi-lib, or trace by --source sockets or pvm"
+        );
+    }
+    Ok(installed)
 }
 
 /// The MPI libraries mapped by `pids`; an error if none has one.

@@ -5,16 +5,12 @@
 use super::node::Chunk;
 use super::wire::{BatchBuilder, BATCH_EVENTS};
 use crate::capture::ids;
-use crate::capture::mpi::inspect::ProcFs;
-use crate::capture::mpi::{Capture, Library};
-use crate::capture::pvm::{self as pvm_capture, PvmCapture};
 use crate::capture::select::Source;
-use crate::capture::sockets::channels::{EndClosed, StreamOp};
-use crate::capture::sockets::{resolve::ProcResolver, syscall, SocketCapture};
 use crate::capture::EventSink;
 use crate::event::{Event, ProcId, ProcInfo};
-use crate::probe::{self, pvm::ProbedPvmLibrary, InitWatch, Tracer, TracerOptions};
-use crate::record::CaptureSink;
+use crate::probe::{self, InitWatch, Tracer};
+use crate::record::{Recorder, Scope};
+use crate::stream::{EndClosed, StreamOp};
 use crate::trace::{synthetic, TraceReader};
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeSet;
@@ -236,7 +232,7 @@ impl Selection {
 
 /// A live capture with its probes attached, ready to run on the source thread.
 pub struct Live {
-    tracer: Tracer,
+    recorder: Recorder,
     source: Source,
     procs: BTreeSet<ProcId>,
     host: String,
@@ -261,39 +257,18 @@ impl Live {
     ) -> Result<Live> {
         // Probes first, then the wait: a process found by the selection is traced within
         // milliseconds, before its first MPI call (loading takes most of a second).
-        let mut tracer = Tracer::load(&TracerOptions { ringbuf_bytes })?;
-        match source {
-            Source::Pvm => {
-                let probed = tracer
-                    .attach_pvm_libraries(&pvm_capture::fn_reads(), pvm_capture::RECEIVE_BUFFER)?;
-                warn_without_receive_buffer(&probed);
-            }
-            Source::Sockets => tracer.record_syscalls(&syscall::traced())?,
-            Source::Mpi => {}
-        }
-        let mut attached = BTreeSet::new();
-        let mut attach = |tracer: &mut Tracer, libs: Vec<PathBuf>| -> Result<()> {
-            for lib in libs {
-                if attached.insert(lib.clone()) {
-                    // The memory reads the library's ABI needs (statuses, request arrays, ...).
-                    let reads = Library::from_path(&lib.to_string_lossy())
-                        .map(Library::fn_reads)
-                        .unwrap_or_default();
-                    tracer.attach_mpi_library(&lib, &reads)?;
-                }
-            }
-            Ok(())
+        let scope = Scope::Node {
+            procs: procs.clone(),
         };
+        let mut recorder = Recorder::load(source, ringbuf_bytes, &scope, "lbf-node", false)?;
         if source == Source::Mpi {
-            attach(
-                &mut tracer,
-                if mpi_libs.is_empty() {
-                    probe::installed_mpi_libraries()?
-                } else {
-                    mpi_libs.to_vec()
-                },
-            )?;
+            recorder.attach_mpi(if mpi_libs.is_empty() {
+                probe::installed_mpi_libraries()?
+            } else {
+                mpi_libs.to_vec()
+            })?;
         }
+        let tracer = recorder.tracer();
         // Processes that start the named program later are traced from their exec on.
         if let Selection::Comm(name) = selection {
             tracer.adopt_comm(name)?;
@@ -316,18 +291,15 @@ impl Live {
         // An MPI library of the selected processes not installed where lbf looks.
         if source == Source::Mpi && mpi_libs.is_empty() {
             for &pid in &pids {
-                attach(
-                    &mut tracer,
-                    probe::mpi_libraries_mapped_by(pid).unwrap_or_default(),
-                )?;
+                recorder.attach_mpi(probe::mpi_libraries_mapped_by(pid).unwrap_or_default())?;
             }
         }
-        if source == Source::Mpi && attached.is_empty() {
+        if source == Source::Mpi && !recorder.probes_mpi() {
             bail!("no MPI library found to probe; name one with --mpi-lib");
         }
         let host = super::node::host_facts().hostname;
         Ok(Live {
-            tracer,
+            recorder,
             source,
             procs,
             host,
@@ -340,7 +312,7 @@ impl Live {
     /// `node` is the node's name, which makes the ids of messages a socket capture
     /// matched here unique in the job.
     pub fn run(mut self, node: &str, stop: &AtomicBool, tx: mpsc::Sender<Chunk>) -> Result<()> {
-        let mut reader = self.tracer.records()?;
+        let mut reader = self.recorder.tracer().records()?;
         // PVM and socket captures number their processes themselves; a socket capture also
         // numbers the messages it matched here (PVM's ids are the same on every host).
         let numbered_here = self.source != Source::Mpi;
@@ -351,36 +323,10 @@ impl Live {
             procs: self.procs,
             foreign: 0,
         };
-        // An MPI rank is inspected when it enters MPI_Init, however far behind the reader is.
-        let procfs = ProcFs::new();
-        let init_watch = (self.source == Source::Mpi)
-            .then(|| self.tracer.watch_inits(procfs.prefetcher()))
-            .transpose()?;
-        let mut sink = match self.source {
-            // This host's ranks: messages from other hosts resolve without their send, with
-            // the ids the other hosts' nodes give them.
-            Source::Mpi => CaptureSink::new(
-                Capture::new(Box::new(procfs), self.host.clone()).only_ranks(filter.procs.clone()),
-                filter,
-            ),
-            // As many tasks as --procs lists: their events stream once they have all sent or
-            // received, and a task beyond them is left out (counted as lost).
-            // Messages from and to other hosts' tasks keep the ids their nodes give them.
-            Source::Pvm => CaptureSink::new(
-                PvmCapture::new(self.host.clone())
-                    .expecting(Some(filter.procs.len()))
-                    .across_hosts(),
-                filter,
-            ),
-            // Likewise; TCP connections that may join hosts are matched by the builder, with
-            // what the other end's node reports.
-            Source::Sockets => CaptureSink::new(
-                SocketCapture::new(Box::new(ProcResolver::new()), self.host.clone())
-                    .expecting(Some(filter.procs.len()))
-                    .matching_between_hosts(),
-                filter,
-            ),
+        let scope = Scope::Node {
+            procs: filter.procs.clone(),
         };
+        let (mut sink, init_watch) = self.recorder.capture(self.host.clone(), scope, filter)?;
         let selection = self.selection.clone();
         let mut adopt = |tracer: &mut Tracer| -> Result<()> {
             // A PID of the list that ended may be another process's by now: not adopted. A
@@ -398,7 +344,13 @@ impl Live {
             }
             Ok(())
         };
-        crate::record::run_adopting(&mut self.tracer, &mut reader, &mut sink, stop, &mut adopt)?;
+        crate::record::run_adopting(
+            self.recorder.tracer(),
+            &mut reader,
+            &mut sink,
+            stop,
+            &mut adopt,
+        )?;
         if let Some(Err(e)) = init_watch.map(InitWatch::finish) {
             eprintln!("lbf-node: warning: {e:#}");
         }
@@ -415,21 +367,6 @@ impl Live {
             );
         }
         Ok(())
-    }
-}
-
-/// Warns if the PVM task library has no GOT slot for its receive buffer: then a receive is
-/// named only by a queued send of this host, and messages from other hosts stay unmatched.
-fn warn_without_receive_buffer(probed: &[ProbedPvmLibrary]) {
-    for lib in probed {
-        if lib.missing.contains(&pvm_capture::RECEIVE_BUFFER) {
-            eprintln!(
-                "lbf-node: warning: {} has no GOT slot for `{}`: receives of messages from \
-                 other hosts cannot be matched",
-                lib.path.display(),
-                pvm_capture::RECEIVE_BUFFER
-            );
-        }
     }
 }
 

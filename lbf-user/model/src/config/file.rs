@@ -193,7 +193,7 @@ mod tests {
     #[test]
     fn placement_errors_name_the_process() {
         let e = err("[[node]]\nprocs = [0]\n", 3);
-        assert!(e.contains("process(es) 1, 2 are on no node"), "{e}");
+        assert!(e.contains("processes 1, 2 are on no node"), "{e}");
         let e = err("[[node]]\nprocs = [0, 1]\n[[node]]\nprocs = [1]\n", 2);
         assert!(e.contains("process 1 is on node 0 and on node 1"), "{e}");
         let e = err("[[node]]\nprocs = [0, 5]\n", 1);
@@ -232,7 +232,7 @@ mod tests {
         assert_eq!(load_target(&path, 2).unwrap().name, "pair");
         let e = load_target(&path, 3).unwrap_err().to_string();
         assert!(
-            e.starts_with(&path.display().to_string()) && e.contains("process(es) 2"),
+            e.starts_with(&path.display().to_string()) && e.contains("process 2 is on no node"),
             "{e}"
         );
         let missing = load_target(&dir.join("absent.toml"), 1)

@@ -15,7 +15,7 @@ pub use file::{load_target, parse_target, procs_placed};
 pub use presets::{preset, NetworkPreset, PRESETS};
 pub use short::{short_form, Layout, ShortForm};
 
-use crate::target::{PlacementError, Target};
+use crate::target::Target;
 use std::fmt;
 
 /// Why a target could not be built, and from what (a file path, or the command line option).
@@ -45,33 +45,10 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// Checks what the engine relies on ([`Target::placement`]), worded for a person editing a
-/// target file or a command line: the message names the culprit and what to do.
+/// target file or a command line.
 fn validate(target: &Target, num_procs: usize) -> Result<(), String> {
-    target.placement(num_procs).map(drop).map_err(|e| match e {
-        PlacementError::Spin(spin) => format!(
-            "spin is {spin}; it must be between 0 (waiting uses no CPU) and 1 (waiting polls \
-             as hard as computing)"
-        ),
-        PlacementError::NoCores { node } => format!("node {node} has 0 cores; give it at least 1"),
-        PlacementError::Speed { node, speed } => {
-            format!("node {node} has speed {speed}; it must be positive")
-        }
-        PlacementError::UnknownProcess { node, proc } => format!(
-            "node {node} lists process {proc}, but the trace has only {num_procs} processes \
-             (ids 0 to {})",
-            num_procs.saturating_sub(1)
-        ),
-        PlacementError::TwoNodes {
-            proc,
-            first,
-            second,
-        } => format!("process {proc} is on node {first} and on node {second}; put it on one"),
-        PlacementError::Homeless(procs) => {
-            let ids: Vec<String> = procs.iter().map(u32::to_string).collect();
-            format!(
-                "process(es) {} are on no node; add them to a node's procs",
-                ids.join(", ")
-            )
-        }
-    })
+    target
+        .placement(num_procs)
+        .map(drop)
+        .map_err(|e| e.to_string())
 }

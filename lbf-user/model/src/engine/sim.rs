@@ -36,7 +36,7 @@ use super::streams::{Queued, Streams};
 use super::time::TimeKey;
 use super::{EngineError, Prediction, Progress, ScheduleSink};
 use crate::event::{CollId, EventKind, MsgId, ProcId};
-use crate::target::{PlacementError, Target};
+use crate::target::Target;
 
 /// Results inside the simulation: the error is boxed so that the hot paths move a pointer,
 /// not the whole error.
@@ -141,24 +141,9 @@ impl Sim {
             target: target.name.clone(),
             reason,
         };
-        let node_of = target.placement(num_procs).map_err(|e| {
-            bad(match e {
-                PlacementError::Spin(spin) => format!("spin is {spin}; it must be between 0 and 1"),
-                PlacementError::NoCores { node } => format!("node {node} has no cores"),
-                PlacementError::Speed { node, speed } => {
-                    format!("node {node} has speed {speed}, not a positive number")
-                }
-                PlacementError::UnknownProcess { node, proc } => format!(
-                    "node {node} lists process {proc}, but the trace has {num_procs} processes"
-                ),
-                PlacementError::TwoNodes {
-                    proc,
-                    first,
-                    second,
-                } => format!("process {proc} is on node {first} and on node {second}"),
-                PlacementError::Homeless(procs) => format!("process {} is on no node", procs[0]),
-            })
-        })?;
+        let node_of = target
+            .placement(num_procs)
+            .map_err(|e| bad(e.to_string()))?;
         let nodes: Vec<NodeState> = target.nodes.iter().map(NodeState::new).collect();
         let mut procs: Vec<Proc> = node_of
             .iter()

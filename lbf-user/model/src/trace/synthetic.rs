@@ -51,7 +51,7 @@ pub fn events(config: Config) -> Synthetic {
     );
     Synthetic {
         config,
-        rng: SplitMix64(config.seed),
+        rng: SplitMix64::new(config.seed),
         phase: Phase::Exit,
         next_proc: config.procs,
         next_msg: 0,
@@ -252,11 +252,19 @@ impl Synthetic {
     }
 }
 
-/// The SplitMix64 generator: tiny, fast, and good enough to vary a benchmark's workload.
-struct SplitMix64(u64);
+/// The SplitMix64 generator: tiny, fast, and good enough to vary a benchmark's workload or a
+/// test's cases (`cargo xtask engine-diff` draws its random traces with it too).
+#[derive(Clone, Debug)]
+pub struct SplitMix64(u64);
 
 impl SplitMix64 {
-    fn next(&mut self) -> u64 {
+    /// A generator started at `seed`: the same seed gives the same numbers.
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    /// The next number.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -264,8 +272,28 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
-    /// A number in `0..bound`.
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
+    /// A number in `0..bound` (`bound` > 0).
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next_u64() % bound
+    }
+
+    /// A number in `0..bound` as an index.
+    pub fn index(&mut self, bound: usize) -> usize {
+        self.below(bound as u64) as usize
+    }
+
+    /// True with probability `percent` / 100.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    /// A float in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// One of `items` (not empty).
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.index(items.len())]
     }
 }

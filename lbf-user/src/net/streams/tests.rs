@@ -127,19 +127,7 @@ fn canonical(events: &[Event]) -> Vec<Vec<(u64, EventKind)>> {
                 let next = ids.len() as u64 + 1;
                 *ids.entry(m).or_insert(next)
             };
-            let kind = match e.kind {
-                EventKind::Send {
-                    msg,
-                    bytes,
-                    rendezvous,
-                } => EventKind::Send {
-                    msg: id(msg),
-                    bytes,
-                    rendezvous,
-                },
-                EventKind::RecvEnd { msg } => EventKind::RecvEnd { msg: id(msg) },
-                k => k,
-            };
+            let kind = e.kind.with_msg(&mut id);
             mine.push((e.cpu_ns, kind));
         }
         out.push(mine);

@@ -1,4 +1,4 @@
-//! The cluster path: node daemons (`lbf-node`) capture or replay their host's processes and
+//! lbf's cluster mode: node daemons (`lbf-node`) capture or replay their host's processes and
 //! stream events over TLS to one central GAG builder (`lbf-gag serve`), which matches them
 //! across hosts and runs the engine online. See `docs/cluster.md`.
 //!
@@ -9,13 +9,20 @@
 //! ```
 //!
 //! The wire format is `proto/lbf.proto` ([`lbf_proto`]); [`wire`] packs events into it.
+//!
+//! The builder needs only the model and the captures' matchers (`lbf-capture`); a node that
+//! captures live processes (`live`, `privileges`) needs the recorder and its eBPF probes,
+//! behind the feature `live`. A node that replays traces needs neither.
 
 pub mod apply;
 pub mod builder;
 pub mod framefile;
 pub mod http;
 pub mod journal;
+#[cfg(feature = "live")]
+pub mod live;
 pub mod node;
+#[cfg(feature = "live")]
 pub mod privileges;
 pub mod serve_config;
 pub mod source;

@@ -3,11 +3,11 @@
 //! the job's processes and targets, and the nodes' tokens. Relative paths are relative to the
 //! configuration file's directory.
 
-use crate::config::{load_target, preset, short_form, Layout, ShortForm};
-use crate::event::ProcInfo;
-use crate::target::Target;
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
+use lbf_model::config::{load_target, preset, short_form, Layout, ShortForm};
+use lbf_model::event::ProcInfo;
+use lbf_model::target::Target;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

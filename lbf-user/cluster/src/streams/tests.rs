@@ -4,13 +4,13 @@
 //! the ends are known done.
 
 use super::*;
-use crate::capture::sockets::channels::StreamOp;
-use crate::capture::sockets::test_support::{call, ends, exit, short_connections_between, Table};
-use crate::capture::sockets::SocketCapture;
-use crate::capture::{EventLog, EventSink};
-use crate::event::{EventKind, ProcInfo};
+use lbf_capture::sockets::channels::StreamOp;
+use lbf_capture::sockets::test_support::{call, ends, exit, short_connections_between, Table};
+use lbf_capture::sockets::SocketCapture;
+use lbf_capture::{EventLog, EventSink};
 use lbf_common::syscalls::nr;
 use lbf_common::Record;
+use lbf_model::event::{EventKind, ProcInfo};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 

@@ -169,7 +169,7 @@ fn with_path(e: io::Error, path: &Path) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::framefile::tests::tempdir;
+    use crate::framefile::tests::tempdir;
 
     fn batch(seq: u64) -> Vec<u8> {
         frame(&NodeFrame {

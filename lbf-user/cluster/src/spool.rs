@@ -165,7 +165,7 @@ impl Spool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::framefile::tests::tempdir;
+    use crate::framefile::tests::tempdir;
 
     #[test]
     fn frames_come_back_until_acknowledged_and_space_is_freed() {

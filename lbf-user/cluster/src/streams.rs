@@ -26,12 +26,12 @@
 //! stops a node a starved process here waits for; [`StreamMatcher::view`] tells what is held.
 
 use super::wire::NodeEvent;
-use crate::capture::ids;
-use crate::capture::sockets::channels::{
+use lbf_capture::ids;
+use lbf_capture::sockets::channels::{
     Channels, Direction, EndClosed, Endpoint, Outcome, Role, StreamOp,
 };
-use crate::capture::timeline::{Item, Timeline};
-use crate::event::{Event, ProcId};
+use lbf_capture::timeline::{Item, Timeline};
+use lbf_model::event::{Event, ProcId};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;

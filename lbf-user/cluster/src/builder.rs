@@ -13,9 +13,9 @@ use super::serve_config::{check_node_name, ServeConfig};
 use super::status::Status;
 use super::tls;
 use super::wire::{decode_batch, read_frame, read_message, write_message};
-use crate::event::ProcId;
-use crate::trace::Header;
 use anyhow::{Context, Result};
+use lbf_model::event::ProcId;
+use lbf_model::trace::Header;
 use lbf_proto::prost::Message;
 use lbf_proto::{
     builder_frame, node_frame, Ack, BuilderFrame, Hello, Hold, NodeFrame, Refusal, Results,

@@ -6,13 +6,13 @@
 use super::status::{Gate, Status};
 use super::streams::StreamMatcher;
 use super::wire::NodeEvent;
-use crate::capture::sockets::channels::EndClosed;
-use crate::engine::{Engine, Prediction};
-use crate::event::EventKind;
-use crate::report::{add_teardown, table};
-use crate::target::Target;
-use crate::trace::{Header, Summary, TraceWriter};
 use anyhow::{Context, Result};
+use lbf_capture::sockets::channels::EndClosed;
+use lbf_model::engine::{Engine, Prediction};
+use lbf_model::event::EventKind;
+use lbf_model::report::{add_teardown, table};
+use lbf_model::target::Target;
+use lbf_model::trace::{Header, Summary, TraceWriter};
 use lbf_proto::{End, Hello};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::File;
@@ -388,8 +388,8 @@ fn addresses(raw: &[Vec<u8>]) -> Vec<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{Event, ProcInfo};
-    use crate::target::{Network, Node};
+    use lbf_model::event::{Event, ProcInfo};
+    use lbf_model::target::{Network, Node};
     use lbf_proto::Proc;
     use std::time::Instant;
 

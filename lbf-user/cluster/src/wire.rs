@@ -7,8 +7,8 @@
 //! Frames longer than [`MAX_FRAME_BYTES`] are refused before anything is allocated, so a
 //! peer sending garbage costs nothing.
 
-use crate::capture::sockets::channels::{Direction, EndClosed, Endpoint, Role, StreamOp};
-use crate::event::{CollOp, Event, EventKind, ProcId};
+use lbf_capture::sockets::channels::{Direction, EndClosed, Endpoint, Role, StreamOp};
+use lbf_model::event::{CollOp, Event, EventKind, ProcId};
 use lbf_proto::prost::Message;
 use lbf_proto::{Batch, Closed, Conn};
 use std::collections::HashMap;

@@ -3,7 +3,7 @@
 //! (`/results`, `/nodes`, the final report) and as Prometheus text (`/metrics`).
 
 use super::streams::StreamView;
-use crate::engine::{Prediction, Progress};
+use lbf_model::engine::{Prediction, Progress};
 use lbf_proto::Hello;
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -1,0 +1,199 @@
+//! Where a node's events come from: a live capture of local processes (the probe and capture
+//! layers, as `lbf-trace` uses them), or the replay of some processes of a trace file or of a
+//! generated synthetic trace (tests, benchmarks, demos). Both hand the same [`Chunk`]s to [`super::node::run`].
+
+use super::node::Chunk;
+use super::wire::{BatchBuilder, BATCH_EVENTS};
+use anyhow::{bail, Context, Result};
+use lbf_model::event::{Event, ProcId, ProcInfo};
+#[cfg(feature = "live")]
+use lbf_model::stream::{EndClosed, StreamOp};
+use lbf_model::trace::{synthetic, TraceReader};
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Packs events into batches and hands full ones to the node, waiting when it is busy.
+pub(crate) struct Batcher {
+    builder: BatchBuilder,
+    tx: mpsc::Sender<Chunk>,
+    /// When the oldest event of the batch being filled arrived.
+    since: Instant,
+    /// Set once the node has gone (it failed): the source then stops.
+    closed: bool,
+}
+
+impl Batcher {
+    pub(crate) fn new(tx: mpsc::Sender<Chunk>) -> Self {
+        Batcher {
+            builder: BatchBuilder::default(),
+            tx,
+            since: Instant::now(),
+            closed: false,
+        }
+    }
+
+    pub(crate) fn push(&mut self, event: &Event) {
+        self.started_batch();
+        self.builder.push(event);
+        self.flush_if_full();
+    }
+
+    /// Packs a send or receive on a connection between hosts.
+    #[cfg(feature = "live")]
+    pub(crate) fn push_stream(&mut self, proc: ProcId, cpu_ns: u64, op: &StreamOp) {
+        self.started_batch();
+        self.builder.push_stream(proc, cpu_ns, op);
+        self.flush_if_full();
+    }
+
+    /// Packs the close of an end of a connection between hosts.
+    #[cfg(feature = "live")]
+    pub(crate) fn push_closed(&mut self, end: &EndClosed) {
+        self.started_batch();
+        self.builder.push_closed(end);
+    }
+
+    /// Notes when a batch's first item arrived.
+    fn started_batch(&mut self) {
+        if self.builder.is_empty() {
+            self.since = Instant::now();
+        }
+    }
+
+    fn flush_if_full(&mut self) {
+        if self.builder.len() >= BATCH_EVENTS {
+            self.flush();
+        }
+    }
+
+    /// Hands over the partial batch once it is a tenth of a second old, so that the builder
+    /// is never far behind a slow stream.
+    #[cfg(feature = "live")]
+    pub(crate) fn flush_if_old(&mut self) {
+        if self.since.elapsed() > Duration::from_millis(100) {
+            self.flush();
+        }
+    }
+
+    /// Hands over the partial batch.
+    fn flush(&mut self) {
+        if !self.builder.is_empty() && !self.closed {
+            self.closed = self
+                .tx
+                .blocking_send(Chunk::Events(Box::new(self.builder.take())))
+                .is_err();
+        }
+    }
+
+    /// Tells the node when the run started, on the wall clock.
+    #[cfg(feature = "live")]
+    pub(crate) fn origin(&mut self, run_start_unix_ns: u64) {
+        if !self.closed {
+            let chunk = Chunk::Origin { run_start_unix_ns };
+            self.closed = self.tx.blocking_send(chunk).is_err();
+        }
+    }
+
+    /// Tells the node when process `proc` started.
+    #[cfg(feature = "live")]
+    pub(crate) fn started(&mut self, proc: ProcId, start_ns: u64) {
+        if !self.closed {
+            let chunk = Chunk::Started { proc, start_ns };
+            self.closed = self.tx.blocking_send(chunk).is_err();
+        }
+    }
+
+    /// Hands over what is left, then the end.
+    pub(crate) fn end(mut self, measured_seconds: f64, teardown_seconds: f64, lost_events: u64) {
+        self.flush();
+        let _ = self.tx.blocking_send(Chunk::End {
+            measured_seconds,
+            teardown_seconds,
+            lost_events,
+        });
+    }
+}
+
+/// The processes `ids` of the trace at `path`, as the trace's header names them.
+pub fn replay_procs(path: &Path, ids: &BTreeSet<ProcId>) -> Result<Vec<ProcInfo>> {
+    let reader = TraceReader::open(path).with_context(|| path.display().to_string())?;
+    let procs = &reader.header().procs;
+    if let Some(id) = ids.iter().find(|&&id| id as usize >= procs.len()) {
+        bail!(
+            "{}: the trace has {} processes (ids 0 to {}); there is no process {id}",
+            path.display(),
+            procs.len(),
+            procs.len().saturating_sub(1)
+        );
+    }
+    Ok(ids.iter().map(|&id| procs[id as usize].clone()).collect())
+}
+
+/// Streams the events of processes `ids` from the trace at `path`, at most `rate` events
+/// per second if given; the end carries the trace's measured seconds.
+pub fn replay(
+    path: &Path,
+    ids: &BTreeSet<ProcId>,
+    rate: Option<f64>,
+    tx: mpsc::Sender<Chunk>,
+) -> Result<()> {
+    let mut reader = TraceReader::open(path).with_context(|| path.display().to_string())?;
+    let events = std::iter::from_fn(|| reader.next_event().transpose());
+    let events = events.map(|e| {
+        e.map(|e| e.event)
+            .with_context(|| path.display().to_string())
+    });
+    let mut out = Batcher::new(tx);
+    if stream(events, ids, rate, &mut out)? {
+        let measured = reader.summary().map_or(0.0, |s| s.measured_seconds);
+        out.end(measured, 0.0, 0);
+    }
+    Ok(())
+}
+
+/// Streams the events of processes `ids` of the synthetic trace `config` describes (see
+/// [`synthetic`](mod@lbf_model::trace::synthetic)), generated on the fly: the benchmark's source, no file needed.
+pub fn synthetic(
+    config: synthetic::Config,
+    ids: &BTreeSet<ProcId>,
+    rate: Option<f64>,
+    tx: mpsc::Sender<Chunk>,
+) -> Result<()> {
+    let mut out = Batcher::new(tx);
+    if stream(synthetic::events(config).map(Ok), ids, rate, &mut out)? {
+        out.end(0.0, 0.0, 0);
+    }
+    Ok(())
+}
+
+/// Hands `out` the events of processes `ids`, paced to `rate` events per second if given.
+/// False if the node went away before the end.
+fn stream(
+    events: impl Iterator<Item = Result<Event>>,
+    ids: &BTreeSet<ProcId>,
+    rate: Option<f64>,
+    out: &mut Batcher,
+) -> Result<bool> {
+    let start = Instant::now();
+    let mut sent = 0u64;
+    for event in events {
+        let event = event?;
+        if !ids.contains(&event.proc) {
+            continue;
+        }
+        out.push(&event);
+        sent += 1;
+        if let Some(rate) = rate.filter(|_| sent.is_multiple_of(256)) {
+            let due = Duration::from_secs_f64(sent as f64 / rate);
+            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+        if out.closed {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}

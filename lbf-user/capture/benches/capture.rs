@@ -1,4 +1,4 @@
-//! Criterion benchmark of the MPI capture (`lbf::capture::mpi::Capture`): raw records of a two-rank
+//! Criterion benchmark of the MPI capture (`lbf_capture::mpi::Capture`): raw records of a two-rank
 //! MPICH ping-pong (blocking `MPI_Send` and `MPI_Recv` with statuses) turned into matched
 //! events, as `lbf-trace` does for every record it reads. On a node whose cores the ranks keep
 //! busy, this is CPU taken from them: on `ring 20000 0` (2 ranks, 2 cores) the capture's work
@@ -6,13 +6,13 @@
 //! session 10).
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use lbf::capture::mpi::inspect::{InspectError, LaunchRank, ProcessInspector};
-use lbf::capture::mpi::library::Abi;
-use lbf::capture::mpi::mpich::{self, Mpich};
-use lbf::capture::mpi::Capture;
-use lbf::capture::EventSink;
-use lbf::event::{Event, ProcInfo};
+use lbf_capture::mpi::inspect::{InspectError, LaunchRank, ProcessInspector};
+use lbf_capture::mpi::library::Abi;
+use lbf_capture::mpi::mpich::{self, Mpich};
+use lbf_capture::mpi::Capture;
+use lbf_capture::EventSink;
 use lbf_common::{mpi, Record, RecordKind, ARG_WORDS};
+use lbf_model::event::{Event, ProcInfo};
 
 /// Round trips: each is two sends and two receives, eight records.
 const ROUND_TRIPS: u64 = 25_000;

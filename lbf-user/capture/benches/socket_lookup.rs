@@ -1,5 +1,5 @@
 //! What identifying one TCP socket costs, with `TIME_WAIT` connections on the host:
-//! `cargo bench -p lbf-user --bench socket_lookup -- [TIME_WAIT] [LOOKUPS]` (defaults 3000
+//! `cargo bench -p lbf-capture --bench socket_lookup -- [TIME_WAIT] [LOOKUPS]` (defaults 3000
 //! and 2000) makes that many loopback connections and closes them (the client first, so each
 //! stays in `TIME_WAIT` for a minute), then looks one open connection's socket up LOOKUPS
 //! times: through a copy of the descriptor (what the capture does) and through
@@ -11,8 +11,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::time::Instant;
 
-use lbf::capture::sockets::proc_net;
-use lbf::capture::sockets::resolve::{ProcResolver, SocketResolver};
+use lbf_capture::sockets::proc_net;
+use lbf_capture::sockets::resolve::{ProcResolver, SocketResolver};
 
 fn main() {
     // cargo passes `--bench`; everything else is ours.

@@ -11,7 +11,7 @@ use std::process::Command;
 
 /// Options of `cargo xtask bench`.
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Events of the long engine run (the short one has a tenth as many).
     #[arg(long, default_value_t = 10_000_000)]
     events: u64,
@@ -24,7 +24,7 @@ pub struct Args {
 type Measurement = HashMap<String, String>;
 
 /// Runs the measurements and prints a summary.
-pub fn run(args: &Args) -> Result<()> {
+pub(crate) fn run(args: &Args) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(&cargo)
         .args([

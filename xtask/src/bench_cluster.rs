@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 /// Options of `cargo xtask bench-cluster`.
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// Node daemons streaming at once.
     #[arg(long, default_value_t = 4)]
     nodes: u32,
@@ -35,7 +35,7 @@ struct Run {
 }
 
 /// Builds the binaries, runs both lengths and prints a summary.
-pub fn run(root: &Path, args: &Args) -> Result<()> {
+pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(&cargo)
         .current_dir(root)

@@ -43,7 +43,7 @@ mod bpf_stats;
 
 /// Options of `cargo xtask bench-probe`.
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// MPI_Comm_rank calls per run of the per-call loop.
     #[arg(long, default_value_t = 200_000)]
     calls: u64,
@@ -64,7 +64,7 @@ struct Tools {
 }
 
 /// Builds everything, runs the measurements and prints the results.
-pub fn run(root: &Path, args: &Args) -> Result<()> {
+pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
     if !Path::new(LIBMPICH).exists() {
         bail!("{LIBMPICH} not found: install MPICH (scripts/setup.sh)");
     }

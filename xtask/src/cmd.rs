@@ -5,7 +5,7 @@ use std::process::{Command, Output};
 
 /// Runs `cmd` (program and arguments) to completion; fails, with its output, unless it
 /// succeeded.
-pub fn run_cmd(cmd: &[String]) -> Result<Output> {
+pub(crate) fn run_cmd(cmd: &[String]) -> Result<Output> {
     let (program, args) = cmd.split_first().context("an empty command")?;
     let out = Command::new(program).args(args).output().with_context(|| {
         format!("cannot run {program} (scripts/setup.sh installs what is needed)")

@@ -26,7 +26,7 @@ use std::process::Command;
 
 /// Options of `cargo xtask engine-diff`.
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// The reference build's lbf-gag.
     #[arg(long)]
     old: PathBuf,
@@ -47,7 +47,7 @@ pub struct Args {
 }
 
 /// Runs the comparison.
-pub fn run(args: &Args) -> Result<()> {
+pub(crate) fn run(args: &Args) -> Result<()> {
     let dir = args.dir.clone().unwrap_or_else(|| {
         std::env::temp_dir().join(format!("lbf-engine-diff-{}", std::process::id()))
     });

@@ -16,7 +16,7 @@ use crate::cmd::run_cmd;
 
 /// Options of `cargo xtask validate`.
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// MPI implementations to run (openmpi, mpich).
     #[arg(long, value_delimiter = ',', default_value = "openmpi,mpich")]
     mpi: Vec<String>,
@@ -54,7 +54,7 @@ const CONFIGS: [(&str, &str, u32); 2] = [("1 core", "0", 1), ("2 cores", "0,1", 
 const SPINS: [f64; 2] = [0.0, 1.0];
 
 /// Runs every workload in both configurations and prints the errors.
-pub fn run(root: &Path, args: &Args) -> Result<()> {
+pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
         bail!("validate needs 2 CPUs (it compares a 1-core and a 2-core run)");
     }
@@ -101,7 +101,7 @@ pub fn run(root: &Path, args: &Args) -> Result<()> {
 
 /// Where the `lbf-trace` and `lbf-gag` to run are: `given` (another build's), else this
 /// build's release binaries, built first.
-pub fn bin_dir(root: &Path, given: &Option<PathBuf>) -> Result<PathBuf> {
+pub(crate) fn bin_dir(root: &Path, given: &Option<PathBuf>) -> Result<PathBuf> {
     if let Some(dir) = given {
         return Ok(dir.clone());
     }
@@ -111,7 +111,7 @@ pub fn bin_dir(root: &Path, given: &Option<PathBuf>) -> Result<PathBuf> {
 }
 
 /// Where validation runs keep their traces, targets and programs.
-pub fn output_dir(root: &Path) -> PathBuf {
+pub(crate) fn output_dir(root: &Path) -> PathBuf {
     target_dir(root).join("validate")
 }
 
@@ -123,7 +123,7 @@ fn target_dir(root: &Path) -> PathBuf {
 }
 
 /// Builds every MPI workload with `mpi`'s compiler wrapper; returns their directory.
-pub fn build_workloads(root: &Path, mpi: &str) -> Result<PathBuf> {
+pub(crate) fn build_workloads(root: &Path, mpi: &str) -> Result<PathBuf> {
     let progs = output_dir(root).join(mpi);
     run_cmd(&[
         "bash".into(),
@@ -139,7 +139,7 @@ pub fn build_workloads(root: &Path, mpi: &str) -> Result<PathBuf> {
 /// The launcher command for `np` ranks of `mpi`, inheriting the CPU set it is started in;
 /// with `tcp_on_loopback`, the ranks talk over TCP on the loopback only (Open MPI's `tcp`
 /// BTL, MPICH's UCX `tcp` transport), as `validate-nf` needs.
-pub fn launcher(mpi: &str, np: u32, tcp_on_loopback: bool) -> Result<Vec<String>> {
+pub(crate) fn launcher(mpi: &str, np: u32, tcp_on_loopback: bool) -> Result<Vec<String>> {
     // The environment and the options that make it TCP on the loopback, the launcher and its
     // options, and the flag before the rank count.
     let (tcp_env, launcher, tcp_options, np_flag): (&[&str], &[&str], &[&str], &str) = match mpi {
@@ -253,7 +253,7 @@ fn report(
 
 /// The machine's load average over the last minute (`/proc/loadavg`), to tell runs on an
 /// otherwise idle machine from runs that competed with other work.
-pub fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next().map(String::from))
@@ -261,7 +261,7 @@ pub fn load_average() -> String {
 }
 
 /// The measured run time in the summary line of a trace.
-pub fn measured(trace: &Path) -> Result<f64> {
+pub(crate) fn measured(trace: &Path) -> Result<f64> {
     let text =
         std::fs::read_to_string(trace).with_context(|| format!("reading {}", trace.display()))?;
     let last = text.lines().last().unwrap_or_default();
@@ -296,7 +296,7 @@ fn untimed(trace: &Path) -> Result<f64> {
 }
 
 /// `lbf-gag predict TRACE --target TARGET --json`'s predicted seconds.
-pub fn predict(bin: &Path, trace: &Path, target: &Path) -> Result<f64> {
+pub(crate) fn predict(bin: &Path, trace: &Path, target: &Path) -> Result<f64> {
     let out = run_cmd(&[
         bin.join("lbf-gag").display().to_string(),
         "predict".into(),

@@ -24,7 +24,7 @@ use crate::validate::{
 
 /// Options of `cargo xtask validate-nf`.
 #[derive(clap::Args)]
-pub struct Args {
+pub(crate) struct Args {
     /// MPI implementations to run (openmpi, mpich).
     #[arg(long, value_delimiter = ',', default_value = "openmpi,mpich")]
     mpi: Vec<String>,
@@ -51,7 +51,7 @@ pub struct Args {
 const TABLE_SIZES: [u64; 2] = [8, 1 << 20];
 
 /// Runs the experiment for every MPI and prints one row per run.
-pub fn run(root: &Path, args: &Args) -> Result<()> {
+pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
     let bin = bin_dir(root, &args.bin_dir)?;
     let out = output_dir(root).join("nf");
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;

@@ -111,7 +111,7 @@ pub struct Summary {
     pub unmatched_recvs: u64,
     /// Things the capture could not model, with how often they happened.
     pub anomalies: BTreeMap<String, u64>,
-    /// Records the kernel side dropped (set by [`live::CaptureSink`]).
+    /// Records the kernel side dropped (set by `lbf-record`'s `CaptureSink`).
     pub lost_records: u64,
     /// Events the capture left out of the trace: those of processes that joined a socket or
     /// PVM capture after the number it expected had (see [`roster`]).

@@ -120,7 +120,7 @@ fn contains(haystack: &[u8], marker: &[u8]) -> bool {
 /// `numactl`, `env VAR=1`, `nice`, `chrt`, `time`, `timeout`, a shell's `-c` script, a shell
 /// script the command runs, read from its file: one starting with `#!`, or one named by `sh`
 /// or `bash`, a few levels deep); otherwise MPI or PVM if a word names an executable that
-/// links that library (its dynamic string table names it: see [`MARKERS`]); otherwise
+/// links that library (its dynamic string table names it: see `MARKERS`); otherwise
 /// sockets.
 pub fn for_command(argv: &[String]) -> Source {
     let mut found = Found::default();

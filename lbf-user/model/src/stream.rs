@@ -69,8 +69,8 @@ pub enum Role {
 }
 
 /// A send or a receive of `bytes` bytes on a stream direction whose other end another capture
-/// sees: handed on to where both ends meet, which matches it as [`Channels::send`] and
-/// [`Channels::recv`] do.
+/// sees: handed on to where both ends meet, which matches it as `lbf-capture`'s `Channels::send` and
+/// `Channels::recv` do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StreamOp {
     /// The direction.

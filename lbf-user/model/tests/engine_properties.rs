@@ -172,7 +172,7 @@ mod reference {
         Done,
     }
 
-    pub fn simulate(target: &Target, streams: &[Vec<Event>], starts: &[f64]) -> f64 {
+    pub(crate) fn simulate(target: &Target, streams: &[Vec<Event>], starts: &[f64]) -> f64 {
         let n = streams.len();
         let mut node_of = vec![0; n];
         for (k, node) in target.nodes.iter().enumerate() {

@@ -31,38 +31,38 @@ const WANTED: [&str; 4] = [
 ];
 
 /// Members of the [`WANTED`] structs by struct name: `(member name, byte offset)`.
-pub struct Btf {
+pub(crate) struct Btf {
     structs: HashMap<&'static str, Vec<(String, u32)>>,
 }
 
 impl Btf {
     /// The running kernel's BTF; an error naming the file if it cannot be read.
-    pub fn of_kernel() -> Result<Self> {
+    pub(crate) fn of_kernel() -> Result<Self> {
         let data =
             fs::read(VMLINUX).with_context(|| format!("reading the kernel's BTF {VMLINUX}"))?;
         Self::parse(&data).with_context(|| format!("parsing {VMLINUX}"))
     }
 
     /// Byte offset of `task_struct.pid` (a task's thread id).
-    pub fn task_pid_offset(&self) -> Result<u32> {
+    pub(crate) fn task_pid_offset(&self) -> Result<u32> {
         self.member_offset("task_struct", "pid")
     }
 
     /// Byte offset of `linux_binprm.filename` (the file an exec runs).
-    pub fn binprm_filename_offset(&self) -> Result<u32> {
+    pub(crate) fn binprm_filename_offset(&self) -> Result<u32> {
         self.member_offset("linux_binprm", "filename")
     }
 
     /// Byte offsets of `task_struct.signal` and of `signal_struct.live` (the thread group's
     /// count of threads not yet exiting).
-    pub fn signal_live_offsets(&self) -> Result<(u32, u32)> {
+    pub(crate) fn signal_live_offsets(&self) -> Result<(u32, u32)> {
         let signal = self.member_offset("task_struct", "signal")?;
         let live = self.member_offset("signal_struct", "live")?;
         Ok((signal, live))
     }
 
     /// Byte offset of `task_struct.se.sum_exec_runtime`.
-    pub fn sum_exec_runtime_offset(&self) -> Result<u32> {
+    pub(crate) fn sum_exec_runtime_offset(&self) -> Result<u32> {
         let se = self.member_offset("task_struct", "se")?;
         let sum = self.member_offset("sched_entity", "sum_exec_runtime")?;
         Ok(se + sum)

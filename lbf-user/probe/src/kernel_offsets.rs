@@ -10,7 +10,7 @@ use super::btf::Btf;
 /// kernel's BTF cannot be read (the kernel side needs it anyway) or a required field is
 /// missing; `sum_exec_runtime` and the thread group's count of live threads are optional (the
 /// kernel side has fallbacks).
-pub fn offsets() -> Result<KernelOffsets> {
+pub(crate) fn offsets() -> Result<KernelOffsets> {
     let btf = Btf::of_kernel()?;
     let (task_signal, signal_live) = btf
         .signal_live_offsets()

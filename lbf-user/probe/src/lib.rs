@@ -20,7 +20,7 @@
 //!
 //! Each thread's records come in the order it made them, but an entry record without user
 //! memory comes only at the call's return, in one ring buffer item with the exit record
-//! (`lbf_common::RecordKind::CallPair`, split by [`decode`]), still stamped as at the entry.
+//! (`lbf_common::RecordKind::CallPair`, split by the reader), still stamped as at the entry.
 
 mod baseline;
 mod btf;

@@ -73,7 +73,7 @@ impl Drop for Mapping {
 }
 
 /// The reader of one ring buffer map. Not `Sync`: one thread reads.
-pub struct RecordRing {
+pub(crate) struct RecordRing {
     /// The map (its file descriptor, polled for records).
     map: MapData,
     /// The consumer position's page (read-write).
@@ -94,7 +94,7 @@ pub struct RecordRing {
 
 /// An item [`RecordRing::scan`] found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Found {
+pub(crate) struct Found {
     /// The position of its header.
     pub pos: usize,
     /// Its bytes, after the header.
@@ -114,7 +114,7 @@ unsafe impl Send for RecordRing {}
 impl RecordRing {
     /// Maps the ring buffer `map`, of `bytes` data bytes (a power of two, a multiple of the
     /// page size, as the kernel requires of a ring buffer's size).
-    pub fn new(map: MapData, bytes: u32) -> Result<Self> {
+    pub(crate) fn new(map: MapData, bytes: u32) -> Result<Self> {
         let bytes = bytes as usize;
         let page = rustix::param::page_size();
         ensure!(
@@ -139,7 +139,7 @@ impl RecordRing {
 
     /// Calls `item` with the bytes of every item submitted and not yet read, in order, up to
     /// the first one still being written, and tells the kernel side it has read them.
-    pub fn drain(&mut self, mut item: impl FnMut(&[u8])) {
+    pub(crate) fn drain(&mut self, mut item: impl FnMut(&[u8])) {
         let mut found = Vec::new();
         self.scan(&mut found, |_| 0);
         for f in found.iter_mut().filter(|f| !f.skip) {
@@ -155,7 +155,7 @@ impl RecordRing {
     /// true if it stopped at such an item (a probe is writing it). Items discarded, or handed
     /// over ahead of the read position by an earlier [`RecordRing::consume`], are listed with
     /// `skip` set.
-    pub fn scan(&self, found: &mut Vec<Found>, stamp: impl Fn(&[u8]) -> u64) -> bool {
+    pub(crate) fn scan(&self, found: &mut Vec<Found>, stamp: impl Fn(&[u8]) -> u64) -> bool {
         let end = self.producer_pos();
         let mut pos = self.pos;
         while pos != end {
@@ -186,7 +186,7 @@ impl RecordRing {
 
     /// The bytes of an item [`RecordRing::scan`] found (and [`RecordRing::consume`] has not
     /// passed).
-    pub fn bytes(&self, item: &Found) -> &[u8] {
+    pub(crate) fn bytes(&self, item: &Found) -> &[u8] {
         // SAFETY: a submitted item of `len` bytes after its header; the data pages are mapped
         // twice in a row, so it is contiguous even where it wraps. The kernel does not reuse it
         // before the consumer position passes it.
@@ -202,7 +202,7 @@ impl RecordRing {
     /// done with, skipped or handed over, up to the first one neither; remembers the ones
     /// handed over beyond it, and tells the kernel side how far it has read. Returns the bytes
     /// passed.
-    pub fn consume(&mut self, found: &[Found]) -> u64 {
+    pub(crate) fn consume(&mut self, found: &[Found]) -> u64 {
         let start = self.pos;
         self.pos = pass(found, self.pos, &mut self.ahead);
         self.publish();

@@ -14,7 +14,7 @@ use object::{
 /// A defined dynamic function symbol: where uprobes attach to it and where it lies in the
 /// object's address space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Function {
+pub(crate) struct Function {
     /// Its offset in the file (uprobes attach at file offsets).
     pub offset: u64,
     /// Its address as the object's ELF headers give it (the load address added at run time).
@@ -22,7 +22,7 @@ pub struct Function {
 }
 
 /// The defined dynamic function symbols of `path` whose names are in `names`.
-pub fn dynamic_functions(path: &Path, names: &[&str]) -> Result<HashMap<String, Function>> {
+pub(crate) fn dynamic_functions(path: &Path, names: &[&str]) -> Result<HashMap<String, Function>> {
     let data = open(path)?;
     let file = parse(path, &data)?;
     let mut found = HashMap::new();
@@ -53,7 +53,10 @@ pub fn dynamic_functions(path: &Path, names: &[&str]) -> Result<HashMap<String, 
 }
 
 /// File offsets of the defined dynamic function symbols of `path` whose names are in `names`.
-pub fn dynamic_function_offsets(path: &Path, names: &[&str]) -> Result<HashMap<String, u64>> {
+pub(crate) fn dynamic_function_offsets(
+    path: &Path,
+    names: &[&str],
+) -> Result<HashMap<String, u64>> {
     let functions = dynamic_functions(path, names)?;
     Ok(functions
         .into_iter()
@@ -65,7 +68,7 @@ pub fn dynamic_function_offsets(path: &Path, names: &[&str]) -> Result<HashMap<S
 /// finds its data symbol `name`: the dynamic linker fills it at load time with the variable's
 /// address, wherever the variable ends up (a program referring to it gets a copy in its own
 /// data, which the library then uses). `None` if `path` has no such slot.
-pub fn got_slot(path: &Path, name: &str) -> Result<Option<u64>> {
+pub(crate) fn got_slot(path: &Path, name: &str) -> Result<Option<u64>> {
     let data = open(path)?;
     let file = parse(path, &data)?;
     let Some(relocations) = file.dynamic_relocations() else {
@@ -111,7 +114,7 @@ fn parse<'a>(
 }
 
 /// Whether `path` defines `name` as a dynamic function symbol (false if unreadable).
-pub fn defines(path: &Path, name: &str) -> bool {
+pub(crate) fn defines(path: &Path, name: &str) -> bool {
     dynamic_function_offsets(path, &[name]).is_ok_and(|m| m.contains_key(name))
 }
 

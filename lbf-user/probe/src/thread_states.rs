@@ -33,13 +33,13 @@ struct ElemAttr {
 }
 
 /// The `THREADS` map of a loaded object.
-pub struct ThreadStates<'a> {
+pub(crate) struct ThreadStates<'a> {
     map: BorrowedFd<'a>,
 }
 
 impl<'a> ThreadStates<'a> {
     /// The per-thread states in `map`, the object's `THREADS` map.
-    pub fn new(map: Option<&'a Map>) -> Result<Self> {
+    pub(crate) fn new(map: Option<&'a Map>) -> Result<Self> {
         let map = map.with_context(|| format!("map {}", maps::THREADS))?;
         // aya loads task-storage maps but has no type for them.
         if let Map::Unsupported(data) = map {
@@ -53,7 +53,7 @@ impl<'a> ThreadStates<'a> {
     }
 
     /// The state of thread `tid` of process `pid`; `None` if it has none or has ended.
-    pub fn get(&self, pid: u32, tid: u32) -> Result<Option<ThreadState>> {
+    pub(crate) fn get(&self, pid: u32, tid: u32) -> Result<Option<ThreadState>> {
         let Some(pidfd) = thread_pidfd(pid, tid)? else {
             return Ok(None);
         };
@@ -67,7 +67,7 @@ impl<'a> ThreadStates<'a> {
 
     /// Gives thread `tid` of process `pid` the state `state` unless it has one. False if it
     /// had one already (the kernel side traces it) or has ended.
-    pub fn insert_new(&self, pid: u32, tid: u32, state: &ThreadState) -> Result<bool> {
+    pub(crate) fn insert_new(&self, pid: u32, tid: u32, state: &ThreadState) -> Result<bool> {
         let Some(pidfd) = thread_pidfd(pid, tid)? else {
             return Ok(false);
         };

@@ -368,7 +368,7 @@ impl Tracer {
 
     /// The `Attach` records of the threads seeded since the last call, in the order they were
     /// seeded. A record sink must get them before any record the ring buffer holds of their
-    /// threads: [`super::run`] hands them over before each drain.
+    /// threads: `lbf-record`'s capture loop hands them over before each drain.
     pub fn take_attached(&mut self) -> Vec<Record> {
         std::mem::take(&mut self.attached)
     }

@@ -5,7 +5,7 @@
 #![allow(dead_code)] // each test crate uses its own part
 
 use lbf::trace::{synthetic, Summary, TraceWriter};
-pub use machine::Shares;
+pub(crate) use machine::Shares;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -14,10 +14,10 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 #[path = "../machine/mod.rs"]
-pub mod machine;
+pub(crate) mod machine;
 
 /// A fresh scratch directory for one test, under cargo's target tmpdir.
-pub fn scratch(test: &str) -> PathBuf {
+pub(crate) fn scratch(test: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join("cluster")
         .join(test);
@@ -28,7 +28,7 @@ pub fn scratch(test: &str) -> PathBuf {
 
 /// Writes a synthetic trace of `procs` processes and about `events` events; process `p`
 /// starts `p` milliseconds late, as if a launcher had started them one by one.
-pub fn synthetic_trace(path: &Path, procs: u32, events: u64, seed: u64) {
+pub(crate) fn synthetic_trace(path: &Path, procs: u32, events: u64, seed: u64) {
     let config = synthetic::Config {
         procs,
         events,
@@ -51,7 +51,7 @@ pub fn synthetic_trace(path: &Path, procs: u32, events: u64, seed: u64) {
 }
 
 /// A port free on 127.0.0.1 now.
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -60,14 +60,14 @@ pub fn free_port() -> u16 {
 }
 
 /// A child process killed when dropped.
-pub struct Daemon {
+pub(crate) struct Daemon {
     pub child: Child,
     pub name: String,
 }
 
 impl Daemon {
     /// Starts `command`, its stderr to `log`.
-    pub fn spawn(name: &str, mut command: Command, log: &Path) -> Daemon {
+    pub(crate) fn spawn(name: &str, mut command: Command, log: &Path) -> Daemon {
         let log = std::fs::File::create(log).unwrap();
         let child = command
             .stdout(Stdio::piped())
@@ -82,13 +82,13 @@ impl Daemon {
 
     /// Waits until this `lbf-node`'s `log` says it traces its selection (it drops
     /// capabilities then); fails at once, with the log, if the node ends before.
-    pub fn wait_attached(&mut self, log: &Path) {
+    pub(crate) fn wait_attached(&mut self, log: &Path) {
         self.wait_logged(log, "capabilities");
     }
 
     /// Waits until this daemon's `log` holds `needle`; fails at once, with the log, if the
     /// daemon ends before.
-    pub fn wait_logged(&mut self, log: &Path, needle: &str) {
+    pub(crate) fn wait_logged(&mut self, log: &Path, needle: &str) {
         let start = Instant::now();
         let text = || std::fs::read_to_string(log).unwrap_or_default();
         while !text().contains(needle) {
@@ -104,7 +104,7 @@ impl Daemon {
     }
 
     /// Waits up to `limit` for the exit; the output (stdout) and whether it succeeded.
-    pub fn wait(mut self, limit: Duration) -> (bool, String) {
+    pub(crate) fn wait(mut self, limit: Duration) -> (bool, String) {
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -127,7 +127,7 @@ impl Daemon {
     }
 
     /// Kills it (SIGKILL) and reaps it.
-    pub fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -141,7 +141,7 @@ impl Drop for Daemon {
 }
 
 /// A builder's files and addresses.
-pub struct BuilderSetup {
+pub(crate) struct BuilderSetup {
     /// The namespace the builder runs in, if any.
     pub netns: Option<String>,
     pub dir: PathBuf,
@@ -153,7 +153,7 @@ pub struct BuilderSetup {
 
 /// Writes a certificate for `names` and a configuration for a job of `procs` processes with
 /// the target files `targets` (name, TOML) and nodes `tokens` (name, token).
-pub fn builder_setup(
+pub(crate) fn builder_setup(
     dir: &Path,
     listen: &str,
     names: &[&str],
@@ -202,7 +202,7 @@ pub fn builder_setup(
 impl BuilderSetup {
     /// `lbf-gag serve --exit-when-done`, in the setup's network namespace if any; returns
     /// once it serves.
-    pub fn start(&self, log: &str) -> Daemon {
+    pub(crate) fn start(&self, log: &str) -> Daemon {
         let mut c = in_netns(self.netns.as_deref(), env!("CARGO_BIN_EXE_lbf-gag"));
         c.args(["serve", "--exit-when-done", "--config"])
             .arg(&self.config);
@@ -212,7 +212,7 @@ impl BuilderSetup {
     }
 
     /// GET `path` from the builder's HTTP endpoint.
-    pub fn get(&self, path: &str) -> Option<String> {
+    pub(crate) fn get(&self, path: &str) -> Option<String> {
         http_get_in(self.netns.as_deref(), &self.http, path)
     }
 
@@ -229,7 +229,7 @@ impl BuilderSetup {
     }
 
     /// Waits until the engine has consumed at least `events` events.
-    pub fn wait_events(&self, events: u64) {
+    pub(crate) fn wait_events(&self, events: u64) {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(60) {
             let done = self
@@ -246,13 +246,13 @@ impl BuilderSetup {
     }
 
     /// The final report (JSON).
-    pub fn report(&self) -> Value {
+    pub(crate) fn report(&self) -> Value {
         serde_json::from_str(&std::fs::read_to_string(self.dir.join("report.json")).unwrap())
             .unwrap()
     }
 
     /// The merged trace's path.
-    pub fn merged(&self) -> PathBuf {
+    pub(crate) fn merged(&self) -> PathBuf {
         self.dir.join("merged.trace.jsonl")
     }
 }
@@ -260,7 +260,7 @@ impl BuilderSetup {
 /// A command for `program`, run inside network namespace `netns` if given, through `nsenter`,
 /// which changes only the network namespace (`ip netns exec` also mounts a sysfs of the
 /// namespace's own).
-pub fn in_netns(netns: Option<&str>, program: &str) -> Command {
+pub(crate) fn in_netns(netns: Option<&str>, program: &str) -> Command {
     match netns {
         Some(ns) => {
             let mut c = Command::new("nsenter");
@@ -273,7 +273,7 @@ pub fn in_netns(netns: Option<&str>, program: &str) -> Command {
 
 /// An `lbf-node` replaying `procs` of `trace` to the builder of `setup`, in network
 /// namespace `netns` if given.
-pub fn replay_node(
+pub(crate) fn replay_node(
     netns: Option<&str>,
     setup: &BuilderSetup,
     node: &str,
@@ -303,7 +303,7 @@ pub fn replay_node(
 }
 
 /// Compiles `source` (under tests/workloads) with `cc` into `dir`.
-pub fn compile(cc: &str, source: &str, dir: &Path) -> PathBuf {
+pub(crate) fn compile(cc: &str, source: &str, dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/workloads")
         .join(source);
@@ -326,7 +326,13 @@ pub fn compile(cc: &str, source: &str, dir: &Path) -> PathBuf {
 
 /// `lbf-node` on host `netns` streaming the processes `procs` (global ids) under live
 /// capture, with `args`: the selection (`--pid PID`, `--comm NAME`, ...) and other options.
-pub fn live_node(s: &BuilderSetup, netns: &str, name: &str, procs: &str, args: &[&str]) -> Command {
+pub(crate) fn live_node(
+    s: &BuilderSetup,
+    netns: &str,
+    name: &str,
+    procs: &str,
+    args: &[&str],
+) -> Command {
     let mut node = in_netns(Some(netns), env!("CARGO_BIN_EXE_lbf-node"));
     node.env("LBF_NODE_TOKEN", format!("token-{name}"))
         .args(["--builder", &s.listen, "--node", name, "--procs", procs])
@@ -339,7 +345,7 @@ pub fn live_node(s: &BuilderSetup, netns: &str, name: &str, procs: &str, args: &
 }
 
 /// GET `path` from `addr` (HTTP/1.0); the body, or `None` if nothing answers.
-pub fn http_get(addr: &str, path: &str) -> Option<String> {
+pub(crate) fn http_get(addr: &str, path: &str) -> Option<String> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").ok()?;
@@ -351,7 +357,7 @@ pub fn http_get(addr: &str, path: &str) -> Option<String> {
 
 /// `lbf-gag predict --json` on `trace` with the target files in `dir`: predicted seconds
 /// per target name.
-pub fn predict(trace: &Path, dir: &Path, targets: &[&str]) -> Vec<(String, f64)> {
+pub(crate) fn predict(trace: &Path, dir: &Path, targets: &[&str]) -> Vec<(String, f64)> {
     let mut c = Command::new(env!("CARGO_BIN_EXE_lbf-gag"));
     c.args(["predict", "--json"]).arg(trace);
     for t in targets {
@@ -377,7 +383,7 @@ pub fn predict(trace: &Path, dir: &Path, targets: &[&str]) -> Vec<(String, f64)>
 }
 
 /// The predictions of a report: (target, predicted seconds).
-pub fn report_predictions(report: &Value) -> Vec<(String, f64)> {
+pub(crate) fn report_predictions(report: &Value) -> Vec<(String, f64)> {
     report["targets"]
         .as_array()
         .unwrap()
@@ -393,7 +399,7 @@ pub fn report_predictions(report: &Value) -> Vec<(String, f64)> {
 
 /// Two targets for a job of `procs` processes: all on one node, and two nodes over a slow
 /// network; they make message matching and CPU sharing both matter.
-pub fn two_targets(procs: u32) -> Vec<(&'static str, String)> {
+pub(crate) fn two_targets(procs: u32) -> Vec<(&'static str, String)> {
     let ids = |r: std::ops::Range<u32>| r.map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
     let half = procs / 2;
     vec![
@@ -415,17 +421,17 @@ pub fn two_targets(procs: u32) -> Vec<(&'static str, String)> {
 /// Three network namespaces acting as hosts: `hub` (the builder's host, with a bridge at
 /// [`Hosts::HUB_IP`]) and `n1`, `n2` (at [`Hosts::node_ip`]), each wired to the bridge by a
 /// veth pair, so every host reaches every other. Deleted on drop, even when a test fails.
-pub struct Hosts {
+pub(crate) struct Hosts {
     /// The namespaces' names: hub, n1, n2.
     pub names: [String; 3],
 }
 
 impl Hosts {
     /// The builder host's address.
-    pub const HUB_IP: &'static str = "10.231.0.1";
+    pub(crate) const HUB_IP: &'static str = "10.231.0.1";
 
     /// Creates the namespaces, unique to this process and `tag`.
-    pub fn new(tag: &str) -> Hosts {
+    pub(crate) fn new(tag: &str) -> Hosts {
         let id = std::process::id();
         let names = ["hub", "n1", "n2"].map(|h| format!("lbf-{tag}-{id}-{h}"));
         let hosts = Hosts { names };
@@ -460,13 +466,13 @@ impl Hosts {
     }
 
     /// Node host `n`'s (1 or 2) address.
-    pub fn node_ip(n: usize) -> String {
+    pub(crate) fn node_ip(n: usize) -> String {
         format!("10.231.0.{}", n + 1)
     }
 
     /// Takes node host `n`'s (1 or 2) link down (`up` false) or up again, at the hub's side:
     /// packets are silently dropped, as when a cable is pulled.
-    pub fn link(&self, n: usize, up: bool) {
+    pub(crate) fn link(&self, n: usize, up: bool) {
         let state = if up { "up" } else { "down" };
         ip(&[
             "-n",
@@ -499,7 +505,7 @@ fn ip(args: &[&str]) {
 }
 
 /// [`http_get`] from inside network namespace `netns` (a thread that enters it).
-pub fn http_get_in(netns: Option<&str>, addr: &str, path: &str) -> Option<String> {
+pub(crate) fn http_get_in(netns: Option<&str>, addr: &str, path: &str) -> Option<String> {
     let Some(ns) = netns else {
         return http_get(addr, path);
     };
@@ -519,7 +525,7 @@ pub fn http_get_in(netns: Option<&str>, addr: &str, path: &str) -> Option<String
 }
 
 /// The values of field `name` (`name=VALUE`) in the programs' `LBF-CHECK` lines in `out`.
-pub fn check_values<'a>(out: &'a str, name: &str) -> impl Iterator<Item = f64> + 'a {
+pub(crate) fn check_values<'a>(out: &'a str, name: &str) -> impl Iterator<Item = f64> + 'a {
     let prefix = format!("{name}=");
     out.lines()
         .filter(|l| l.contains("LBF-CHECK"))
@@ -531,13 +537,13 @@ pub fn check_values<'a>(out: &'a str, name: &str) -> impl Iterator<Item = f64> +
 }
 
 /// The sum of field `name` over the programs' `LBF-CHECK` lines in `out`.
-pub fn check_sum(out: &str, name: &str) -> f64 {
+pub(crate) fn check_sum(out: &str, name: &str) -> f64 {
     check_values(out, name).sum()
 }
 
 /// Asserts that the merged trace at `merged` holds every message the programs sent (their
 /// `LBF-CHECK` lines in `out` count them), each with its receive.
-pub fn assert_every_message_merged(out: &str, merged: &Path, context: &str) {
+pub(crate) fn assert_every_message_merged(out: &str, merged: &Path, context: &str) {
     let sent = check_sum(out, "sends") as usize;
     let merged = std::fs::read_to_string(merged).unwrap();
     let count = |kind: &str| merged.matches(&format!("\"k\":\"{kind}\"")).count();
@@ -551,11 +557,11 @@ pub fn assert_every_message_merged(out: &str, merged: &Path, context: &str) {
 
 /// How close a central prediction for the configuration a job ran on must come to the
 /// measured time (issue 5's acceptance criterion).
-pub const TOLERANCE: f64 = 0.10;
+pub(crate) const TOLERANCE: f64 = 0.10;
 /// Runs of a job before a prediction outside [`TOLERANCE`] fails a test: one run of the same
 /// job varies from the next (as the capture tests' `TIMING_ATTEMPTS` explains); a systematic
 /// error misses every time.
-pub const ATTEMPTS: u32 = 3;
+pub(crate) const ATTEMPTS: u32 = 3;
 
 /// Runs a job up to [`ATTEMPTS`] times (`run(attempt)` gives the measured seconds, the
 /// central prediction and who else used the machine meanwhile) until its prediction is within
@@ -564,7 +570,7 @@ pub const ATTEMPTS: u32 = 3;
 /// ([`Shares::lbf`]). A run on a machine busy with other work
 /// ([`machine::BUSY_MACHINE`]) is not the configuration predicted: it ends the test
 /// unchecked, and says so.
-pub fn predicted_within_tolerance(mut run: impl FnMut(u32) -> (f64, f64, Shares)) {
+pub(crate) fn predicted_within_tolerance(mut run: impl FnMut(u32) -> (f64, f64, Shares)) {
     let mut misses = Vec::new();
     for attempt in 1..=ATTEMPTS {
         let (measured, predicted, shares) = run(attempt);
@@ -602,7 +608,7 @@ pub fn predicted_within_tolerance(mut run: impl FnMut(u32) -> (f64, f64, Shares)
 /// Once the job has ended: waits for the live `node` (logging to `log`), then for the
 /// builder of `setup`; asserts that both succeeded and that the builder's report is complete
 /// with no event lost. Returns the report and the node's log.
-pub fn node_and_builder_done(
+pub(crate) fn node_and_builder_done(
     node: Daemon,
     log: &Path,
     builder: Daemon,

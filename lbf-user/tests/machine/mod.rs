@@ -6,10 +6,10 @@
 
 /// Share of the machine's CPU that other work may use during a run whose time is checked
 /// against a prediction, before the check is skipped (and says so).
-pub const BUSY_MACHINE: f64 = 0.10;
+pub(crate) const BUSY_MACHINE: f64 = 0.10;
 
 /// CPU seconds of this process and of its waited-for descendants.
-pub fn own_cpu_seconds() -> f64 {
+pub(crate) fn own_cpu_seconds() -> f64 {
     let usage = |who| {
         // SAFETY: getrusage fills the zeroed struct.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -21,7 +21,7 @@ pub fn own_cpu_seconds() -> f64 {
 }
 
 /// CPU seconds the machine has used since boot (all CPUs, idle and I/O wait excluded).
-pub fn machine_cpu_seconds() -> f64 {
+pub(crate) fn machine_cpu_seconds() -> f64 {
     // user nice system idle iowait irq softirq steal ...
     cpu_line_seconds()
         .iter()
@@ -33,7 +33,7 @@ pub fn machine_cpu_seconds() -> f64 {
 }
 
 /// CPU seconds the hypervisor took from this machine's CPUs (steal time, all CPUs) since boot.
-pub fn steal_seconds() -> f64 {
+pub(crate) fn steal_seconds() -> f64 {
     cpu_line_seconds().get(7).copied().unwrap_or(0.0)
 }
 
@@ -52,19 +52,19 @@ fn cpu_line_seconds() -> Vec<f64> {
 }
 
 /// The machine's cores.
-pub fn cores() -> f64 {
+pub(crate) fn cores() -> f64 {
     std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
 }
 
 /// Runs the calling thread, and what it starts from now on, at the highest priority: other
 /// work on a shared machine then barely competes with the run whose time is predicted.
-pub fn raise_priority() {
+pub(crate) fn raise_priority() {
     // SAFETY: plain setpriority on the calling thread.
     unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) };
 }
 
 /// CPU seconds process `pid` has used, with its waited-for children (0 once it is gone).
-pub fn process_cpu_seconds(pid: u32) -> f64 {
+pub(crate) fn process_cpu_seconds(pid: u32) -> f64 {
     // Fields 14-17 of the line: utime stime cutime cstime, in clock ticks.
     let ticks: f64 = stat_fields(pid)
         .unwrap_or_default()
@@ -80,12 +80,12 @@ pub fn process_cpu_seconds(pid: u32) -> f64 {
 /// The share of the machine's CPU (all cores over `wall` seconds) that went to other work:
 /// the CPU seconds the machine used (`machine`) less those the test accounts for as its own
 /// (`ours`: itself, the job, its helpers).
-pub fn others_share(machine: f64, ours: f64, wall: f64) -> f64 {
+pub(crate) fn others_share(machine: f64, ours: f64, wall: f64) -> f64 {
     (machine - ours).max(0.0) / (cores() * wall)
 }
 
 /// The machine's, this process's and some helper processes' CPU clocks at the start of a run.
-pub struct CpuWatch {
+pub(crate) struct CpuWatch {
     machine: f64,
     own: f64,
     /// lbf's daemons: (PID, CPU seconds at the start).
@@ -113,7 +113,7 @@ impl CpuWatch {
     /// shell's server, whose children are the job's processes on its host and are counted in
     /// its CPU once reaped) are running processes of the test whose CPU is not competing
     /// work.
-    pub fn start(daemons: &[u32], hosts: &[u32]) -> CpuWatch {
+    pub(crate) fn start(daemons: &[u32], hosts: &[u32]) -> CpuWatch {
         CpuWatch {
             machine: machine_cpu_seconds(),
             own: own_cpu_seconds(),
@@ -127,7 +127,7 @@ impl CpuWatch {
     /// being this process's, its waited-for descendants', the daemons' and hosts', and
     /// `unwaited` seconds of the job's processes that none of those waits for (PVM tasks are
     /// pvmd's children); and lbf's daemons' own share. Call it while they still run.
-    pub fn shares(&self, unwaited: f64) -> Shares {
+    pub(crate) fn shares(&self, unwaited: f64) -> Shares {
         let daemons = cpu_since(&self.daemons);
         let wall = self.start.elapsed().as_secs_f64();
         Shares {
@@ -143,7 +143,7 @@ impl CpuWatch {
 
 /// Who used the machine's CPU besides a job, each as a share of all its cores over the run.
 #[derive(Clone, Copy, Debug)]
-pub struct Shares {
+pub(crate) struct Shares {
     /// Work that is not the test's: a machine busier than [`BUSY_MACHINE`] did not run the
     /// configuration predicted.
     pub others: f64,
@@ -155,25 +155,25 @@ pub struct Shares {
 
 /// The fields of `/proc/PID/stat` after the command name (which may hold spaces and
 /// parentheses): state, parent, ...; `None` once the process is gone.
-pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
+pub(crate) fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, rest) = stat.rsplit_once(')')?;
     Some(rest.split_whitespace().map(String::from).collect())
 }
 
 /// Process `pid`'s parent.
-pub fn parent_of(pid: u32) -> Option<u32> {
+pub(crate) fn parent_of(pid: u32) -> Option<u32> {
     stat_fields(pid)?.get(1)?.parse().ok()
 }
 
 /// Process `pid`'s command name.
-pub fn comm(pid: u32) -> Option<String> {
+pub(crate) fn comm(pid: u32) -> Option<String> {
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
     Some(comm.trim_end().to_string())
 }
 
 /// The processes in `/proc` now.
-pub fn process_ids() -> Vec<u32> {
+pub(crate) fn process_ids() -> Vec<u32> {
     std::fs::read_dir("/proc")
         .expect("listing /proc")
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())

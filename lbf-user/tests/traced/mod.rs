@@ -24,7 +24,7 @@ use lbf::target::{Network, Node, Target};
 use lbf::trace::TraceReader;
 
 #[path = "../machine/mod.rs"]
-pub mod machine;
+pub(crate) mod machine;
 mod watchdog;
 use machine::{machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
 use watchdog::{Watchdog, RUN_LIMIT};
@@ -33,18 +33,18 @@ use watchdog::{Watchdog, RUN_LIMIT};
 static TRACING: Mutex<()> = Mutex::new(());
 
 /// Relative tolerance between the CPU a process measured and the CPU of its events.
-pub const CPU_TOLERANCE: f64 = 0.05;
+pub(crate) const CPU_TOLERANCE: f64 = 0.05;
 /// Relative tolerance between the predicted and the measured run time.
-pub const TIME_TOLERANCE: f64 = 0.10;
+pub(crate) const TIME_TOLERANCE: f64 = 0.10;
 /// Runs of one workload before a prediction outside [`TIME_TOLERANCE`] fails the test. The
 /// same untraced run varies by up to 15 % here from one run to the next (MPICH's ring, 2
 /// ranks: 0.350 to 0.406 s over 12 runs), which a prediction from one run's CPU times cannot
 /// know; a systematic error misses every time.
-pub const TIMING_ATTEMPTS: u32 = 3;
+pub(crate) const TIMING_ATTEMPTS: u32 = 3;
 
 /// Runs `attempt` (one traced run, its accounts checked, then its prediction) until its
 /// prediction is within tolerance, at most [`TIMING_ATTEMPTS`] times; panics with every miss.
-pub fn timed(mut attempt: impl FnMut() -> Result<(), String>) {
+pub(crate) fn timed(mut attempt: impl FnMut() -> Result<(), String>) {
     let mut misses = Vec::new();
     for n in 1..=TIMING_ATTEMPTS {
         match attempt() {
@@ -62,7 +62,7 @@ pub fn timed(mut attempt: impl FnMut() -> Result<(), String>) {
 }
 
 /// Whether this process may load eBPF programs; the tests skip (and say so) otherwise.
-pub fn can_trace() -> bool {
+pub(crate) fn can_trace() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
@@ -84,7 +84,7 @@ fn modified(path: &Path) -> std::time::SystemTime {
 
 /// Workload `name` of `tests/workloads/<family>` built with gcc and `libs`, rebuilt when a
 /// file of that folder is newer than the binary.
-pub fn workload(family: &str, name: &str, libs: &[&str]) -> PathBuf {
+pub(crate) fn workload(family: &str, name: &str, libs: &[&str]) -> PathBuf {
     workload_built_by("gcc", family, name, libs)
 }
 
@@ -92,7 +92,7 @@ pub fn workload(family: &str, name: &str, libs: &[&str]) -> PathBuf {
 /// `cc` with `libs`, rebuilt when a file of that folder (or the shared `work.h`) is newer than
 /// the binary. Its source is `name.c`, or for a Fortran compiler (`mpif90.openmpi`)
 /// `name.f90` or the fixed-form `name.f`.
-pub fn workload_built_by(cc: &str, family: &str, name: &str, libs: &[&str]) -> PathBuf {
+pub(crate) fn workload_built_by(cc: &str, family: &str, name: &str, libs: &[&str]) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/workloads")
         .join(family);
@@ -129,11 +129,11 @@ pub fn workload_built_by(cc: &str, family: &str, name: &str, libs: &[&str]) -> P
 
 /// One `LBF-CHECK` line: `key=value` fields.
 #[derive(Clone, Debug)]
-pub struct Check(pub HashMap<String, String>);
+pub(crate) struct Check(pub HashMap<String, String>);
 
 impl Check {
     /// Field `key` as a number.
-    pub fn num(&self, key: &str) -> u64 {
+    pub(crate) fn num(&self, key: &str) -> u64 {
         self.0
             .get(key)
             .unwrap_or_else(|| panic!("LBF-CHECK without {key}: {:?}", self.0))
@@ -143,7 +143,7 @@ impl Check {
 }
 
 /// The `LBF-CHECK` lines anywhere in `output` (PVM prefixes its workers' lines).
-pub fn parse_checks(output: &str) -> Vec<Check> {
+pub(crate) fn parse_checks(output: &str) -> Vec<Check> {
     output
         .lines()
         .filter_map(|l| l.split_once("LBF-CHECK ").map(|(_, rest)| rest))
@@ -160,7 +160,7 @@ pub fn parse_checks(output: &str) -> Vec<Check> {
 }
 
 /// What a traced run produced.
-pub struct Traced {
+pub(crate) struct Traced {
     /// The events.
     pub log: EventLog,
     /// The capture's summary.
@@ -183,7 +183,7 @@ pub struct Traced {
 
 /// Runs `command` (a shell command line) under a tracer prepared by `prepare`, feeding
 /// `sink`; returns the command's output once `finish` has turned the sink into a run.
-pub fn trace<S: RecordSink>(
+pub(crate) fn trace<S: RecordSink>(
     label: &str,
     command: &str,
     prepare: impl FnOnce(&mut Tracer),
@@ -257,14 +257,14 @@ fn run_traced<S: RecordSink>(
 
 /// An installed MPI implementation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mpi {
+pub(crate) enum Mpi {
     OpenMpi,
     Mpich,
 }
 
 impl Mpi {
     /// The name Debian's compiler wrapper and launcher carry (`mpicc.NAME`, `mpirun.NAME`).
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Mpi::OpenMpi => "openmpi",
             Mpi::Mpich => "mpich",
@@ -272,7 +272,7 @@ impl Mpi {
     }
 
     /// The shell command that runs `np` ranks of `program args` as `setup` says.
-    pub fn launch(self, np: u32, program: &str, args: &str, setup: Setup) -> String {
+    pub(crate) fn launch(self, np: u32, program: &str, args: &str, setup: Setup) -> String {
         let Setup { env, mca, cpus } = setup;
         let taskset = cpus.map_or(String::new(), |c| format!("taskset -c {c} "));
         match self {
@@ -285,7 +285,7 @@ impl Mpi {
     }
 
     /// The library.
-    pub fn library(self) -> Library {
+    pub(crate) fn library(self) -> Library {
         match self {
             Mpi::OpenMpi => Library::OpenMpi,
             Mpi::Mpich => Library::Mpich,
@@ -296,7 +296,7 @@ impl Mpi {
     /// MPICH polls flat out; Open MPI yields the CPU while it polls only when `mpirun` finds
     /// more ranks than slots (this machine's cores, whatever `taskset` allows), and polls flat
     /// out otherwise.
-    pub fn spin(self, np: u32) -> f64 {
+    pub(crate) fn spin(self, np: u32) -> f64 {
         match self {
             Mpi::OpenMpi if f64::from(np) > machine::cores() => 0.0,
             Mpi::OpenMpi | Mpi::Mpich => 1.0,
@@ -306,7 +306,7 @@ impl Mpi {
 
 /// How an MPI run is launched beyond the defaults.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Setup<'a> {
+pub(crate) struct Setup<'a> {
     /// Environment variables (`NAME=value ...`) of the launcher and the ranks.
     pub env: &'a str,
     /// Open MPI's `--mca` options.
@@ -316,7 +316,7 @@ pub struct Setup<'a> {
 }
 
 /// Probes every installed MPI library: how the MPI tests prepare a tracer.
-pub fn probe_mpi(tracer: &mut Tracer) {
+pub(crate) fn probe_mpi(tracer: &mut Tracer) {
     for path in probe::installed_mpi_libraries().expect("finding MPI libraries") {
         if let Some(lib) = Library::from_path(&path.to_string_lossy()) {
             tracer
@@ -329,7 +329,7 @@ pub fn probe_mpi(tracer: &mut Tracer) {
 /// Where [`trace_attaching`] attaches its second tracer: to the `procs` processes named
 /// `program` that the command starts, `after` the tracer from the start has had
 /// `after_records` records (the job is under way).
-pub struct Attach {
+pub(crate) struct Attach {
     /// Their command name (`/proc/PID/comm`).
     pub program: String,
     /// How many there are.
@@ -365,7 +365,7 @@ impl<S: RecordSink> RecordSink for Counted<'_, S> {
 /// until they end. Returns the run traced from its start, then the run traced from the attach
 /// (whose measured time starts at the attach; both have the programs' `LBF-CHECK` lines).
 #[allow(clippy::too_many_arguments)]
-pub fn trace_attaching<S: RecordSink, A: RecordSink>(
+pub(crate) fn trace_attaching<S: RecordSink, A: RecordSink>(
     label: &str,
     command: &str,
     prepare: impl Fn(&mut Tracer) + Sync,
@@ -466,7 +466,7 @@ fn descendants_named(root: u32, name: &str, n: usize) -> Vec<u32> {
 
 /// Tries `attempt` every 10 ms until it succeeds; after a minute, panics with what its last
 /// try said.
-pub fn wait_for<T>(mut attempt: impl FnMut() -> Result<T, String>) -> T {
+pub(crate) fn wait_for<T>(mut attempt: impl FnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match attempt() {
@@ -478,7 +478,7 @@ pub fn wait_for<T>(mut attempt: impl FnMut() -> Result<T, String>) -> T {
 }
 
 /// What a run of the `lbf-trace` binary printed and wrote.
-pub struct TraceRun {
+pub(crate) struct TraceRun {
     /// Its exit status.
     pub code: i32,
     /// Its standard output: the traced command's, then the predictions.
@@ -490,20 +490,20 @@ pub struct TraceRun {
 }
 
 /// Runs `lbf-trace -o <label>.trace.jsonl ARGS` as one traced run at a time (see [`trace`]).
-pub fn lbf_trace(label: &str, args: &[&str]) -> TraceRun {
+pub(crate) fn lbf_trace(label: &str, args: &[&str]) -> TraceRun {
     lbf_trace_during(label, args, |_| {})
 }
 
 /// [`lbf_trace`], calling `during` with lbf-trace's process id once it runs; lbf-trace's
 /// output goes to files meanwhile, so that `during` may stop it for a while.
-pub fn lbf_trace_during(label: &str, args: &[&str], during: impl FnOnce(u32)) -> TraceRun {
+pub(crate) fn lbf_trace_during(label: &str, args: &[&str], during: impl FnOnce(u32)) -> TraceRun {
     let trace = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{label}.trace.jsonl"));
     run_lbf_trace(Some(trace), args, during)
 }
 
 /// Runs `lbf-trace ARGS` asked for neither a trace nor predictions, as one traced run at a
 /// time (see [`trace`]).
-pub fn lbf_trace_without_outputs(args: &[&str]) -> TraceRun {
+pub(crate) fn lbf_trace_without_outputs(args: &[&str]) -> TraceRun {
     run_lbf_trace(None, args, |_| {})
 }
 
@@ -538,7 +538,7 @@ fn run_lbf_trace(trace: Option<PathBuf>, args: &[&str], during: impl FnOnce(u32)
 
 /// The `capture:` reports of `lbf-trace --interval` in `stderr`: events handed out and
 /// events held at each.
-pub fn capture_reports(stderr: &str) -> Vec<(u64, u64)> {
+pub(crate) fn capture_reports(stderr: &str) -> Vec<(u64, u64)> {
     stderr
         .lines()
         .filter_map(|l| l.strip_prefix("lbf-trace: capture: "))
@@ -554,7 +554,7 @@ pub fn capture_reports(stderr: &str) -> Vec<(u64, u64)> {
 
 /// What a socket capture kept at one `lbf-trace --interval` report.
 #[derive(Clone, Copy, Debug)]
-pub struct KeptReport {
+pub(crate) struct KeptReport {
     /// Events handed out so far.
     pub handed: u64,
     /// Channels with matching state.
@@ -566,7 +566,7 @@ pub struct KeptReport {
 }
 
 /// The socket capture's `kept:` counts in the `capture:` reports of `lbf-trace --interval`.
-pub fn kept_reports(stderr: &str) -> Vec<KeptReport> {
+pub(crate) fn kept_reports(stderr: &str) -> Vec<KeptReport> {
     stderr
         .lines()
         .filter_map(|l| {
@@ -590,7 +590,7 @@ pub fn kept_reports(stderr: &str) -> Vec<KeptReport> {
 /// reports (at least 3) show events handed out before the end, never more than `most_held`
 /// held back, and the trace has at least ten times that many events (so that holding them
 /// all until the end could not pass). Returns the largest number held.
-pub fn check_streamed(run: &TraceRun, most_held: u64) -> u64 {
+pub(crate) fn check_streamed(run: &TraceRun, most_held: u64) -> u64 {
     let reports = capture_reports(&run.stderr);
     eprintln!("capture reports (handed out, held): {reports:?}");
     assert!(reports.len() >= 3, "too few reports:\n{}", run.stderr);
@@ -612,7 +612,7 @@ pub fn check_streamed(run: &TraceRun, most_held: u64) -> u64 {
 
 /// The lower bounds `lbf-trace --interval` reported for its targets while the program ran,
 /// in seconds ("at least S s predicted so far").
-pub fn predicted_so_far(stderr: &str) -> Vec<f64> {
+pub(crate) fn predicted_so_far(stderr: &str) -> Vec<f64> {
     stderr
         .lines()
         .filter_map(|l| {
@@ -625,7 +625,9 @@ pub fn predicted_so_far(stderr: &str) -> Vec<f64> {
 }
 
 /// The processes, events and summary of the trace at `path`.
-pub fn read_trace(path: &Path) -> (Vec<lbf::event::ProcInfo>, Vec<Event>, lbf::trace::Summary) {
+pub(crate) fn read_trace(
+    path: &Path,
+) -> (Vec<lbf::event::ProcInfo>, Vec<Event>, lbf::trace::Summary) {
     let mut reader = TraceReader::open(path).expect("opening the trace");
     let mut events = Vec::new();
     while let Some(e) = reader.next_event().expect("reading the trace") {
@@ -639,7 +641,7 @@ pub fn read_trace(path: &Path) -> (Vec<lbf::event::ProcInfo>, Vec<Event>, lbf::t
 /// output: `expected_procs` processes, nothing lost, every message sent and received once,
 /// and per process (MPI ranks by their `rank`, named `rank N`; other processes by the `pid`
 /// their name ends with) the receives and the bytes sent.
-pub fn check_trace_file(run: &TraceRun, expected_procs: usize) {
+pub(crate) fn check_trace_file(run: &TraceRun, expected_procs: usize) {
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let (procs, events, summary) = read_trace(&run.trace);
     assert_eq!(procs.len(), expected_procs, "{procs:?}");
@@ -694,7 +696,7 @@ fn check_messages(events: &[Event]) {
 /// Checks a run against its programs' accounts (processes are told apart by the `pid` field:
 /// trace names end in `[PID]`), then its prediction against its run time unless other work
 /// competed for the machine (see [`check_prediction`]).
-pub fn check(t: &Traced, expected_procs: usize) -> Result<(), String> {
+pub(crate) fn check(t: &Traced, expected_procs: usize) -> Result<(), String> {
     let s = &t.summary;
     check_accounts(t, expected_procs, |c| {
         let pid = c.num("pid");
@@ -709,7 +711,7 @@ pub fn check(t: &Traced, expected_procs: usize) -> Result<(), String> {
 /// Checks a run against its programs' accounts: every message sent and received once, and
 /// per process (the index into the trace's processes `locate` gives for an `LBF-CHECK` line)
 /// messages, bytes, collectives and CPU.
-pub fn check_accounts(t: &Traced, expected_procs: usize, locate: impl Fn(&Check) -> usize) {
+pub(crate) fn check_accounts(t: &Traced, expected_procs: usize, locate: impl Fn(&Check) -> usize) {
     let s = &t.summary;
     eprintln!("anomalies: {:?}", s.anomalies);
     assert!(s.anomalies.is_empty(), "anomalies: {:?}", s.anomalies);
@@ -765,7 +767,7 @@ pub fn check_accounts(t: &Traced, expected_procs: usize, locate: impl Fn(&Check)
 
 /// What a prediction is compared with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Measured {
+pub(crate) enum Measured {
     /// The capture's measured time (first traced process's start to the last exit), against
     /// the prediction as it stands: right when the traced command is the job (`mpirun ...`).
     Capture,
@@ -779,7 +781,7 @@ pub enum Measured {
 /// cores; waiting processes loading it by `spin`) against the run time, `measured` one way or
 /// the other, unless other work competed for the machine. A miss is an `Err` saying by how
 /// much, for [`timed`] to run again.
-pub fn check_prediction(t: &Traced, spin: f64, measured: Measured) -> Result<(), String> {
+pub(crate) fn check_prediction(t: &Traced, spin: f64, measured: Measured) -> Result<(), String> {
     let s = &t.summary;
     let (predicted, measured) = match measured {
         Measured::Capture => (
@@ -831,7 +833,7 @@ fn programs_cpu_seconds(t: &Traced) -> f64 {
 /// The share of the machine's CPU that other work used during run `t`. A prediction is for
 /// the machine as the run had it: with other work competing for the cores (a busy shared
 /// machine), the run is slower than any placement predicts.
-pub fn competing_share(t: &Traced) -> f64 {
+pub(crate) fn competing_share(t: &Traced) -> f64 {
     // The command's processes are in `own` when waited for by it, in `ours` when not (PVM
     // tasks are pvmd's children): the larger counts, once.
     machine::others_share(
@@ -842,7 +844,7 @@ pub fn competing_share(t: &Traced) -> f64 {
 }
 
 /// When the first process of run `t` started, in seconds after the capture's start.
-pub fn first_start(t: &Traced) -> f64 {
+pub(crate) fn first_start(t: &Traced) -> f64 {
     t.summary
         .procs
         .iter()
@@ -871,7 +873,12 @@ fn within_tolerance(predicted: f64, measured: f64) -> Result<(), String> {
 /// teardown are taken as measured in the traced run, and differ between configurations
 /// (Open MPI's start-up took 66 ms longer on one core than on two here), which no model of
 /// the run itself predicts.
-pub fn check_what_if(traced: &Traced, cores: u32, spin: f64, other: &Traced) -> Result<(), String> {
+pub(crate) fn check_what_if(
+    traced: &Traced,
+    cores: u32,
+    spin: f64,
+    other: &Traced,
+) -> Result<(), String> {
     let predicted = predict_on(traced, cores, spin) - first_start(traced);
     let s = &other.summary;
     let measured = s.measured_seconds - s.teardown_seconds - first_start(other);
@@ -896,14 +903,14 @@ pub fn check_what_if(traced: &Traced, cores: u32, spin: f64, other: &Traced) -> 
 /// The engine's prediction for the configuration the run had: every process on one node
 /// with this machine's cores, starting when it started, messages free (loopback and veth
 /// cost microseconds).
-pub fn predict_as_run(t: &Traced, spin: f64) -> f64 {
+pub(crate) fn predict_as_run(t: &Traced, spin: f64) -> f64 {
     let cores = machine::cores() as u32;
     predict_on(t, cores, spin)
 }
 
 /// The engine's prediction for run `t` on one node of `cores` cores, each process starting
 /// when it started, messages free.
-pub fn predict_on(t: &Traced, cores: u32, spin: f64) -> f64 {
+pub(crate) fn predict_on(t: &Traced, cores: u32, spin: f64) -> f64 {
     let target = Target {
         name: "as run".into(),
         nodes: vec![Node {
@@ -925,7 +932,7 @@ pub fn predict_on(t: &Traced, cores: u32, spin: f64) -> f64 {
 
 /// Two network namespaces joined by a veth pair, `10.231.N.1` and `10.231.N.2`, removed on
 /// drop. Names carry this process's PID so that parallel test runs do not collide.
-pub struct NetnsPair {
+pub(crate) struct NetnsPair {
     /// The namespaces' names.
     pub names: [String; 2],
     /// Their addresses.
@@ -939,7 +946,7 @@ fn ip(args: &[&str]) {
 
 impl NetnsPair {
     /// Creates the pair; `n` (0-255) tells pairs of one process apart.
-    pub fn new(n: u8) -> Self {
+    pub(crate) fn new(n: u8) -> Self {
         let pid = std::process::id();
         let names = [format!("lbf{pid}-{n}a"), format!("lbf{pid}-{n}b")];
         let veth = [format!("lv{pid}{n}a"), format!("lv{pid}{n}b")];

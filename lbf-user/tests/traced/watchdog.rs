@@ -11,10 +11,10 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How long one traced run may last. The longest runs of the suite take about 10 s.
-pub const RUN_LIMIT: Duration = Duration::from_secs(120);
+pub(super) const RUN_LIMIT: Duration = Duration::from_secs(120);
 
 /// Watches a job that runs in its own session (its leader `pid` started under `setsid`).
-pub struct Watchdog {
+pub(super) struct Watchdog {
     done: mpsc::Sender<()>,
     thread: JoinHandle<Option<String>>,
 }
@@ -22,7 +22,7 @@ pub struct Watchdog {
 impl Watchdog {
     /// Starts watching the session led by `pid`: after `limit`, lists every process, kills
     /// the session's processes and sets `stop` (which ends the capture loop).
-    pub fn start(pid: u32, limit: Duration, stop: Arc<AtomicBool>) -> Self {
+    pub(super) fn start(pid: u32, limit: Duration, stop: Arc<AtomicBool>) -> Self {
         let (done, finished) = mpsc::channel();
         let thread = std::thread::spawn(move || match finished.recv_timeout(limit) {
             Ok(()) | Err(RecvTimeoutError::Disconnected) => None,
@@ -38,7 +38,7 @@ impl Watchdog {
     }
 
     /// Stops watching; returns the process listing taken when the limit passed, if it did.
-    pub fn finish(self) -> Option<String> {
+    pub(super) fn finish(self) -> Option<String> {
         let _ = self.done.send(());
         self.thread.join().expect("the watchdog thread")
     }

@@ -17,7 +17,7 @@ const SWITCH: &str = "/proc/sys/kernel/bpf_stats_enabled";
 /// `(run_time_ns, run_cnt)` summed over the eBPF programs that `cmd`'s first process holds
 /// and that ran at least `min_runs` times, sampled every 20 ms while it runs (the counts
 /// vanish with the process), with statistics on for the run only. Also `cmd`'s output.
-pub fn program_run_time(cmd: &[String], min_runs: u64) -> Result<(Output, u64, u64)> {
+pub(super) fn program_run_time(cmd: &[String], min_runs: u64) -> Result<(Output, u64, u64)> {
     fs::write(SWITCH, "1").with_context(|| format!("writing 1 to {SWITCH} (needs root)"))?;
     let result = sample(cmd, min_runs);
     fs::write(SWITCH, "0").with_context(|| format!("writing 0 to {SWITCH}"))?;

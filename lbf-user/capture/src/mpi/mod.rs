@@ -1,8 +1,8 @@
-//! MPI capture: turns the probe's raw [`Record`]s into the engine's per-process [`Event`]s.
+//! MPI capture: turns the probe's raw [`Record`]s into the engine's per-process [`Event`](lbf_model::event::Event)s.
 //!
 //! This module owns MPI semantics in user space: decoding each library's ABI ([`openmpi`],
 //! [`mpich`]; the argument positions shared by both in [`call`]), telling which processes are
-//! ranks ([`procfs`]), matching sends to receives ([`matching`]), grouping collectives and
+//! ranks ([`inspect`]), matching sends to receives ([`matching`]), grouping collectives and
 //! communicators ([`comms`]) and CPU accounting ([`process`]). It knows nothing of eBPF
 //! loading, trace files or the engine's algorithm.
 //!

@@ -5,10 +5,10 @@ use lbf_model::target::Target;
 use lbf_model::trace::synthetic;
 
 /// Processes of the benchmark trace.
-pub const PROCS: u32 = 64;
+pub(crate) const PROCS: u32 = 64;
 
 /// The benchmark trace with at least `events` events.
-pub fn config(events: u64) -> synthetic::Config {
+pub(crate) fn config(events: u64) -> synthetic::Config {
     synthetic::Config {
         procs: PROCS,
         events,
@@ -17,7 +17,7 @@ pub fn config(events: u64) -> synthetic::Config {
 }
 
 /// The 64 processes on 64, 16, 8 and 1 nodes, over networks from slow to local.
-pub fn targets() -> Vec<Target> {
+pub(crate) fn targets() -> Vec<Target> {
     [
         (64, 1, "gige"),
         (16, 4, "10gige"),

@@ -577,7 +577,7 @@ impl Capture {
         let Some(p) = self.procs.get_mut(&rec.tgid) else {
             return;
         };
-        let Some(open) = p.calls.get_mut(&rec.tid).and_then(Vec::pop) else {
+        let Some(mut open) = p.calls.get_mut(&rec.tid).and_then(Vec::pop) else {
             note(&mut self.anomalies, "call exit without its entry");
             return;
         };
@@ -589,139 +589,188 @@ impl Capture {
             return;
         }
         let (tid, cpu) = (rec.tid, rec.cpu_ns);
-        match open.entry {
-            Some(Entry::Init) => {
+        let Some(entry) = open.entry.take() else {
+            return; // a call made inside another one
+        };
+        match entry {
+            Entry::Init => {
                 self.past_init.insert(rec.tgid, rec.ts_ns);
                 p.untimed(tid, cpu);
             }
-            None
-            | Some(Entry::Probe | Entry::CommFree { .. } | Entry::Cancel { .. } | Entry::Other) => {
-            }
-            Some(Entry::TypeFree { .. }) => {}
-            Some(Entry::TypeCreate { size }) => {
-                let handle = p.abi.handles(mem).first().copied();
-                match (handle, size) {
-                    (Some(h), Some(size)) => {
-                        p.derived.insert(h, size);
-                    }
-                    (Some(h), None) => {
-                        // A handle reused for a type of unknown size: not the old one's.
-                        p.derived.remove(&h);
-                    }
-                    (None, _) => {}
-                }
-            }
-            Some(Entry::Finalize) => p.untimed(tid, cpu),
-            Some(Entry::CommQuery { comm, size }) => {
-                let Some(value) = Abi::int(mem).and_then(|v| u32::try_from(v).ok()) else {
-                    return;
-                };
-                let local = p.comm(comm);
-                match (local, size) {
-                    (Some(c), true) => self.comms.set_size(c.id, value),
-                    (Some(c), false) if c.id == comms::WORLD => {
-                        if p.rank.is_none() {
-                            self.claim_rank(rec.tgid, value);
-                        }
-                    }
-                    (Some(_), false) => {
-                        if let Some(c) = p.comms.get_mut(&comm) {
-                            c.rank = Some(value);
-                        }
-                    }
-                    (None, _) => {}
-                }
-            }
-            Some(Entry::Send { nonblocking, .. }) => match (nonblocking, open.rendezvous) {
-                (true, rendezvous) => {
-                    if let Some(&h) = p.abi.handles(mem).first() {
-                        self.new_request(rec.tgid, h, Request::Send(rendezvous));
-                    }
-                }
-                (false, Some(msg)) => p.emit(tid, cpu, EventKind::SendEnd { msg }),
-                (false, None) => {}
-            },
-            Some(Entry::Recv {
+            Entry::Finalize => p.untimed(tid, cpu),
+            Entry::Probe
+            | Entry::CommFree { .. }
+            | Entry::Cancel { .. }
+            | Entry::TypeFree { .. }
+            | Entry::Other => {}
+            Entry::TypeCreate { size } => self.leave_type_create(rec, mem, size),
+            Entry::CommQuery { comm, size } => self.leave_comm_query(rec, mem, comm, size),
+            Entry::Send { nonblocking, .. } => self.leave_send(rec, mem, nonblocking, &open),
+            Entry::Recv {
                 nonblocking: true, ..
-            }) => {
-                if let Some(&h) = p.abi.handles(mem).first() {
-                    let request = open.posted.map_or(Request::Null, Request::Recv);
-                    self.new_request(rec.tgid, h, request);
-                }
-            }
-            Some(Entry::Recv {
+            } => self.leave_irecv(rec, mem, &open),
+            Entry::Recv {
                 nonblocking: false, ..
-            })
-            | Some(Entry::SendRecv { .. }) => {
-                let status = p.abi.statuses(mem).first().copied();
-                let recvs: Vec<_> = open.posted.map(|id| (id, status)).into_iter().collect();
-                let sends: Vec<_> = open.rendezvous.into_iter().collect();
-                if !recvs.is_empty() || !sends.is_empty() {
-                    let at = (rec.tgid, tid, rec.ts_ns);
-                    self.complete(at, open.cpu_ns, cpu, &recvs, &sends);
-                }
             }
-            Some(Entry::Complete {
+            | Entry::SendRecv { .. } => self.leave_recv(rec, mem, &open),
+            Entry::Complete {
                 requests,
                 how,
                 truncated,
-            }) => {
-                if truncated {
-                    note(
-                        &mut self.anomalies,
-                        "request array longer than a record holds",
-                    );
-                }
-                let after = p.abi.handles(mem);
-                let statuses = if how == Completion::All {
-                    p.abi.statuses(mem)
-                } else {
-                    Vec::new()
-                };
-                let (mut recvs, mut sends) = (Vec::new(), Vec::new());
-                let mut earlier = 0;
-                for (i, h) in requests.iter().enumerate() {
-                    let done = match how {
-                        Completion::All => true,
-                        Completion::Changed => after.get(i).is_some_and(|a| a != h),
-                    };
-                    if !done {
-                        continue;
-                    }
-                    match p.requests.remove(h) {
-                        Some(Request::Recv(id)) => recvs.push((id, statuses.get(i).copied())),
-                        Some(Request::Send(Some(msg))) => sends.push(msg),
-                        Some(_) => {}
-                        None if p.mid_run && *h != p.abi.request_null() => earlier += 1,
-                        None => {}
-                    }
-                }
-                count(
-                    &mut self.anomalies,
-                    "request made before the attach completed (not modelled)",
-                    earlier,
-                );
-                if !recvs.is_empty() || !sends.is_empty() {
-                    let at = (rec.tgid, tid, rec.ts_ns);
-                    self.complete(at, open.cpu_ns, cpu, &recvs, &sends);
+            } => self.leave_completion(rec, mem, &open, (&requests, how, truncated)),
+            Entry::Collective { .. } => self.leave_collective(rec.tgid, tid, cpu, open.coll),
+            Entry::CommCreate { .. } => self.leave_comm_create(rec, mem, &open),
+        }
+    }
+
+    /// The return of a type constructor: the new type's handle (read at the return) has
+    /// `size` bytes, if known.
+    fn leave_type_create(&mut self, rec: &Record, mem: &[u8], size: Option<u64>) {
+        let p = self.procs.get_mut(&rec.tgid).expect("caller looked it up");
+        match (p.abi.handles(mem).first().copied(), size) {
+            (Some(h), Some(size)) => {
+                p.derived.insert(h, size);
+            }
+            (Some(h), None) => {
+                // A handle reused for a type of unknown size: not the old one's.
+                p.derived.remove(&h);
+            }
+            (None, _) => {}
+        }
+    }
+
+    /// The return of `MPI_Comm_size` (`size`) or `MPI_Comm_rank` on `comm`: the answer (read
+    /// at the return) sizes the communicator, or gives the process its rank in it (in
+    /// `MPI_COMM_WORLD`: its rank, if its launcher did not say).
+    fn leave_comm_query(&mut self, rec: &Record, mem: &[u8], comm: u64, size: bool) {
+        let Some(value) = Abi::int(mem).and_then(|v| u32::try_from(v).ok()) else {
+            return;
+        };
+        let p = self.procs.get_mut(&rec.tgid).expect("caller looked it up");
+        match (p.comm(comm), size) {
+            (Some(c), true) => self.comms.set_size(c.id, value),
+            (Some(c), false) if c.id == comms::WORLD => {
+                if p.rank.is_none() {
+                    self.claim_rank(rec.tgid, value);
                 }
             }
-            Some(Entry::Collective { .. }) => self.leave_collective(rec.tgid, tid, cpu, open.coll),
-            Some(Entry::CommCreate { .. }) => {
-                let handle = p.abi.handles(mem).first().copied();
-                self.leave_collective(rec.tgid, tid, cpu, open.coll);
-                if let (Some((parent, seq)), Some(handle)) = (open.creation, handle) {
-                    if let Some(created) = self.comms.leave_creation(parent, seq, rec.tgid) {
-                        let p = self.procs.get_mut(&rec.tgid).expect("looked up above");
-                        p.comms.insert(
-                            handle,
-                            LocalComm {
-                                id: created.comm,
-                                rank: created.rank,
-                            },
-                        );
-                    }
+            (Some(_), false) => {
+                if let Some(c) = p.comms.get_mut(&comm) {
+                    c.rank = Some(value);
                 }
+            }
+            (None, _) => {}
+        }
+    }
+
+    /// The return of a send: a nonblocking one's request (read at the return) stands for its
+    /// message; a blocking one that went by rendezvous ends its wait here.
+    fn leave_send(&mut self, rec: &Record, mem: &[u8], nonblocking: bool, open: &OpenCall) {
+        let p = self.procs.get_mut(&rec.tgid).expect("caller looked it up");
+        match (nonblocking, open.rendezvous) {
+            (true, rendezvous) => {
+                if let Some(&h) = p.abi.handles(mem).first() {
+                    self.new_request(rec.tgid, h, Request::Send(rendezvous));
+                }
+            }
+            (false, Some(msg)) => p.emit(rec.tid, rec.cpu_ns, EventKind::SendEnd { msg }),
+            (false, None) => {}
+        }
+    }
+
+    /// The return of `MPI_Irecv`: its request (read at the return) stands for the receive
+    /// posted at the entry.
+    fn leave_irecv(&mut self, rec: &Record, mem: &[u8], open: &OpenCall) {
+        let p = self.procs.get_mut(&rec.tgid).expect("caller looked it up");
+        if let Some(&h) = p.abi.handles(mem).first() {
+            let request = open.posted.map_or(Request::Null, Request::Recv);
+            self.new_request(rec.tgid, h, request);
+        }
+    }
+
+    /// The return of a blocking receive or a `MPI_Sendrecv*`: the receive completes with the
+    /// status read at the return, and a send that went by rendezvous ends its wait.
+    fn leave_recv(&mut self, rec: &Record, mem: &[u8], open: &OpenCall) {
+        let p = self.procs.get_mut(&rec.tgid).expect("caller looked it up");
+        let status = p.abi.statuses(mem).first().copied();
+        let recvs: Vec<_> = open.posted.map(|id| (id, status)).into_iter().collect();
+        let sends: Vec<_> = open.rendezvous.into_iter().collect();
+        if !recvs.is_empty() || !sends.is_empty() {
+            let at = (rec.tgid, rec.tid, rec.ts_ns);
+            self.complete(at, open.cpu_ns, rec.cpu_ns, &recvs, &sends);
+        }
+    }
+
+    /// The return of a wait or test call on `requests` (as read at the entry): those it
+    /// completed (all for `Completion::All`, else the handles it changed, read at the return)
+    /// complete their receives, with their statuses where visible, and end their rendezvous
+    /// sends' waits.
+    fn leave_completion(
+        &mut self,
+        rec: &Record,
+        mem: &[u8],
+        open: &OpenCall,
+        (requests, how, truncated): (&[u64], Completion, bool),
+    ) {
+        if truncated {
+            note(
+                &mut self.anomalies,
+                "request array longer than a record holds",
+            );
+        }
+        let p = self.procs.get_mut(&rec.tgid).expect("caller looked it up");
+        let after = p.abi.handles(mem);
+        let statuses = if how == Completion::All {
+            p.abi.statuses(mem)
+        } else {
+            Vec::new()
+        };
+        let (mut recvs, mut sends) = (Vec::new(), Vec::new());
+        let mut earlier = 0;
+        for (i, h) in requests.iter().enumerate() {
+            let done = match how {
+                Completion::All => true,
+                Completion::Changed => after.get(i).is_some_and(|a| a != h),
+            };
+            if !done {
+                continue;
+            }
+            match p.requests.remove(h) {
+                Some(Request::Recv(id)) => recvs.push((id, statuses.get(i).copied())),
+                Some(Request::Send(Some(msg))) => sends.push(msg),
+                Some(_) => {}
+                None if p.mid_run && *h != p.abi.request_null() => earlier += 1,
+                None => {}
+            }
+        }
+        count(
+            &mut self.anomalies,
+            "request made before the attach completed (not modelled)",
+            earlier,
+        );
+        if !recvs.is_empty() || !sends.is_empty() {
+            let at = (rec.tgid, rec.tid, rec.ts_ns);
+            self.complete(at, open.cpu_ns, rec.cpu_ns, &recvs, &sends);
+        }
+    }
+
+    /// The return of `MPI_Comm_dup`, `MPI_Comm_split` or `MPI_Cart_create`: the collective
+    /// ends, and the new handle (read at the return) names the communicator the creation
+    /// made, once every member has entered it.
+    fn leave_comm_create(&mut self, rec: &Record, mem: &[u8], open: &OpenCall) {
+        let p = self.procs.get_mut(&rec.tgid).expect("caller looked it up");
+        let handle = p.abi.handles(mem).first().copied();
+        self.leave_collective(rec.tgid, rec.tid, rec.cpu_ns, open.coll);
+        if let (Some((parent, seq)), Some(handle)) = (open.creation, handle) {
+            if let Some(created) = self.comms.leave_creation(parent, seq, rec.tgid) {
+                let p = self.procs.get_mut(&rec.tgid).expect("looked up above");
+                p.comms.insert(
+                    handle,
+                    LocalComm {
+                        id: created.comm,
+                        rank: created.rank,
+                    },
+                );
             }
         }
     }

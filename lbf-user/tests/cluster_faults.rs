@@ -25,7 +25,10 @@ fn setup(dir: &Path) -> BuilderSetup {
         &["127.0.0.1"],
         PROCS,
         &targets,
-        &[("a", "token-a"), ("b", "token-b")],
+        &[
+            ("a", "token-a-for-tests-only"),
+            ("b", "token-b-for-tests-only"),
+        ],
     )
 }
 
@@ -38,13 +41,16 @@ fn run_job(
     meanwhile: impl FnOnce(Daemon) -> Daemon,
 ) -> Vec<(String, f64)> {
     let builder = s.start("builder.log");
-    let nodes: Vec<Daemon> = [("a", "token-a", "0-3"), ("b", "token-b", "4-7")]
-        .iter()
-        .map(|(node, token, procs)| {
-            let c = replay_node(None, s, node, token, trace, procs, extra);
-            Daemon::spawn(node, c, &s.dir.join(format!("node-{node}.log")))
-        })
-        .collect();
+    let nodes: Vec<Daemon> = [
+        ("a", "token-a-for-tests-only", "0-3"),
+        ("b", "token-b-for-tests-only", "4-7"),
+    ]
+    .iter()
+    .map(|(node, token, procs)| {
+        let c = replay_node(None, s, node, token, trace, procs, extra);
+        Daemon::spawn(node, c, &s.dir.join(format!("node-{node}.log")))
+    })
+    .collect();
     let builder = meanwhile(builder);
     for n in nodes {
         let name = n.name.clone();
@@ -106,12 +112,20 @@ fn garbage_and_a_wrong_token_are_refused_while_another_stream_goes_on() {
         let c = replay_node(None, &s, node, token, &trace, procs, &["--rate", "50000"]);
         Daemon::spawn(node, c, &s.dir.join(format!("node-{node}.log")))
     };
-    let a = good("a", "token-a", "0-3");
+    let a = good("a", "token-a-for-tests-only", "0-3");
     s.wait_events(10_000);
 
     let mut garbage = TcpStream::connect(&s.listen).unwrap();
     garbage.write_all(&[0x5a; 4096]).unwrap();
-    let impostor = replay_node(None, &s, "b", "wrong", &trace, "4-7", &[]);
+    let impostor = replay_node(
+        None,
+        &s,
+        "b",
+        "a-wrong-token-long-enough",
+        &trace,
+        "4-7",
+        &[],
+    );
     let impostor = Daemon::spawn("impostor", impostor, &s.dir.join("impostor.log"));
     let (ok, _) = impostor.wait(MINUTE);
     assert!(!ok, "a node with a wrong token must fail");
@@ -121,7 +135,7 @@ fn garbage_and_a_wrong_token_are_refused_while_another_stream_goes_on() {
         "{impostor_log}"
     );
 
-    let b = good("b", "token-b", "4-7");
+    let b = good("b", "token-b-for-tests-only", "4-7");
     for n in [a, b] {
         assert!(n.wait(MINUTE).0);
     }
@@ -145,7 +159,7 @@ fn a_node_whose_spool_fills_reports_the_loss_and_the_builder_shows_it() {
         None,
         &s,
         "a",
-        "token-a",
+        "token-a-for-tests-only",
         &trace,
         "0-3",
         &["--spool-size", "64K"],
@@ -197,7 +211,7 @@ fn a_node_of_another_protocol_version_is_refused_with_both_versions_named() {
         let hello = Hello {
             protocol_version: 99,
             node: "a".into(),
-            token: "token-a".into(),
+            token: "token-a-for-tests-only".into(),
             ..Hello::default()
         };
         let frame = NodeFrame {

@@ -49,7 +49,10 @@ fn run_across_two_hosts() -> (f64, f64, Shares) {
         &[Hosts::HUB_IP],
         2,
         &[("as-run", &as_run)],
-        &[("n1", "token-n1"), ("n2", "token-n2")],
+        &[
+            ("n1", "token-n1-for-tests-only"),
+            ("n2", "token-n2-for-tests-only"),
+        ],
     );
     s.netns = Some(hosts.names[0].clone());
     let builder = s.start("builder.log");
@@ -160,11 +163,11 @@ fn a_node_selecting_by_command_name_adopts_ranks_started_later() {
         &["127.0.0.1"],
         2,
         &[("as-run", &as_run)],
-        &[("n1", "token-n1")],
+        &[("n1", "token-n1-for-tests-only")],
     );
     let builder = s.start("builder.log");
     let mut node = Command::new(env!("CARGO_BIN_EXE_lbf-node"));
-    node.env("LBF_NODE_TOKEN", "token-n1")
+    node.env("LBF_NODE_TOKEN", "token-n1-for-tests-only")
         .args(["--builder", &listen, "--node", "n1", "--procs", "0-1"])
         .arg("--ca")
         .arg(&s.cert)

@@ -25,13 +25,16 @@ fn nodes_on_two_hosts_feed_a_builder_on_a_third_and_a_cut_link_loses_nothing() {
         &[Hosts::HUB_IP],
         PROCS,
         &targets,
-        &[("a", "token-a"), ("b", "token-b")],
+        &[
+            ("a", "token-a-for-tests-only"),
+            ("b", "token-b-for-tests-only"),
+        ],
     );
     s.netns = Some(hosts.names[0].clone());
     let builder = s.start("builder.log");
     let paced = ["--rate", "40000", "--ack-timeout", "1"];
     let node = |host: usize, name: &str, procs: &str| {
-        let token = format!("token-{name}");
+        let token = format!("token-{name}-for-tests-only");
         let ns = Some(hosts.names[host].as_str());
         let c = replay_node(ns, &s, name, &token, &trace, procs, &paced);
         Daemon::spawn(name, c, &root.join(format!("node-{name}.log")))

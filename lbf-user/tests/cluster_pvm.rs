@@ -55,7 +55,7 @@ fn run_pvm_job(attempt: u32) -> (f64, f64, Shares) {
         &["127.0.0.1"],
         workers as u32 + 1,
         &[("as-run", &as_run)],
-        &[("n1", "token-n1")],
+        &[("n1", "token-n1-for-tests-only")],
     );
     let builder = s.start("builder.log");
     // The job waits on a FIFO (a shell builtin: no process of its own) until the node's
@@ -76,7 +76,7 @@ fn run_pvm_job(attempt: u32) -> (f64, f64, Shares) {
     job.args(["-c", &script]);
     let job = Daemon::spawn("job", job, &root.join("job.log"));
     let mut node = Command::new(env!("CARGO_BIN_EXE_lbf-node"));
-    node.env("LBF_NODE_TOKEN", "token-n1")
+    node.env("LBF_NODE_TOKEN", "token-n1-for-tests-only")
         .args(["--builder", &listen, "--node", "n1", "--procs", &ids])
         .arg("--ca")
         .arg(&s.cert)
@@ -209,7 +209,10 @@ fn run_across_two_hosts(attempt: u32) -> (f64, f64, Shares) {
         &[Hosts::HUB_IP],
         workers as u32 + 1,
         &[("as-run", &as_run(cores, workers))],
-        &[("n1", "token-n1"), ("n2", "token-n2")],
+        &[
+            ("n1", "token-n1-for-tests-only"),
+            ("n2", "token-n2-for-tests-only"),
+        ],
     );
     s.netns = Some(hosts.names[0].clone());
     let builder = s.start("builder.log");
@@ -270,7 +273,7 @@ fn run_across_two_hosts(attempt: u32) -> (f64, f64, Shares) {
     );
     let node = |ns: &str, name: &str, procs: &str, pid: u32| {
         let mut c = in_netns(Some(ns), env!("CARGO_BIN_EXE_lbf-node"));
-        c.env("LBF_NODE_TOKEN", format!("token-{name}"))
+        c.env("LBF_NODE_TOKEN", format!("token-{name}-for-tests-only"))
             .args(["--builder", &listen, "--node", name, "--procs", procs])
             .arg("--ca")
             .arg(&s.cert)

@@ -168,7 +168,10 @@ fn run_spa(
         &[Hosts::HUB_IP],
         4,
         &[("as-run", &as_run)],
-        &[("n1", "token-n1"), ("n2", "token-n2")],
+        &[
+            ("n1", "token-n1-for-tests-only"),
+            ("n2", "token-n2-for-tests-only"),
+        ],
     );
     s.netns = Some(hosts.names[0].clone());
     // The builder, the nodes and the job, all started from here on, at the highest priority.

@@ -137,9 +137,22 @@ fn missing_summary_and_lost_events_are_warned() {
         &[("t.jsonl", &trace)],
         &["predict", "t.jsonl", "--nodes", "3"],
     );
-    assert!(out.status.success(), "{}", stderr(&out));
+    // Predicted all the same, with a status that tells a cut trace from a complete one.
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(stderr(&out).contains("warning: t.jsonl: the trace has no summary line"));
     assert!(!stdout(&out).contains("speed-up"));
+    assert!(stdout(&out).contains("predicted"), "{}", stdout(&out));
+
+    // Cut in the middle of a line, as a capture killed while writing leaves it: the partial
+    // line is dropped and said so.
+    let cut = &trace[..trace.len() - 7];
+    let out = run(
+        "cut",
+        &[("t.jsonl", cut)],
+        &["predict", "t.jsonl", "--nodes", "3"],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("was cut short"), "{}", stderr(&out));
 
     let lossy = format!(
         "{HEADER3}\n{FIG3}{}",
@@ -279,10 +292,26 @@ fn engine_errors_name_the_line() {
         err.contains("(\"at N\" is line N)") && err.contains("(at 3)"),
         "{err}"
     );
-    // P3 never exits: a truncated capture
-    let body = "{\"p\":0,\"k\":\"exit\",\"cpu_ns\":0}\n{\"p\":1,\"k\":\"exit\",\"cpu_ns\":0}\n{\"p\":2,\"k\":\"keepalive\",\"cpu_ns\":5}\n";
-    let err = failing("truncated", body);
+    // P3 never exits, yet the capture says it completed (its summary): inconsistent.
+    let body = format!(
+        "{{\"p\":0,\"k\":\"exit\",\"cpu_ns\":0}}\n{{\"p\":1,\"k\":\"exit\",\"cpu_ns\":0}}\n{{\"p\":2,\"k\":\"keepalive\",\"cpu_ns\":5}}\n{SUMMARY}\n"
+    );
+    let err = failing("truncated", &body);
     assert!(err.contains("process 2") && err.contains("4"), "{err}");
+    // Without the summary it is a capture cut short: predicted as far as it goes.
+    let body = "{\"p\":0,\"k\":\"exit\",\"cpu_ns\":0}\n{\"p\":1,\"k\":\"exit\",\"cpu_ns\":0}\n{\"p\":2,\"k\":\"keepalive\",\"cpu_ns\":5}\n";
+    let trace = format!("{HEADER3}\n{body}");
+    let out = run(
+        "cut_short",
+        &[("t.jsonl", &trace), ("fig3.toml", FIG3_TARGET)],
+        &["predict", "t.jsonl", "--target", "fig3.toml"],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("1 processes had not exited"),
+        "{}",
+        stderr(&out)
+    );
     // an event after the process's exit
     let body =
         "{\"p\":0,\"k\":\"exit\",\"cpu_ns\":0}\n{\"p\":0,\"k\":\"keepalive\",\"cpu_ns\":0}\n";
@@ -382,4 +411,48 @@ fn help_teaches_with_examples() {
         "{text}"
     );
     assert!(text.contains("ib-hdr"), "{text}");
+}
+
+/// A trace whose capture lost records and which is inconsistent because of it: the error names
+/// the loss as the likely cause and says how to avoid it, not only the deadlock.
+#[test]
+fn an_inconsistency_in_a_lossy_trace_names_the_loss() {
+    // Process 1 waits for a message whose send was lost.
+    let trace = format!(
+        "{HEADER3}\n{}\n{}\n{}\n{}\n{}\n{}",
+        r#"{"p":0,"k":"exit","cpu_ns":10}"#,
+        r#"{"p":1,"k":"recv_start","cpu_ns":10}"#,
+        r#"{"p":1,"k":"recv_end","cpu_ns":0,"msg":77}"#,
+        r#"{"p":1,"k":"exit","cpu_ns":0}"#,
+        r#"{"p":2,"k":"exit","cpu_ns":10}"#,
+        SUMMARY.replace("\"lost_events\":0", "\"lost_events\":12")
+    );
+    let out = run(
+        "lossy_deadlock",
+        &[("t.jsonl", &trace)],
+        &["predict", "t.jsonl", "--nodes", "3"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("the capture lost 12 records"), "{err}");
+    assert!(err.contains("--ringbuf-size"), "{err}");
+    assert!(err.contains("inconsistent trace"), "{err}");
+}
+
+/// Counts past lbf's stated limits are errors before anything is allocated for them (a
+/// `--nodes 4294967295` once tried to allocate 103 GB and aborted).
+#[test]
+fn huge_counts_are_refused_before_allocating() {
+    let trace = fig3(true);
+    let out = run(
+        "huge_nodes",
+        &[("t.jsonl", &trace)],
+        &["predict", "t.jsonl", "--nodes", "4294967295"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("4294967295 nodes is more than lbf models (at most 1048576)"),
+        "{}",
+        stderr(&out)
+    );
 }

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
 use lbf_model::config::{load_target, preset, short_form, Layout, ShortForm};
 use lbf_model::event::ProcInfo;
-use lbf_model::target::Target;
+use lbf_model::target::{Target, MAX_PROCS};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -150,8 +150,16 @@ impl ServeConfig {
         if targets.is_empty() {
             bail!("[job] names no target: add `targets = [\"FILE.toml\"]` or a [[job.short]]");
         }
-        for name in file.tokens.keys() {
+        let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+        for (name, token) in &file.tokens {
             check_node_name(name).map_err(|e| anyhow::anyhow!("[tokens]: {e}"))?;
+            check_token(token).map_err(|e| anyhow::anyhow!("[tokens] {name}: {e}"))?;
+            if let Some(other) = seen.insert(token, name) {
+                bail!(
+                    "[tokens] {other} and {name} have the same token: each node needs its own, \
+                     or one node could pass for the other"
+                );
+            }
         }
         Ok(ServeConfig {
             listen: file.listen,
@@ -171,6 +179,9 @@ impl ServeConfig {
 
 /// The job's processes: `procs = N` (named `p0`, `p1`, ...) or `names = [...]`.
 fn procs(job: &Job) -> Result<Vec<ProcInfo>> {
+    if let Some(n) = job.procs.filter(|&n| n > MAX_PROCS) {
+        bail!("[job] procs = {n} is more than lbf models (at most {MAX_PROCS})");
+    }
     let names: Vec<String> = match (&job.procs, &job.names) {
         (Some(n), None) => (0..*n).map(|i| format!("p{i}")).collect(),
         (None, Some(names)) => names.clone(),
@@ -214,6 +225,25 @@ pub fn check_node_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// The least length of a node's token, in bytes: a short one can be guessed.
+pub const MIN_TOKEN_BYTES: usize = 16;
+
+/// Checks a node's token: at least [`MIN_TOKEN_BYTES`] bytes, not blank. The error says how to
+/// make a good one.
+pub fn check_token(token: &str) -> Result<()> {
+    let how = "make one with `head -c 32 /dev/urandom | base64`";
+    if token.trim().is_empty() {
+        bail!("the token is empty: any node could connect; {how}");
+    }
+    if token.len() < MIN_TOKEN_BYTES {
+        bail!(
+            "the token has {} bytes, fewer than {MIN_TOKEN_BYTES}: it could be guessed; {how}",
+            token.len()
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,7 +258,7 @@ mod tests {
         nodes = 2
         network = "gige"
         [tokens]
-        node-a = "x"
+        node-a = "node-a-token-for-tests"
     "#;
 
     #[test]
@@ -250,6 +280,45 @@ mod tests {
         );
         let text = format!("allow_all_interfaces = true\n{text}");
         assert!(ServeConfig::parse(&text, Path::new(".")).is_ok());
+    }
+
+    #[test]
+    fn empty_short_and_shared_tokens_are_refused() {
+        let with = |tokens: &str| {
+            let text = BASE.replace("node-a = \"node-a-token-for-tests\"", tokens);
+            ServeConfig::parse(&text, Path::new("."))
+                .err()
+                .map(|e| format!("{e:#}"))
+        };
+        let empty = with("c = \"\"").unwrap();
+        assert!(empty.contains("[tokens] c: the token is empty"), "{empty}");
+        let short = with("c = \"s3cret\"").unwrap();
+        assert!(
+            short.contains("[tokens] c: the token has 6 bytes"),
+            "{short}"
+        );
+        let shared = with("c = \"0123456789abcdef\"\nd = \"0123456789abcdef\"").unwrap();
+        assert!(
+            shared.contains("[tokens] c and d have the same token"),
+            "{shared}"
+        );
+        assert_eq!(
+            with("c = \"0123456789abcdef\"\nd = \"0123456789abcdeF\""),
+            None
+        );
+    }
+
+    #[test]
+    fn a_huge_job_is_refused_before_allocating() {
+        let text = BASE.replace("procs = 4", "procs = 4294967295");
+        let err = format!(
+            "{:#}",
+            ServeConfig::parse(&text, Path::new(".")).err().unwrap()
+        );
+        assert!(
+            err.contains("procs = 4294967295 is more than lbf models"),
+            "{err}"
+        );
     }
 
     #[test]

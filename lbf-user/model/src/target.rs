@@ -146,6 +146,13 @@ pub struct Target {
     pub spin: f64,
 }
 
+/// The most nodes a target may have: a count given on a command line or in a file is checked
+/// against it before anything is allocated for it.
+pub const MAX_NODES: u32 = 1 << 20;
+
+/// The most processes a job may have (a cluster builder's `[job] procs`, a trace's header).
+pub const MAX_PROCS: usize = 1 << 20;
+
 /// Why a target cannot run a trace: what [`Target::placement`] found wrong. Its `Display` is
 /// worded for a person editing a target file or a command line: it names the culprit and what
 /// to do.

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use clap::{error::ErrorKind, CommandFactory, Parser, Subcommand};
 use lbf::capture::select::Source;
 use lbf::config::TargetArgs;
-use lbf::engine::Engine;
+use lbf::engine::{Engine, EngineError, Prediction};
 use lbf::net::builder::serve;
 use lbf::net::serve_config::ServeConfig;
 use lbf::net::tls::self_signed;
@@ -126,11 +126,20 @@ Examples:
 
 The speed-up column is the measured run time over the predicted one (above 1: faster).
 Errors name the trace line at fault; the engine's \"(at N)\" is line N of the trace.
-Exit status: 0 success, 1 error (trace, target or engine), 2 usage.";
+Exit status: 0 success, 1 error (trace, target or engine), 2 usage, 3 predicted from a trace
+cut short (no summary line: the capture was killed or stopped before its end).";
 
 fn main() -> ExitCode {
+    // Output piped into a reader that stops (`| head`): end quietly, as other tools do,
+    // rather than panic on the write.
+    // SAFETY: restoring the default action of a signal, before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let result = match Cli::parse().command {
-        Command::Predict(args) => predict(&args),
+        Command::Predict(args) => match predict(&args) {
+            Ok(Complete::No) => return ExitCode::from(3),
+            Ok(Complete::Yes) => Ok(()),
+            Err(e) => Err(e),
+        },
         Command::Serve(args) => {
             ServeConfig::load(&args.config).and_then(|config| serve(config, args.exit_when_done))
         }
@@ -169,7 +178,13 @@ fn cert(args: &Cert) -> Result<()> {
     Ok(())
 }
 
-fn predict(args: &Predict) -> Result<()> {
+/// Whether a trace was complete (it ends with its summary line).
+enum Complete {
+    Yes,
+    No,
+}
+
+fn predict(args: &Predict) -> Result<Complete> {
     let trace = args.trace.display();
     let mut reader = TraceReader::open(&args.trace).with_context(|| trace.to_string())?;
     let header = reader.header().clone();
@@ -187,10 +202,55 @@ fn predict(args: &Predict) -> Result<()> {
         engine.set_schedule_sink(i, timeline.sink());
     }
     let inconsistent = || format!("{trace}: inconsistent trace (\"at N\" is line N)");
+    // After an inconsistency the rest is read all the same: the summary says whether the
+    // capture lost records, which is then the likely cause.
+    let mut pushed = Ok(());
     while let Some(e) = reader.next_event().with_context(|| trace.to_string())? {
-        engine.push(e.event, e.line).with_context(inconsistent)?;
+        if pushed.is_ok() {
+            pushed = engine.push(e.event, e.line);
+        }
     }
-    let mut predictions = engine.finish().with_context(inconsistent)?;
+    let lost = reader.summary().map_or(0, |s| s.lost_events);
+    let cut_short = reader.summary().is_none();
+    // A trace cut short (no summary) predicts what it has: where each target's simulation of
+    // the captured part got to, a lower bound, when its processes did not all exit.
+    let reached = engine.progress();
+    let predictions = pushed.and_then(|()| match engine.finish() {
+        Err(EngineError::Truncated { unfinished }) if cut_short => {
+            eprintln!(
+                "warning: {trace}: {} processes had not exited where the trace ends: each \
+                 prediction is the time the captured part reaches, a lower bound",
+                unfinished.len()
+            );
+            Ok(reached
+                .into_iter()
+                .map(|r| Prediction {
+                    target: r.target,
+                    predicted_seconds: r.simulated_seconds,
+                })
+                .collect())
+        }
+        result => result,
+    });
+    let predictions = predictions.map_err(|e| {
+        let e = anyhow::Error::new(e).context(inconsistent());
+        if lost == 0 {
+            return e;
+        }
+        e.context(format!(
+            "{trace}: the capture lost {lost} records (its summary says so), so the trace is \
+             incomplete, which is the likely cause; capture again with a larger \
+             --ringbuf-size, on a less busy machine, or with --nice so that lbf-trace's reader \
+             keeps up"
+        ))
+    });
+    let mut predictions = predictions?;
+    if let Some((line, bytes)) = reader.cut_line() {
+        eprintln!(
+            "warning: {trace}: line {line} was cut short ({bytes} bytes, the capture stopped \
+             while writing it): dropped"
+        );
+    }
     if let (Some(timeline), Some(path)) = (timeline, &args.timeline) {
         timeline
             .finish()
@@ -212,7 +272,11 @@ fn predict(args: &Predict) -> Result<()> {
         }
         print!("{}", table(&predictions, summary.as_ref()));
     }
-    Ok(())
+    Ok(if summary.is_some() {
+        Complete::Yes
+    } else {
+        Complete::No
+    })
 }
 
 /// How the table names a trace's source: `MPI`, `PVM` or `sockets`.

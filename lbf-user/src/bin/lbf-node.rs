@@ -175,7 +175,7 @@ Examples:
   lbf-node --builder gag.example:7400 --ca builder.pem --procs 0 --source sockets --pid 7001
 
   # replay processes 0 and 1 of a trace (no root needed), then print the predictions
-  LBF_NODE_TOKEN=s3cret lbf-node --builder 127.0.0.1:7400 --ca builder.pem --node a \\
+  LBF_NODE_TOKEN=$(cat a.token) lbf-node --builder 127.0.0.1:7400 --ca builder.pem --node a \\
       --procs 0,1 --replay run.trace.jsonl --spool-dir /tmp/spool-a --wait-results
 
 Exit status: 0 when every batch is acknowledged, 1 on an error (refused by the builder,
@@ -272,6 +272,7 @@ fn run(cli: Cli) -> Result<u64> {
              in the builder's [tokens])",
         )?,
     };
+    lbf::net::serve_config::check_token(&token).context("this node's token")?;
     let host = cli
         .builder
         .rsplit_once(':')

@@ -107,6 +107,12 @@ struct Cli {
     #[arg(long, value_name = "SECONDS", value_parser = parse_interval)]
     interval: Option<Duration>,
 
+    /// Write the trace file (-o) out at least every SECONDS (and at every --interval report),
+    /// in whole lines: a capture killed at any instant (kill -9, out of memory, a reboot)
+    /// leaves a trace that `lbf-gag predict` reads up to there.
+    #[arg(long, value_name = "SECONDS", value_parser = parse_interval, default_value = "1")]
+    flush_interval: Duration,
+
     /// Stop the capture, as Ctrl-C would, once it holds more than N events in memory (some
     /// 90 bytes each). A capture attached to a running MPI job (-p), and a socket or PVM
     /// capture without --procs, hold every event until the program ends. What was captured is
@@ -263,13 +269,24 @@ fn run(cli: Cli) -> Result<i32> {
         None => Box::new(CountingSink),
     };
     let live = (!cli.targets.is_empty()).then(|| LivePredictor::new(cli.targets.clone()));
-    let file = cli.output.as_ref().map(|path| TraceFile {
-        path: path.clone(),
-        source,
-        procs: Vec::new(),
-        writer: None,
-        error: None,
-    });
+    // The trace file first: an unwritable path is an error before anything runs.
+    let file = match &cli.output {
+        Some(path) => Some(TraceFile {
+            path: path.clone(),
+            source,
+            procs: Vec::new(),
+            file: Some(File::create(path).with_context(|| {
+                format!(
+                    "cannot write the trace {}: nothing was run; give -o a path in a writable \
+                     directory",
+                    path.display()
+                )
+            })?),
+            writer: None,
+            error: None,
+        }),
+        None => None,
+    };
     // Asked for neither a trace nor predictions, lbf-trace still captures, and prints what it
     // saw at the end (see `report`); unless asked for the raw records only.
     let capture = file.is_some() || live.is_some() || cli.raw_dump.is_none();
@@ -289,6 +306,8 @@ fn run(cli: Cli) -> Result<i32> {
         trace,
         interval: cli.interval,
         last_report: Instant::now(),
+        flush_interval: cli.flush_interval,
+        last_flush: Instant::now(),
         max_held: cli.max_held,
         last_held_check: Instant::now(),
         mpi_watch: (source != Source::Mpi).then(|| MpiWatch::new(source)),
@@ -549,11 +568,28 @@ struct Tee {
     /// How often to report live predictions (--interval).
     interval: Option<Duration>,
     last_report: Instant,
+    /// How often to write the trace file out (--flush-interval).
+    flush_interval: Duration,
+    last_flush: Instant,
     /// The most events the capture may hold (--max-held).
     max_held: u64,
     last_held_check: Instant,
     /// With sockets and PVM: which traced processes turn out to be MPI processes.
     mpi_watch: Option<MpiWatch>,
+}
+
+impl Tee {
+    /// Writes out the trace file's lines so far.
+    fn flush_trace(&mut self) {
+        self.last_flush = Instant::now();
+        if let Some(file) = self
+            .trace
+            .as_mut()
+            .and_then(|t| t.events_mut().file.as_mut())
+        {
+            file.flush();
+        }
+    }
 }
 
 /// Watches the processes of a socket or PVM capture for MPI. A process that has an MPI
@@ -687,13 +723,20 @@ impl RecordSink for Tee {
     }
     fn tick(&mut self) -> Result<()> {
         self.check_held();
-        let (Some(interval), Some(trace)) = (self.interval, &mut self.trace) else {
+        if self.last_flush.elapsed() >= self.flush_interval {
+            self.flush_trace();
+        }
+        let (Some(interval), true) = (self.interval, self.trace.is_some()) else {
             return Ok(());
         };
         if self.last_report.elapsed() < interval {
             return Ok(());
         }
         self.last_report = Instant::now();
+        self.flush_trace();
+        let Some(trace) = &mut self.trace else {
+            return Ok(());
+        };
         let backlog = trace.backlog();
         let lost = match backlog.lost_events {
             0 => String::new(),
@@ -755,6 +798,8 @@ struct TraceFile {
     /// Where the capture takes its events, for the header.
     source: Source,
     procs: Vec<ProcInfo>,
+    /// The file, created before the command ran, until the header is written into it.
+    file: Option<File>,
     writer: Option<TraceWriter<File>>,
     /// The first write error; reported at the end.
     error: Option<std::io::Error>,
@@ -767,9 +812,20 @@ impl TraceFile {
                 procs: self.procs.clone(),
                 source: Some(self.source),
             };
-            self.writer = Some(TraceWriter::create(&self.path, &header)?);
+            let file = self.file.take().expect("created at the start, taken once");
+            self.writer = Some(TraceWriter::new(file, &header)?);
         }
         Ok(self.writer.as_mut().expect("created above"))
+    }
+
+    /// Writes out the lines written so far (whole lines; see `TraceWriter`), so that the
+    /// file is usable if lbf-trace is killed. A failure is kept and reported at the end.
+    fn flush(&mut self) {
+        if let (Some(writer), None) = (self.writer.as_mut(), &self.error) {
+            if let Err(e) = writer.flush() {
+                self.error = Some(e);
+            }
+        }
     }
 
     /// Writes the summary line (and the header if no event came).

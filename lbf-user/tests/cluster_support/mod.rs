@@ -334,7 +334,7 @@ pub(crate) fn live_node(
     args: &[&str],
 ) -> Command {
     let mut node = in_netns(Some(netns), env!("CARGO_BIN_EXE_lbf-node"));
-    node.env("LBF_NODE_TOKEN", format!("token-{name}"))
+    node.env("LBF_NODE_TOKEN", format!("token-{name}-for-tests-only"))
         .args(["--builder", &s.listen, "--node", name, "--procs", procs])
         .arg("--ca")
         .arg(&s.cert)

@@ -1,7 +1,7 @@
 //! The command line's short form for common placements: `--nodes 4 --cores 2 --layout block`.
 
 use super::{validate, ConfigError, NetworkPreset};
-use crate::target::{Node, Target};
+use crate::target::{Node, Target, MAX_NODES};
 
 /// How the short form spreads processes over nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -36,6 +36,15 @@ pub fn short_form(form: &ShortForm, num_procs: usize) -> Result<Target, ConfigEr
         return Err(ConfigError::new(
             "--nodes",
             "0 nodes cannot run anything; give at least 1",
+        ));
+    }
+    if form.nodes > MAX_NODES {
+        return Err(ConfigError::new(
+            "--nodes",
+            format!(
+                "{} nodes is more than lbf models (at most {MAX_NODES})",
+                form.nodes
+            ),
         ));
     }
     let nodes = form.nodes as usize;

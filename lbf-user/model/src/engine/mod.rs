@@ -122,6 +122,17 @@ pub enum EngineError {
     },
 }
 
+/// Processes an error lists one by one; the others are counted.
+const LISTED: usize = 20;
+
+/// Ends a list of `n` processes of which [`LISTED`] were written.
+fn and_more(f: &mut std::fmt::Formatter<'_>, n: usize) -> std::fmt::Result {
+    match n.checked_sub(LISTED) {
+        Some(more) if more > 0 => write!(f, "\n  and {more} more processes"),
+        _ => Ok(()),
+    }
+}
+
 impl std::fmt::Display for EngineError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let at = |origin: &u64| {
@@ -166,20 +177,20 @@ impl std::fmt::Display for EngineError {
                     f,
                     "deadlock: every live process waits and none can be woken"
                 )?;
-                for (p, origin, what) in waiting {
+                for (p, origin, what) in waiting.iter().take(LISTED) {
                     write!(f, "\n  process {p}{} {what}", at(origin))?;
                 }
-                Ok(())
+                and_more(f, waiting.len())
             }
             EngineError::Truncated { unfinished } => {
                 write!(f, "the event stream ended before every process exited:")?;
-                for (p, origin) in unfinished {
+                for (p, origin) in unfinished.iter().take(LISTED) {
                     match origin {
                         0 => write!(f, "\n  process {p} sent no event")?,
                         o => write!(f, "\n  process {p}: last event at {o}")?,
                     }
                 }
-                Ok(())
+                and_more(f, unfinished.len())
             }
         }
     }

@@ -24,6 +24,9 @@ pub enum TraceErrorKind {
     BadHeader(String),
     /// The line is not valid JSON, or a field has the wrong type.
     BadJson(String),
+    /// The line ends before its JSON does (serde_json's end-of-input error): on the file's
+    /// last line, a line cut short, which the reader drops (`TraceReader::cut_line`).
+    Unfinished(String),
     /// The `k` field names no event kind.
     UnknownKind(String),
     /// A field the event kind needs is absent.
@@ -43,6 +46,28 @@ pub enum TraceErrorKind {
         procs: usize,
     },
     /// A line follows the summary, which must be the last line.
+    /// A message's send, receive or post appears twice (`what`: `sent`, `received`,
+    /// `posted`), the first time on `first_line`.
+    Repeated {
+        /// Which event repeats.
+        what: &'static str,
+        /// The message.
+        msg: crate::event::MsgId,
+        /// The line of its first occurrence.
+        first_line: u64,
+    },
+    /// Process `proc` exits before the `send_end` of its rendezvous message `msg`.
+    NoSendEnd {
+        /// The process.
+        proc: crate::event::ProcId,
+        /// The message it sent by rendezvous.
+        msg: crate::event::MsgId,
+        /// The line of the send.
+        send_line: u64,
+    },
+    /// A header line in the body: two traces written into one file.
+    SecondHeader,
+    /// A line follows the summary line.
     AfterSummary {
         /// The summary's line.
         summary_line: u64,
@@ -76,7 +101,9 @@ impl fmt::Display for TraceError {
                     .join(" and ")
             ),
             TraceErrorKind::BadHeader(why) => write!(f, "bad trace header: {why}"),
-            TraceErrorKind::BadJson(why) => write!(f, "bad JSON: {why}"),
+            TraceErrorKind::BadJson(why) | TraceErrorKind::Unfinished(why) => {
+                write!(f, "bad JSON: {why}")
+            }
             TraceErrorKind::UnknownKind(k) => write!(
                 f,
                 "unknown event kind \"{k}\"; \"k\" must be one of send, recv_start, recv_post, \
@@ -94,6 +121,29 @@ impl fmt::Display for TraceError {
                 f,
                 "process {proc} is not in the header, which lists {procs} processes (ids 0 to {})",
                 procs.saturating_sub(1)
+            ),
+            TraceErrorKind::Repeated {
+                what,
+                msg,
+                first_line,
+            } => write!(
+                f,
+                "message {msg} is {what} a second time (first on line {first_line}); a message \
+                 id is sent once, received once and posted at most once"
+            ),
+            TraceErrorKind::NoSendEnd {
+                proc,
+                msg,
+                send_line,
+            } => write!(
+                f,
+                "process {proc} exits before the send_end of message {msg}, which it sent by \
+                 rendezvous on line {send_line}"
+            ),
+            TraceErrorKind::SecondHeader => write!(
+                f,
+                "a second header line: two traces were written into one file; give each \
+                 capture its own -o file"
             ),
             TraceErrorKind::AfterSummary { summary_line } => write!(
                 f,

@@ -30,6 +30,9 @@ pub(super) struct RawLine<'a> {
     pub(super) size: Option<u32>,
     pub(super) rendezvous: Option<bool>,
     pub(super) summary: Option<Summary>,
+    /// Only a header has it: a header in the body is a trace written twice into one file.
+    #[serde(borrow)]
+    pub(super) format: Option<Cow<'a, str>>,
 }
 
 /// Parses a non-blank body line of a trace whose header lists `procs` processes.
@@ -40,6 +43,9 @@ pub(super) fn parse(text: &[u8], procs: usize) -> Result<Record, TraceErrorKind>
     };
     if let Some(summary) = raw.summary {
         return Ok(Record::Summary(summary));
+    }
+    if raw.format.is_some() {
+        return Err(TraceErrorKind::SecondHeader);
     }
     let name = raw.k.as_deref().ok_or(TraceErrorKind::MissingField {
         kind: "event",
@@ -68,7 +74,12 @@ pub(super) fn parse(text: &[u8], procs: usize) -> Result<Record, TraceErrorKind>
 fn bad_json(e: serde_json::Error) -> TraceErrorKind {
     let message = e.to_string();
     let what = message.split(" at line ").next().unwrap_or(&message);
-    TraceErrorKind::BadJson(format!("{what} at column {}", e.column()))
+    let why = format!("{what} at column {}", e.column());
+    if e.is_eof() {
+        TraceErrorKind::Unfinished(why)
+    } else {
+        TraceErrorKind::BadJson(why)
+    }
 }
 
 /// The kind named by `k`, with the fields it needs taken from `raw`.

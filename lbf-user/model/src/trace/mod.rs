@@ -14,6 +14,7 @@ mod error;
 mod flat;
 mod line;
 mod reader;
+mod rules;
 pub mod synthetic;
 mod writer;
 

@@ -1,6 +1,7 @@
 //! Streaming reader of traces (versions 1 and 2).
 
 use super::line::{parse, Record};
+use super::rules::MessageRules;
 use super::{
     Header, LineEvent, Summary, TraceError, TraceErrorKind, FORMAT_NAME, READABLE_VERSIONS,
 };
@@ -24,6 +25,10 @@ pub struct TraceReader<R> {
     line: u64,
     header: Header,
     summary: Option<(u64, Summary)>,
+    /// The last line, when it was cut short and dropped: its number and its bytes.
+    cut: Option<(u64, usize)>,
+    /// The format's rules about messages, checked as events are read.
+    rules: MessageRules,
 }
 
 /// The header line as written, every field optional so that each absence gets its own message.
@@ -55,6 +60,8 @@ impl<R: BufRead> TraceReader<R> {
                 source: None,
             },
             summary: None,
+            cut: None,
+            rules: MessageRules::default(),
         };
         if !reader.read_line()? {
             return Err(TraceError::at(1, TraceErrorKind::MissingHeader));
@@ -74,7 +81,15 @@ impl<R: BufRead> TraceReader<R> {
         self.summary.as_ref().map(|(_, s)| s)
     }
 
-    /// The next event, `Ok(None)` at the end of the file.
+    /// The trace's last line when it was cut short (the file ends in the middle of a line, as a
+    /// capture killed while writing leaves it): its line number and its bytes. That line is
+    /// dropped, and the trace has no summary. `None` for a trace that ends at a line's end.
+    pub fn cut_line(&self) -> Option<(u64, usize)> {
+        self.cut
+    }
+
+    /// The next event, `Ok(None)` at the end of the file. A last line cut short that does not
+    /// parse is dropped ([`TraceReader::cut_line`]) rather than an error.
     pub fn next_event(&mut self) -> Result<Option<LineEvent>, TraceError> {
         while self.read_line()? {
             if self.buf.iter().all(u8::is_ascii_whitespace) {
@@ -86,12 +101,20 @@ impl<R: BufRead> TraceReader<R> {
             let text = self.buf.trim_ascii_end();
             match parse(text, self.header.procs.len()) {
                 Ok(Record::Event(event)) => {
+                    if let Err(kind) = self.rules.check(&event, self.line) {
+                        return Err(self.error(kind));
+                    }
                     return Ok(Some(LineEvent {
                         line: self.line,
                         event,
-                    }))
+                    }));
                 }
                 Ok(Record::Summary(summary)) => self.summary = Some((self.line, summary)),
+                Err(TraceErrorKind::Unfinished(_)) if self.buf.last() != Some(&b'\n') => {
+                    // Only the last line can lack its newline: the file ends here.
+                    self.cut = Some((self.line, self.buf.len()));
+                    return Ok(None);
+                }
                 Err(kind) => return Err(self.error(kind)),
             }
         }

@@ -245,7 +245,7 @@ fn the_source_is_recorded_and_optional() {
 fn body_errors_name_their_line() {
     let exit0 = r#"{"p":0,"k":"exit","cpu_ns":0}"#;
     let cases = [
-        (format!("{exit0}\n{{\"p\":1,"), "line 3: bad JSON: EOF while parsing a value at column 7"),
+        (format!("{exit0}\n{{\"p\":1,\n{exit0}"), "line 3: bad JSON: EOF while parsing a value at column 7"),
         ("{\"p\":0,\"k\":\"sned\",\"cpu_ns\":1}".to_string(), "line 2: unknown event kind \"sned\""),
         ("{\"p\":0,\"cpu_ns\":1}".to_string(), "line 2: event event is missing the field \"k\""),
         ("{\"p\":0,\"k\":\"send\",\"cpu_ns\":1,\"msg\":1}".to_string(), "send event is missing the field \"bytes\""),
@@ -323,20 +323,32 @@ proptest::proptest! {
         0..50,
     )) {
         let ops = [CollOp::Barrier, CollOp::Bcast, CollOp::Reduce, CollOp::Allreduce];
+        // Any values, within the format's rules about messages: each event's message id is
+        // its own (its index in the high bits), and a process with a rendezvous send pending
+        // ends it before it exits.
+        let mut pending: [Vec<u64>; 2] = [Vec::new(), Vec::new()];
         let events: Vec<Event> = raw
             .into_iter()
-            .map(|(proc, cpu_ns, k, a, b, size, op)| {
+            .enumerate()
+            .map(|(i, (proc, cpu_ns, k, a, b, size, op))| {
+                let msg = (i as u64) << 48 | (a & 0xffff_ffff_ffff);
                 let kind = match k {
-                    0 => EventKind::Send { msg: a, bytes: b, rendezvous: false },
+                    0 => EventKind::Send { msg, bytes: b, rendezvous: false },
                     1 => EventKind::RecvStart,
-                    2 => EventKind::RecvEnd { msg: a },
+                    2 => EventKind::RecvEnd { msg },
                     3 => EventKind::CollStart { coll: a, op: ops[op], size, bytes: b },
                     4 => EventKind::CollEnd { coll: a },
                     5 => EventKind::Keepalive,
-                    6 => EventKind::Send { msg: a, bytes: b, rendezvous: true },
-                    7 => EventKind::RecvPost { msg: a },
-                    8 => EventKind::SendEnd { msg: a },
-                    _ => EventKind::Exit,
+                    6 => {
+                        pending[proc as usize].push(msg);
+                        EventKind::Send { msg, bytes: b, rendezvous: true }
+                    }
+                    7 => EventKind::RecvPost { msg },
+                    8 => EventKind::SendEnd { msg },
+                    _ => match pending[proc as usize].pop() {
+                        Some(msg) => EventKind::SendEnd { msg },
+                        None => EventKind::Exit,
+                    },
                 };
                 ev(proc, cpu_ns, kind)
             })
@@ -351,4 +363,52 @@ proptest::proptest! {
         proptest::prop_assert!(read.iter().enumerate().all(|(i, e)| e.line == i as u64 + 2));
         proptest::prop_assert_eq!(summary.map(|s| s.measured_seconds), Some(0.5));
     }
+}
+
+#[test]
+fn a_trace_cut_in_the_middle_of_a_line_is_read_up_to_the_cut() {
+    let exit0 = r#"{"p":0,"k":"exit","cpu_ns":0}"#;
+    let text = format!("{HEADER}\n{exit0}\n{{\"p\":1,\"k\":\"ex");
+    let mut reader = TraceReader::new(text.as_bytes()).unwrap();
+    let events: Vec<_> = (&mut reader).collect::<Result<_, _>>().unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(reader.cut_line(), Some((3, 14)));
+    assert!(reader.summary().is_none());
+    // A whole last line without its newline is no cut.
+    let text = format!("{HEADER}\n{exit0}");
+    let mut reader = TraceReader::new(text.as_bytes()).unwrap();
+    assert_eq!((&mut reader).count(), 1);
+    assert_eq!(reader.cut_line(), None);
+    // Nor is a bad last line: it is an error.
+    let text = format!("{HEADER}\n{{\"p\":0,\"k\":\"sned\",\"cpu_ns\":1}}");
+    let mut reader = TraceReader::new(text.as_bytes()).unwrap();
+    assert!(reader.next_event().is_err());
+}
+
+#[test]
+fn the_rules_about_messages_are_checked_with_their_lines() {
+    let line = |e: &str| format!("{e}\n");
+    let send = r#"{"p":0,"k":"send","cpu_ns":1,"msg":5,"bytes":8}"#;
+    let recv = r#"{"p":1,"k":"recv_end","cpu_ns":0,"msg":5}"#;
+    let post = r#"{"p":1,"k":"recv_post","cpu_ns":0,"msg":5}"#;
+    let rendezvous = r#"{"p":0,"k":"send","cpu_ns":1,"msg":6,"bytes":8,"rendezvous":true}"#;
+    let exit0 = r#"{"p":0,"k":"exit","cpu_ns":0}"#;
+    let cases = [
+        (line(send) + &line(send), "line 3: message 5 is sent a second time (first on line 2)"),
+        (line(recv) + &line(recv), "line 3: message 5 is received a second time (first on line 2)"),
+        (line(post) + &line(post), "line 3: message 5 is posted a second time (first on line 2)"),
+        (line(HEADER), "line 2: a second header line: two traces were written into one file"),
+        (line(rendezvous) + &line(exit0), "line 3: process 0 exits before the send_end of message 6, which it sent by rendezvous on line 2"),
+    ];
+    for (body, expected) in cases {
+        let (_, message) = error(&body);
+        assert!(
+            message.contains(expected),
+            "got {message:?}, want {expected:?}"
+        );
+    }
+    // A rendezvous send ended, and a message sent and received, are fine.
+    let end = r#"{"p":0,"k":"send_end","cpu_ns":0,"msg":6}"#;
+    let body = line(rendezvous) + &line(end) + &line(send) + &line(recv) + &line(exit0);
+    assert!(read_all(&format!("{HEADER}\n{body}")).is_ok());
 }

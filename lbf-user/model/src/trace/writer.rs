@@ -12,9 +12,16 @@ use std::path::Path;
 /// A writer dropped without `finish` leaves a truncated trace, which readers accept and report
 /// as such.
 ///
+/// Each line is formatted whole before it goes into the output buffer, so the buffer, and
+/// the file it is emptied into, only ever hold whole lines: a capture killed at any instant
+/// leaves a file that ends at a line's end (up to what it had not [`flush`]ed yet).
+///
 /// [`finish`]: TraceWriter::finish
+/// [`flush`]: TraceWriter::flush
 pub struct TraceWriter<W: Write> {
     out: BufWriter<W>,
+    /// The line being formatted.
+    line: Vec<u8>,
 }
 
 /// The header line, fields in the documented order.
@@ -50,14 +57,19 @@ impl<W: Write> TraceWriter<W> {
             source: header.source,
             procs: &header.procs,
         };
-        serde_json::to_writer(&mut out, &line)?;
-        out.write_all(b"\n")?;
-        Ok(TraceWriter { out })
+        let mut text = serde_json::to_vec(&line)?;
+        text.push(b'\n');
+        out.write_all(&text)?;
+        Ok(TraceWriter {
+            out,
+            line: Vec::with_capacity(256),
+        })
     }
 
     /// Appends one event line.
     pub fn write_event(&mut self, event: &Event) -> io::Result<()> {
-        let out = &mut self.out;
+        self.line.clear();
+        let out = &mut self.line;
         let kind = kind_name(&event.kind);
         write!(
             out,
@@ -91,7 +103,8 @@ impl<W: Write> TraceWriter<W> {
             EventKind::CollEnd { coll } => write!(out, r#","coll":{coll}"#)?,
             EventKind::RecvStart | EventKind::Keepalive | EventKind::Exit => {}
         }
-        out.write_all(b"}\n")
+        out.write_all(b"}\n")?;
+        self.out.write_all(&self.line)
     }
 
     /// Pushes buffered lines to the underlying writer, so that a live capture's file is
@@ -102,8 +115,9 @@ impl<W: Write> TraceWriter<W> {
 
     /// Writes the summary line, flushes, and returns the underlying writer.
     pub fn finish(mut self, summary: &Summary) -> io::Result<W> {
-        serde_json::to_writer(&mut self.out, &SummaryLine { summary })?;
-        self.out.write_all(b"\n")?;
+        let mut text = serde_json::to_vec(&SummaryLine { summary })?;
+        text.push(b'\n');
+        self.out.write_all(&text)?;
         self.out
             .into_inner()
             .map_err(io::IntoInnerError::into_error)

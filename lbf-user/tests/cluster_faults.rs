@@ -193,6 +193,11 @@ fn a_node_whose_spool_fills_reports_the_loss_and_the_builder_shows_it() {
         metrics.contains(&format!("lbf_node_lost_events_total{{node=\"a\"}} {lost}")),
         "{metrics}"
     );
+    // Every per-node metric docs/cluster.md names is there.
+    assert!(
+        metrics.contains("lbf_node_paused{node=\"a\"} 0"),
+        "{metrics}"
+    );
     builder.kill();
 }
 

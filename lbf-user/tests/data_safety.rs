@@ -90,3 +90,18 @@ fn a_killed_capture_leaves_a_trace_that_predicts_what_it_has() {
         "predicted {predicted} s for the 2 s captured"
     );
 }
+
+/// `-p 1` would follow every process the host starts from then on: refused, saying why.
+#[test]
+fn tracing_the_init_process_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_lbf-trace"))
+        .args(["-p", "1"])
+        .output()
+        .expect("running lbf-trace");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("-p 1 would trace the init process"),
+        "{stderr}"
+    );
+}

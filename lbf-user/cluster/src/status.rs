@@ -366,6 +366,12 @@ impl Status {
             &per_node(&|n| f64::from(u8::from(n.connected))),
         );
         metric(
+            "lbf_node_paused",
+            "gauge",
+            "1 while the builder stops reading a node until the others catch up.",
+            &per_node(&|n| f64::from(u8::from(n.paused))),
+        );
+        metric(
             "lbf_node_seconds_since_last_batch",
             "gauge",
             "Seconds since a node's last batch arrived.",

@@ -130,10 +130,6 @@ Exit status: 0 success, 1 error (trace, target or engine), 2 usage, 3 predicted 
 cut short (no summary line: the capture was killed or stopped before its end).";
 
 fn main() -> ExitCode {
-    // Output piped into a reader that stops (`| head`): end quietly, as other tools do,
-    // rather than panic on the write.
-    // SAFETY: restoring the default action of a signal, before any thread starts.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let result = match Cli::parse().command {
         Command::Predict(args) => match predict(&args) {
             Ok(Complete::No) => return ExitCode::from(3),
@@ -185,6 +181,11 @@ enum Complete {
 }
 
 fn predict(args: &Predict) -> Result<Complete> {
+    // Output piped into a reader that stops (`| head`): end quietly, as other tools do, rather
+    // than panic on the write. Only here: the builder (`serve`) must see a closed connection
+    // as an error on that connection, not die of it.
+    // SAFETY: restoring the default action of a signal, before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let trace = args.trace.display();
     let mut reader = TraceReader::open(&args.trace).with_context(|| trace.to_string())?;
     let header = reader.header().clone();

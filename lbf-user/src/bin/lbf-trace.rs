@@ -226,6 +226,12 @@ fn run(cli: Cli) -> Result<i32> {
             bail!("no process with PID {pid}");
         }
     }
+    if cli.pids.contains(&1) {
+        bail!(
+            "-p 1 would trace the init process and so every process the host starts from now \
+             on; give the PIDs of the job's processes (or of its launcher) instead"
+        );
+    }
     let source = cli.source.unwrap_or_else(|| {
         if !cli.mpi_libs.is_empty() {
             // Naming an MPI library to probe says the program is an MPI program.

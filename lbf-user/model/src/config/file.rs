@@ -41,8 +41,8 @@ fn unit_speed() -> f64 {
 #[serde(deny_unknown_fields)]
 struct NetworkFile {
     preset: Option<String>,
-    local: Option<Vec<(f64, f64)>>,
-    remote: Option<Vec<(f64, f64)>>,
+    local: Option<Vec<Vec<f64>>>,
+    remote: Option<Vec<Vec<f64>>>,
 }
 
 /// Reads the target file at `path` for a trace of `num_procs` processes. The target is named
@@ -117,9 +117,24 @@ fn network(net: NetworkFile) -> Result<Network, String> {
             .network(),
         None => Network::default(),
     };
-    let table = |points: Option<Vec<(f64, f64)>>, which: &str, default: CommTable| match points {
+    let table = |points: Option<Vec<Vec<f64>>>, which: &str, default: CommTable| match points {
         None => Ok(default),
-        Some(points) => CommTable::new(points).map_err(|e| format!("[network] {which}: {e}")),
+        Some(points) => {
+            let pairs = points
+                .iter()
+                .enumerate()
+                .map(|(i, p)| match p[..] {
+                    [bytes, seconds] => Ok((bytes, seconds)),
+                    _ => Err(format!(
+                        "[network] {which}: point {} has {} numbers; each point is [bytes, \
+                         seconds]",
+                        i + 1,
+                        p.len()
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            CommTable::new(pairs).map_err(|e| format!("[network] {which}: {e}"))
+        }
     };
     Ok(Network {
         local: table(net.local, "local", base.local)?,
@@ -130,6 +145,16 @@ fn network(net: NetworkFile) -> Result<Network, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_table_point_is_two_numbers() {
+        let text = "[[node]]\nprocs = [0]\n[network]\nremote = [[0, 1e-5, 7], [1000, 2e-5]]\n";
+        let e = parse_target(text, "t", 1).unwrap_err().to_string();
+        assert!(
+            e.contains("[network] remote: point 1 has 3 numbers; each point is [bytes, seconds]"),
+            "{e}"
+        );
+    }
 
     const TWO_NODES: &str = r#"
         name = "two-nodes"

@@ -66,6 +66,10 @@ impl<R: BufRead> TraceReader<R> {
         if !reader.read_line()? {
             return Err(TraceError::at(1, TraceErrorKind::MissingHeader));
         }
+        // An editor's UTF-8 byte-order mark: not part of the header.
+        if reader.buf.starts_with(b"\xEF\xBB\xBF") {
+            reader.buf.drain(..3);
+        }
         reader.header = parse_header(&reader.buf).map_err(|kind| TraceError::at(1, kind))?;
         Ok(reader)
     }

@@ -412,3 +412,10 @@ fn the_rules_about_messages_are_checked_with_their_lines() {
     let body = line(rendezvous) + &line(end) + &line(send) + &line(recv) + &line(exit0);
     assert!(read_all(&format!("{HEADER}\n{body}")).is_ok());
 }
+
+#[test]
+fn a_byte_order_mark_before_the_header_is_skipped() {
+    let text = format!("\u{feff}{HEADER}\n{}\n", r#"{"p":0,"k":"exit","cpu_ns":0}"#);
+    let (events, _) = read_all(&text).unwrap();
+    assert_eq!(events.len(), 1);
+}

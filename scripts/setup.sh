@@ -76,9 +76,20 @@ install_nextest() {
     fi
 }
 
+# The fuzzer driver (scripts/test.sh runs the parsers' fuzz targets briefly).
+install_cargo_fuzz() {
+    if cargo fuzz --version >/dev/null 2>&1; then
+        log "cargo-fuzz present"
+    else
+        log "building cargo-fuzz; takes a minute or two"
+        cargo install --locked cargo-fuzz
+    fi
+}
+
 need_root
 install_apt
 install_rust_src
 install_bpf_linker
 install_nextest
+install_cargo_fuzz
 log "done"

@@ -14,13 +14,11 @@ use std::time::Duration;
 
 /// Whether this test may load eBPF (root) and build Open MPI programs; says why not if not.
 fn can_run_open_mpi() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let ok = root && Command::new("mpicc.openmpi").arg("-v").output().is_ok();
-    if !ok {
-        eprintln!("skipping: needs root and Open MPI (mpicc.openmpi)");
-    }
-    ok
+    machine::require("root (tracing loads eBPF)", machine::is_root())
+        && machine::require(
+            "Open MPI (mpicc.openmpi)",
+            Command::new("mpicc.openmpi").arg("-v").output().is_ok(),
+        )
 }
 
 #[test]

@@ -14,15 +14,11 @@ use std::time::Duration;
 
 /// Whether PVM is installed and this test may load eBPF; says why not if not.
 fn can_run_pvm() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
     let there = ["/usr/bin/pvm", "/usr/lib/x86_64-linux-gnu/libpvm3.so.3"]
         .iter()
         .all(|p| Path::new(p).exists());
-    if !(root && there) {
-        eprintln!("skipping: needs root and PVM");
-    }
-    root && there
+    machine::require("root (tracing loads eBPF)", machine::is_root())
+        && machine::require("PVM (pvm, libpvm3)", there)
 }
 
 #[test]

@@ -34,12 +34,7 @@ static ONE_JOB: Mutex<()> = Mutex::new(());
 
 /// Whether this test may load eBPF; says why not if not.
 fn can_trace() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("skipping: needs root");
-    }
-    root
+    machine::require("root (tracing loads eBPF)", machine::is_root())
 }
 
 #[test]

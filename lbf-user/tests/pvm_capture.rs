@@ -77,10 +77,7 @@ fn can_run_pvm() -> bool {
     let there = [LIBPVM, LIBGPVM, "/usr/bin/pvm"]
         .iter()
         .all(|p| Path::new(p).exists());
-    if !there {
-        eprintln!("skipping: PVM is not installed");
-    }
-    there && can_trace()
+    can_trace() && traced::machine::require("PVM (pvm, libpvm3, libgpvm3)", there)
 }
 
 /// Workers for the runs: one per core (the master waits blocked, using no CPU). With more

@@ -48,14 +48,7 @@ fn have_hpcc() -> bool {
             .args(["-c", "command -v hpcc"])
             .output()
             .is_ok_and(|o| o.status.success());
-    if !there {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "hpcc is not installed (CI=true: not skipping; scripts/setup.sh installs it)"
-        );
-        eprintln!("skipping: hpcc is not installed (scripts/setup.sh installs it)");
-    }
-    there
+    machine::require("hpcc (scripts/setup.sh installs it)", there)
 }
 
 /// `mpirun` of 4 hpcc ranks on this machine (more ranks than cores: `--oversubscribe`).

@@ -568,10 +568,10 @@ pub(crate) const ATTEMPTS: u32 = 3;
 /// [`TOLERANCE`]; panics with every miss. lbf's node daemons and builder shared the job's
 /// cores, so a prediction of the job alone may also fall short by their share of the machine
 /// ([`Shares::lbf`]). A run on a machine busy with other work
-/// ([`machine::BUSY_MACHINE`]) is not the configuration predicted: it ends the test
-/// unchecked, and says so.
+/// ([`machine::BUSY_MACHINE`]) is not the configuration predicted: it is retried, and if every
+/// run was busy the check is recorded as not made ([`machine::not_checked`]).
 pub(crate) fn predicted_within_tolerance(mut run: impl FnMut(u32) -> (f64, f64, Shares)) {
-    let mut misses = Vec::new();
+    let (mut misses, mut busy) = (Vec::new(), 0);
     for attempt in 1..=ATTEMPTS {
         let (measured, predicted, shares) = run(attempt);
         eprintln!(
@@ -582,11 +582,12 @@ pub(crate) fn predicted_within_tolerance(mut run: impl FnMut(u32) -> (f64, f64, 
             shares.others * 100.0
         );
         if shares.others > machine::BUSY_MACHINE {
-            eprintln!(
-                "NOT CHECKED: other work competed with the run, so its configuration is not \
-                 the one predicted"
-            );
-            return;
+            busy += 1;
+            misses.push(format!(
+                "machine busy: other work used {:.0} % of it",
+                shares.others * 100.0
+            ));
+            continue;
         }
         let short = (TOLERANCE + shares.lbf) * measured;
         if predicted <= (1.0 + TOLERANCE) * measured && predicted >= measured - short {
@@ -596,6 +597,10 @@ pub(crate) fn predicted_within_tolerance(mut run: impl FnMut(u32) -> (f64, f64, 
             "{predicted:.3} s for {measured:.3} s (lbf {:.1} %)",
             shares.lbf * 100.0
         ));
+    }
+    if busy == ATTEMPTS {
+        machine::not_checked(&misses.join("; "));
+        return;
     }
     panic!(
         "the central prediction missed the measured time by more than {:.0} % (below it, by \

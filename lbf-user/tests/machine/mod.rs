@@ -179,3 +179,39 @@ pub(crate) fn process_ids() -> Vec<u32> {
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect()
 }
+
+/// Whether a test's requirement `what` (root, an MPI, PVM, ...) is met. Missing, the test is
+/// skipped, saying so (`SKIPPED: ...` on its output); with `CI=true` a missing requirement
+/// fails the test instead, naming it, so that nothing passes by not running.
+pub(crate) fn require(what: &str, met: bool) -> bool {
+    if !met {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{what} is missing (CI=true: a test does not pass by skipping)"
+        );
+        eprintln!("SKIPPED: {what} is missing");
+    }
+    met
+}
+
+/// Whether this process may load eBPF programs: root.
+pub(crate) fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Records that an accuracy check was not made, because other work took the machine in every
+/// attempt (`why`): one line in `target/tmp/unchecked-accuracy.txt`, which `scripts/test.sh`
+/// counts at the end of the run.
+pub(crate) fn not_checked(why: &str) {
+    use std::io::Write;
+    eprintln!("NOT CHECKED: {why}");
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("unchecked-accuracy.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = writeln!(f, "{}: {why}", std::thread::current().name().unwrap_or("?"));
+    }
+}

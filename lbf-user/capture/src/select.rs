@@ -125,10 +125,48 @@ fn contains(haystack: &[u8], marker: &[u8]) -> bool {
 pub fn for_command(argv: &[String]) -> Source {
     let mut found = Found::default();
     scan_words(argv.iter().map(String::as_str), SCRIPT_DEPTH, &mut found);
-    if found.launcher {
+    if found.launcher || !statically_linked_mpi(argv).is_empty() {
         return Source::Mpi;
     }
     pick(|marker| found.binaries.iter().any(|f| contains(f, marker)))
+}
+
+/// The ELF files a command names (its words, and the words of a shell's `-c` script) that
+/// define `PMPI_Init` themselves: programs linked statically with MPI or with a copy of an MPI
+/// library built in (and MPI libraries named outright, as in `LD_PRELOAD=...`). They are to be
+/// probed themselves, as `--mpi-lib PROGRAM` would.
+pub fn statically_linked_mpi(argv: &[String]) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = Vec::new();
+    for word in argv
+        .iter()
+        .flat_map(|a| a.split(|c: char| c.is_whitespace() || ";|&()'\"`<>{}".contains(c)))
+        .filter(|w| !w.is_empty())
+    {
+        let Some(path) = file_of(word, false) else {
+            continue;
+        };
+        if !found.contains(&path) && defines_pmpi_init(&path) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// Whether the ELF file at `path` defines `PMPI_Init` (in its dynamic or its full symbol
+/// table: a static function of a program that keeps its symbol table counts too).
+fn defines_pmpi_init(path: &Path) -> bool {
+    use object::{Object, ObjectSymbol};
+    let Ok(data) = std::fs::read(path) else {
+        return false;
+    };
+    if !data.starts_with(b"\x7fELF") {
+        return false;
+    }
+    let Ok(elf) = object::File::parse(&*data) else {
+        return false;
+    };
+    let defined = |s: object::Symbol<'_, '_>| s.is_definition() && s.name() == Ok("PMPI_Init");
+    elf.dynamic_symbols().any(defined) || elf.symbols().any(defined)
 }
 
 /// What the words of a command (and of the scripts it runs) name.
@@ -274,6 +312,35 @@ fn executable(arg: &str) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_program_that_carries_mpi_itself_is_an_mpi_program() {
+        let dir = std::env::temp_dir().join(format!("lbf-select-static-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (src, exe) = (dir.join("static_mpi.c"), dir.join("static_mpi"));
+        std::fs::write(
+            &src,
+            "int PMPI_Init(int *c, char ***v) { return 0; }\n\
+             int main(int c, char **v) { return PMPI_Init(&c, &v); }\n",
+        )
+        .unwrap();
+        let built = std::process::Command::new("gcc")
+            .arg("-o")
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .expect("running gcc");
+        assert!(built.success());
+        let exe_word = exe.to_str().unwrap().to_string();
+        let cmd = argv(&["taskset", "-c", "0", &exe_word]);
+        assert_eq!(statically_linked_mpi(&cmd), std::slice::from_ref(&exe));
+        assert_eq!(for_command(&cmd), Source::Mpi);
+        // A launcher in front: still found, to be probed.
+        let cmd = argv(&["mpirun", "-np", "2", &exe_word]);
+        assert_eq!(statically_linked_mpi(&cmd), [exe]);
+        assert!(statically_linked_mpi(&argv(&["sh", "-c", "echo"])).is_empty());
+        std::fs::remove_dir_all(dir).ok();
+    }
     use std::os::unix::fs::PermissionsExt;
 
     fn argv(words: &[&str]) -> Vec<String> {

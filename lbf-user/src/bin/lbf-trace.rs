@@ -465,7 +465,9 @@ fn mpi_libraries(cli: &Cli) -> Result<Vec<PathBuf>> {
     if cli.command.is_empty() {
         return libraries_of(&cli.pids);
     }
-    let installed = probe::installed_mpi_libraries()?;
+    // Programs that carry MPI themselves (statically linked) are probed as libraries are.
+    let mut installed = probe::installed_mpi_libraries()?;
+    installed.extend(select::statically_linked_mpi(&cli.command));
     if installed.is_empty() {
         bail!(
             "--source mpi, but no MPI library found (ldconfig -p lists no libmpi.so / \

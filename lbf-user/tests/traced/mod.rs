@@ -834,10 +834,20 @@ fn programs_cpu_seconds(t: &Traced) -> f64 {
 /// machine), the run is slower than any placement predicts.
 pub(crate) fn competing_share(t: &Traced) -> f64 {
     // The command's processes are in `own` when waited for by it, in `ours` when not (PVM
-    // tasks are pvmd's children): the larger counts, once.
+    // tasks are pvmd's children): the larger counts, once. Daemons the job relies on (pvmd,
+    // PVM's group server) are the job's too: the command prints their CPU.
+    // SAFETY: sysconf has no preconditions.
+    let tick = 1.0 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let daemons: f64 = t
+        .output
+        .lines()
+        .filter_map(|l| l.strip_prefix("LBF-DAEMON-CPU ticks="))
+        .filter_map(|v| v.trim().parse::<f64>().ok())
+        .map(|ticks| ticks * tick)
+        .sum();
     machine::others_share(
         t.machine_cpu_seconds,
-        t.own_cpu_seconds.max(programs_cpu_seconds(t)),
+        t.own_cpu_seconds.max(programs_cpu_seconds(t)) + daemons,
         t.summary.measured_seconds,
     )
 }

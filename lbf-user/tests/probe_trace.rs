@@ -417,8 +417,18 @@ fn attach_to_running_mpich_ranks() {
         }
     }
     assert_eq!(pids.len(), 2, "found both ranks: {pids:?}");
-    // Let MPI_Init finish so the library is mapped.
-    thread::sleep(Duration::from_millis(300));
+    // Wait until both ranks have mapped the MPI library (their MPI_Init is under way).
+    let mapped = |pid: &String| {
+        fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains("libmpich"))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !pids.iter().all(mapped) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the ranks {pids:?} mapped no MPICH within a minute"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
     let dump = dir.join("raw.jsonl");
     // An untraced run of the same program while the probes are attached: the kernel-side
     // filter must keep its calls out.

@@ -327,7 +327,7 @@ impl PvmCapture {
     }
 
     fn note(&mut self, what: &str) {
-        *self.anomalies.entry(what.to_string()).or_default() += 1;
+        crate::note(&mut self.anomalies, what);
     }
 
     /// Expects `n` tasks to send or receive (`None`: unknown, the default): once they have,

@@ -72,7 +72,7 @@ use self::syscall::Call;
 use crate::record_capture::{Backlog, Kept, RecordCapture};
 use crate::roster::{Labels, Proc, Roster};
 use crate::timeline::{RunClock, Wait};
-use crate::{EventSink, Summary};
+use crate::{note, EventSink, Summary};
 use lbf_model::event::EventKind;
 
 /// Why a descriptor is looked up.
@@ -745,11 +745,6 @@ fn family_name(family: i32) -> String {
         _ => "address family",
     };
     format!("{name} ({family})")
-}
-
-/// Counts one occurrence of anomaly `what`.
-fn note(anomalies: &mut BTreeMap<String, u64>, what: &str) {
-    *anomalies.entry(what.to_string()).or_default() += 1;
 }
 
 #[cfg(any(test, feature = "test-support"))]

@@ -137,11 +137,7 @@ pub fn for_command(argv: &[String]) -> Source {
 /// probed themselves, as `--mpi-lib PROGRAM` would.
 pub fn statically_linked_mpi(argv: &[String]) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = Vec::new();
-    for word in argv
-        .iter()
-        .flat_map(|a| a.split(|c: char| c.is_whitespace() || ";|&()'\"`<>{}".contains(c)))
-        .filter(|w| !w.is_empty())
-    {
+    for word in words(argv.iter().map(String::as_str)) {
         let Some(path) = file_of(word, false) else {
             continue;
         };
@@ -180,16 +176,20 @@ struct Found {
     seen: Vec<PathBuf>,
 }
 
+/// The words of `args`: each argument split at whitespace and shell punctuation, so that a
+/// shell's `-c` script is words too.
+fn words<'a>(args: impl Iterator<Item = &'a str>) -> impl Iterator<Item = &'a str> {
+    args.flat_map(|a| a.split(|c: char| c.is_whitespace() || ";|&()'\"`<>{}".contains(c)))
+        .filter(|w| !w.is_empty())
+}
+
 /// Scans the words of `args` (each argument split at whitespace and shell punctuation, so a
 /// shell's `-c` script is words too) into `found`, reading the scripts they name while
 /// `depth` lasts.
 fn scan_words<'a>(args: impl Iterator<Item = &'a str>, depth: u32, found: &mut Found) {
     // Whether the words since the last shell's name are its options only.
     let mut after_shell = false;
-    for word in args
-        .flat_map(|a| a.split(|c: char| c.is_whitespace() || ";|&()'\"`<>{}".contains(c)))
-        .filter(|w| !w.is_empty())
-    {
+    for word in words(args) {
         if found.launcher {
             return;
         }

@@ -215,7 +215,11 @@ fn predict(args: &Predict) -> Result<Complete> {
     let cut_short = reader.summary().is_none();
     // A trace cut short (no summary) predicts what it has: where each target's simulation of
     // the captured part got to, a lower bound, when its processes did not all exit.
-    let reached = engine.progress();
+    let reached = if cut_short {
+        engine.progress()
+    } else {
+        Vec::new()
+    };
     let predictions = pushed.and_then(|()| match engine.finish() {
         Err(EngineError::Truncated { unfinished }) if cut_short => {
             eprintln!(

@@ -14,6 +14,7 @@ mod traced;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use lbf::capture::anomaly::Anomaly;
 use lbf::capture::mpi::inspect::ProcFs;
 use lbf::capture::mpi::Capture;
 use lbf::capture::{EventLog, Summary};
@@ -26,12 +27,12 @@ use traced::{
 
 /// The boundary effects an attach may report (see `lbf::capture::alignment`), besides the
 /// calls entered between the probes' attach and the process's.
-const BOUNDARY: [&str; 5] = [
-    "receive of a message sent before the attach (no dependency)",
-    "send received by a receive posted before the attach (not modelled)",
-    "request made before the attach completed (not modelled)",
-    "call in progress at the attach (not modelled)",
-    "collective entered by a member before the attach (not modelled)",
+const BOUNDARY: [Anomaly; 5] = [
+    Anomaly::RecvOfEarlierSend,
+    Anomaly::SendToEarlierRecv,
+    Anomaly::RequestBeforeAttach,
+    Anomaly::InProgressAtAttach,
+    Anomaly::CollectiveEnteredBeforeAttach,
 ];
 
 /// The longest this machine's virtual CPUs were seen to stop without the stopped thread's
@@ -498,21 +499,23 @@ fn check(mpi: Mpi, in_flight: bool, (full, attached): (Traced, Traced)) -> Resul
     let s = &attached.summary;
     eprintln!("attached capture: anomalies {:?}", s.anomalies);
     assert!(
-        s.anomalies.keys().all(|k| BOUNDARY.contains(&k.as_str())),
+        s.anomalies.keys().all(|k| BOUNDARY.contains(k)),
         "anomalies beyond the attach's boundary: {:?}",
         s.anomalies
     );
     assert_eq!(s.procs.len(), 2);
     let (earlier, unreceived) = check_matching(&full, &attached);
-    let counted = |what: &str| s.anomalies.get(what).copied().unwrap_or(0) as usize;
+    let counted = |what: &Anomaly| s.anomalies.get(what).copied().unwrap_or(0) as usize;
     // A receive of an earlier message completed through a request made before the attach is
     // counted by the capture as that request (BOUNDARY[2]), not as the receive (BOUNDARY[0]).
-    let (receives, requests) = (counted(BOUNDARY[0]), counted(BOUNDARY[2]));
+    let (receives, requests) = (counted(&BOUNDARY[0]), counted(&BOUNDARY[2]));
     assert!(
-        receives <= earlier && earlier <= receives + requests && counted(BOUNDARY[1]) == unreceived,
+        receives <= earlier
+            && earlier <= receives + requests
+            && counted(&BOUNDARY[1]) == unreceived,
         "what the capture says it could not pair: {receives} receives of earlier messages and \
          {requests} earlier requests for {earlier}, {} sends for {unreceived}",
-        counted(BOUNDARY[1])
+        counted(&BOUNDARY[1])
     );
     // Calls in progress at the attach: requests posted before it, and calls entered between
     // the probes' attach and the process's (their exit comes without its entry).
@@ -520,9 +523,9 @@ fn check(mpi: Mpi, in_flight: bool, (full, attached): (Traced, Traced)) -> Resul
         !in_flight
             || earlier
                 + unreceived
-                + counted(BOUNDARY[2])
-                + counted(BOUNDARY[3])
-                + counted(BOUNDARY[4])
+                + counted(&BOUNDARY[2])
+                + counted(&BOUNDARY[3])
+                + counted(&BOUNDARY[4])
                 > 0,
         "nothing was in flight at the attach: the test did not exercise it"
     );

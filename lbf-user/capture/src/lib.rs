@@ -8,6 +8,7 @@
 //!
 //! Nothing here loads eBPF, reads trace files or runs the engine.
 
+pub mod anomaly;
 pub mod ids;
 pub mod mpi;
 pub mod procfs;
@@ -19,8 +20,7 @@ pub mod sockets;
 pub mod timeline;
 mod totals;
 
-use std::collections::BTreeMap;
-
+use anomaly::Anomalies;
 use lbf_model::event::{EventKind, ProcInfo};
 pub use lbf_model::sink::{EventLog, EventSink};
 
@@ -110,22 +110,10 @@ pub struct Summary {
     /// Receives completed without a matching send (emitted as `Keepalive`s).
     pub unmatched_recvs: u64,
     /// Things the capture could not model, with how often they happened.
-    pub anomalies: BTreeMap<String, u64>,
+    pub anomalies: Anomalies,
     /// Records the kernel side dropped (set by `lbf-record`'s `CaptureSink`).
     pub lost_records: u64,
     /// Events the capture left out of the trace: those of processes that joined a socket or
     /// PVM capture after the number it expected had (see [`roster`]).
     pub lost_events: u64,
-}
-
-/// Counts one occurrence of anomaly `what`.
-pub(crate) fn note(anomalies: &mut BTreeMap<String, u64>, what: &str) {
-    count(anomalies, what, 1);
-}
-
-/// Counts `n` occurrences of anomaly `what` (none: nothing noted).
-pub(crate) fn count(anomalies: &mut BTreeMap<String, u64>, what: &str, n: u64) {
-    if n > 0 {
-        *anomalies.entry(what.to_string()).or_default() += n;
-    }
 }

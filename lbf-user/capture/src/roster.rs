@@ -20,8 +20,8 @@
 //! processes only.
 
 use rustc_hash::{FxHashMap, FxHashSet};
-use std::collections::BTreeMap;
 
+use crate::anomaly::{note, Anomalies, Anomaly};
 use crate::record_capture::Backlog;
 use crate::timeline::{Item, RunClock, Timeline};
 use crate::{EventSink, ProcStats};
@@ -29,7 +29,7 @@ use lbf_model::event::{Event, EventKind, ProcInfo};
 use lbf_model::stream::Role;
 
 /// How the notes of a roster name its processes.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Labels {
     /// One of them: "process", "task".
     pub one: &'static str,
@@ -131,7 +131,7 @@ impl Roster {
         &mut self,
         tgid: u32,
         name: impl FnOnce() -> String,
-        anomalies: &mut BTreeMap<String, u64>,
+        anomalies: &mut Anomalies,
     ) -> &mut Proc {
         if !self.procs.contains_key(&tgid) {
             let full = self.expected.is_some_and(|n| self.order.len() >= n);
@@ -143,15 +143,12 @@ impl Roster {
             };
             let name = name();
             if full {
-                let l = self.labels;
-                let what = format!(
-                    "{name} {} after the {} expected {} had (--procs or the targets' \
-                     processes): left out of the trace, its events counted as lost",
-                    l.joins,
-                    self.order.len(),
-                    l.many
-                );
-                *anomalies.entry(what).or_default() += 1;
+                let what = Anomaly::LeftOut {
+                    labels: self.labels,
+                    name: name.clone(),
+                    expected: self.order.len(),
+                };
+                note(anomalies, what);
             }
             let mut timeline = Timeline::default();
             for (tid, cpu) in self.attach_cpu.remove(&tgid).unwrap_or_default() {
@@ -284,7 +281,7 @@ impl Roster {
         mut self,
         clock: &RunClock,
         sink: &mut dyn EventSink,
-        anomalies: &mut BTreeMap<String, u64>,
+        anomalies: &mut Anomalies,
     ) -> Handed {
         let l = self.labels;
         // Processes that ended and handed everything out have no entry left.
@@ -292,20 +289,17 @@ impl Roster {
             p.exited = true;
             p.timeline.emit(0, 0, EventKind::Exit);
             if matches!(p.standing, Standing::Member(_)) {
-                let what = format!("{} still running at the end of the capture", l.one);
-                *anomalies.entry(what).or_default() += 1;
+                note(anomalies, Anomaly::StillRunning { labels: l });
             }
         }
         if self.announced.is_empty() {
             if let Some(n) = self.expected.filter(|&n| self.order.len() < n) {
-                let what = format!(
-                    "fewer {} {} than the {n} expected (--procs or the targets' processes): \
-                     {} did, and their events were handed out at the end",
-                    l.many,
-                    l.joins,
-                    self.order.len()
-                );
-                *anomalies.entry(what).or_default() += 1;
+                let what = Anomaly::FewerJoined {
+                    labels: l,
+                    expected: n,
+                    joined: self.order.len(),
+                };
+                note(anomalies, what);
             }
             self.announce(clock, sink);
         }

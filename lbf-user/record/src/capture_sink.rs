@@ -4,6 +4,7 @@
 
 use lbf_common::Record;
 
+use lbf_capture::anomaly::{count, Anomaly};
 use lbf_capture::record_capture::{Backlog, RecordCapture};
 use lbf_capture::{EventSink, Summary};
 use lbf_probe::{LostCounts, RecordSink};
@@ -66,23 +67,12 @@ impl<S: EventSink> RecordSink for CaptureSink<S> {
         if let Some(capture) = self.capture.take() {
             let mut summary = capture.finish(&mut self.events);
             for (what, n) in [
-                ("records lost: ring buffer full", lost.ringbuf_full),
-                (
-                    "records lost: call exit without its entry",
-                    lost.exit_without_entry,
-                ),
-                (
-                    "call in progress at the attach (not modelled)",
-                    lost.in_progress_at_attach,
-                ),
-                (
-                    "MPI_Init notice lost: the rank was inspected only when its records were read",
-                    lost.init_notices_lost,
-                ),
+                (Anomaly::RingBufferFull, lost.ringbuf_full),
+                (Anomaly::ExitRecordWithoutEntry, lost.exit_without_entry),
+                (Anomaly::InProgressAtAttach, lost.in_progress_at_attach),
+                (Anomaly::InitNoticeLost, lost.init_notices_lost),
             ] {
-                if n > 0 {
-                    summary.anomalies.insert(what.to_string(), n);
-                }
+                count(&mut summary.anomalies, what, n);
             }
             summary.lost_records = lost.ringbuf_full + lost.exit_without_entry;
             self.summary = Some(summary);

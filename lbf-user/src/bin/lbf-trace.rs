@@ -522,7 +522,7 @@ fn report(trace: CaptureSink<Outputs>, source: Source, verbose: bool) -> Result<
         }
     }
     if summary.procs.is_empty() {
-        let why: Vec<&str> = summary.anomalies.keys().map(String::as_str).collect();
+        let why: Vec<String> = summary.anomalies.keys().map(|a| a.to_string()).collect();
         let why = if why.is_empty() {
             format!("no traced process sent or received a {source} message")
         } else {

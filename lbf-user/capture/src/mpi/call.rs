@@ -47,6 +47,7 @@ use rustc_hash::FxHashMap;
 
 use super::eager::SendMode;
 use super::library::Abi;
+use crate::anomaly::Anomaly;
 use lbf_model::event::CollOp;
 
 /// A rank argument of a point-to-point call, in the communicator's rank space.
@@ -235,19 +236,13 @@ pub enum CollBytes {
     ToOthers(Option<u64>),
 }
 
-/// Why a member's payload is not (wholly) known: the anomaly the capture counts.
-pub const UNKNOWN_COLL_SIZE: &str = "collective of unknown size (derived datatype or count array)";
-
-/// The anomaly of a count array longer than a record holds, or cut short by unmapped memory.
-pub const TRUNCATED_COUNTS: &str =
-    "collective count array cut short (longer than a record holds): bytes of the members beyond left out";
-
 impl CollBytes {
     /// The payload of the member of rank `rank` (`None`: unknown) in a communicator of `size`
-    /// members, and the anomaly to count, if any: [`UNKNOWN_COLL_SIZE`] (the payload is then
-    /// 0) or [`TRUNCATED_COUNTS`] (the members past the array are left out).
-    pub fn resolve(&self, size: u32, rank: Option<u32>) -> (u64, Option<&'static str>) {
-        let unknown = (0, Some(UNKNOWN_COLL_SIZE));
+    /// members, and the anomaly to count, if any: [`Anomaly::CollectiveOfUnknownSize`] (the
+    /// payload is then 0) or [`Anomaly::CollectiveCountsCut`] (the members past the array are
+    /// left out).
+    pub fn resolve(&self, size: u32, rank: Option<u32>) -> (u64, Option<Anomaly>) {
+        let unknown = (0, Some(Anomaly::CollectiveOfUnknownSize));
         match *self {
             CollBytes::Known(b) => (b, None),
             CollBytes::Unknown => unknown,
@@ -270,7 +265,7 @@ impl CollBytes {
                 let n = (size as usize).min(counts.len());
                 let sum: u64 = (0..n).filter(|&i| Some(i) != own).map(|i| counts[i]).sum();
                 let cut = counts.len() < size as usize;
-                (sum * elem, cut.then_some(TRUNCATED_COUNTS))
+                (sum * elem, cut.then_some(Anomaly::CollectiveCountsCut))
             }
         }
     }
@@ -764,8 +759,14 @@ mod tests {
         // Rank 1 of 3 sends 3 + 7 ints to the others.
         assert_eq!(b.resolve(3, Some(1)), (40, None));
         // A count array shorter than the communicator: the members beyond are left out, said.
-        assert_eq!(b.resolve(4, Some(1)), (40, Some(TRUNCATED_COUNTS)));
-        assert_eq!(b.resolve(3, None), (0, Some(UNKNOWN_COLL_SIZE)));
+        assert_eq!(
+            b.resolve(4, Some(1)),
+            (40, Some(Anomaly::CollectiveCountsCut))
+        );
+        assert_eq!(
+            b.resolve(3, None),
+            (0, Some(Anomaly::CollectiveOfUnknownSize))
+        );
         // MPI_IN_PLACE: the send counts do not apply.
         let mut in_place = args;
         in_place[0] = u64::MAX;
@@ -793,7 +794,10 @@ mod tests {
         assert_eq!(bytes_of(e).resolve(2, Some(0)), (24, None));
         // Without the second read the size is unknown.
         let e = decode_entry(&abi, mpi::REDUCE_SCATTER, &args, &mem, &[], &derived);
-        assert_eq!(bytes_of(e).resolve(2, Some(0)).1, Some(UNKNOWN_COLL_SIZE));
+        assert_eq!(
+            bytes_of(e).resolve(2, Some(0)).1,
+            Some(Anomaly::CollectiveOfUnknownSize)
+        );
         // Its table: the counts in the first 192 bytes, the datatype in the second read.
         let reads = fn_reads(super::super::openmpi::LAYOUT);
         let (_, r) = reads.iter().find(|(id, _)| *id == mpi::ALLTOALLV).unwrap();

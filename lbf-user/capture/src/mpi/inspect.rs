@@ -31,7 +31,7 @@ pub struct LaunchRank {
 }
 
 /// Why a process could not be inspected.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct InspectError {
     /// The process.
     pub tgid: u32,

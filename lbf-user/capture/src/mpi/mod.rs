@@ -79,7 +79,7 @@ pub mod openmpi;
 pub mod process;
 
 use rustc_hash::{FxHashMap, FxHashSet};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use lbf_common::{mpi, Record, RecordKind, MEM_BYTES, MORE_MEM_AT};
 
@@ -91,9 +91,10 @@ use self::inspect::ProcessInspector;
 use self::library::Abi;
 use self::matching::{Envelope, Matcher, Pattern, RecvId};
 use self::process::{LocalComm, OpenCall, Process, Request};
+use crate::anomaly::{count, note, Anomalies, Anomaly};
 use crate::ids;
 use crate::timeline::RunClock;
-use crate::{count, note, EventSink, Summary};
+use crate::{EventSink, Summary};
 use lbf_model::event::{CollId, CollOp, EventKind, MsgId, ProcInfo};
 
 pub use self::library::Library;
@@ -128,7 +129,7 @@ pub struct Capture {
     attaches: FxHashMap<u32, Vec<(u32, u64, u64)>>,
     /// Collectives of processes attached while running, numbered when the capture ends.
     attached_colls: AttachedCollectives,
-    anomalies: BTreeMap<String, u64>,
+    anomalies: Anomalies,
     /// The processes a record gave events to, kept to save an allocation per record.
     touched: Vec<u32>,
 }
@@ -153,7 +154,7 @@ impl Capture {
             last_finalize: None,
             attaches: FxHashMap::default(),
             attached_colls: AttachedCollectives::default(),
-            anomalies: BTreeMap::new(),
+            anomalies: Anomalies::new(),
             touched: Vec::new(),
         }
     }
@@ -187,7 +188,7 @@ impl Capture {
                     if !p.exited {
                         p.exited = true;
                         p.emit(rec.tid, rec.cpu_ns, EventKind::Exit);
-                        note(&mut self.anomalies, "rank exited without MPI_Finalize");
+                        note(&mut self.anomalies, Anomaly::ExitedWithoutFinalize);
                         self.abandon_posts(rec.tgid, false);
                     }
                 }
@@ -200,7 +201,7 @@ impl Capture {
             Some(RecordKind::Fork | RecordKind::Exec | RecordKind::Syscall) => {}
             // A pair item is split by the reader (`probe::reader`); never seen here.
             Some(RecordKind::CallPair) | None => {
-                note(&mut self.anomalies, "record of unknown kind")
+                note(&mut self.anomalies, Anomaly::UnknownRecordKind)
             }
         }
         let mut touched = std::mem::take(&mut self.touched);
@@ -251,10 +252,7 @@ impl Capture {
                     touched.push(tgid);
                 }
                 if m.bytes.is_none() {
-                    note(
-                        &mut self.anomalies,
-                        "message from another host of unknown size (status not visible)",
-                    );
+                    note(&mut self.anomalies, Anomaly::RemoteOfUnknownSize);
                 }
             }
         }
@@ -274,36 +272,15 @@ impl Capture {
             }
         }
         for (what, n) in [
+            (Anomaly::RecvOfEarlierSend, boundary.recvs_of_earlier_sends),
+            (Anomaly::SendToEarlierRecv, boundary.sends_to_earlier_recvs),
+            (Anomaly::UnreceivedSend, boundary.unreceived_sends),
+            (Anomaly::RecvMatchedByTiming, boundary.recvs_by_timing),
+            (Anomaly::WildcardWithoutStatus, unplaced),
+            (Anomaly::RemoteEndNumberedFromAttach, unaligned),
+            (Anomaly::CollectiveEnteredBeforeAttach, partial),
             (
-                "receive of a message sent before the attach (no dependency)",
-                boundary.recvs_of_earlier_sends,
-            ),
-            (
-                "send received by a receive posted before the attach (not modelled)",
-                boundary.sends_to_earlier_recvs,
-            ),
-            (
-                "send not received by the end of the capture",
-                boundary.unreceived_sends,
-            ),
-            (
-                "receive matched by timing alone: the capture ended before the job",
-                boundary.recvs_by_timing,
-            ),
-            (
-                "wildcard receive without a visible status after an attach (unmatched)",
-                unplaced,
-            ),
-            (
-                "message end to or from another host after an attach: numbered from the attach",
-                unaligned,
-            ),
-            (
-                "collective entered by a member before the attach (not modelled)",
-                partial,
-            ),
-            (
-                "collective aligned by count alone: the capture ended before the job",
+                Anomaly::CollectiveAlignedByCount,
                 if ended { 0 } else { colls },
             ),
         ] {
@@ -369,8 +346,8 @@ impl Capture {
                 note(
                     &mut self.anomalies,
                     match self.local_ranks {
-                        Some(_) => "fewer ranks seen than this host was to run",
-                        None => "fewer ranks seen than MPI_COMM_WORLD has",
+                        Some(_) => Anomaly::FewerRanksThanHost,
+                        None => Anomaly::FewerRanksThanWorld,
                     },
                 );
             }
@@ -387,16 +364,10 @@ impl Capture {
             if !p.exited {
                 p.exited = true;
                 p.emit(0, 0, EventKind::Exit);
-                note(
-                    &mut self.anomalies,
-                    "rank still running at the end of the capture",
-                );
+                note(&mut self.anomalies, Anomaly::RankStillRunning);
             }
             let Some(rank) = p.rank else {
-                note(
-                    &mut self.anomalies,
-                    "MPI process whose rank never became known",
-                );
+                note(&mut self.anomalies, Anomaly::RankNeverKnown);
                 continue;
             };
             p.flush(sink);
@@ -426,7 +397,7 @@ impl Capture {
         let abi = match self.inspector.abi(tgid) {
             Ok(abi) => abi,
             Err(e) => {
-                note(&mut self.anomalies, &e.to_string());
+                note(&mut self.anomalies, Anomaly::Uninspectable(e));
                 self.rejected.insert(tgid);
                 return None;
             }
@@ -447,7 +418,10 @@ impl Capture {
     fn claim_rank(&mut self, tgid: u32, rank: u32) {
         match self.rank_owner.get(&rank) {
             Some(&owner) if owner != tgid => {
-                note(&mut self.anomalies, &format!("two processes ({owner}, {tgid}) claim rank {rank}: one MPI job per capture"));
+                note(
+                    &mut self.anomalies,
+                    Anomaly::RankClaimedTwice { rank, owner, tgid },
+                );
                 self.procs.remove(&tgid);
                 self.rejected.insert(tgid);
             }
@@ -552,10 +526,7 @@ impl Capture {
                         self.comms.enter_creation(id, *seq, rec.tgid, rank, *split);
                         *seq += 1;
                     }
-                    _ => note(
-                        &mut self.anomalies,
-                        "communicator created from an unknown parent",
-                    ),
+                    _ => note(&mut self.anomalies, Anomaly::UnknownParentComm),
                 }
             }
             Some(Entry::Cancel { request: Some(h) }) => {
@@ -578,14 +549,11 @@ impl Capture {
             return;
         };
         let Some(mut open) = p.calls.get_mut(&rec.tid).and_then(Vec::pop) else {
-            note(&mut self.anomalies, "call exit without its entry");
+            note(&mut self.anomalies, Anomaly::ExitWithoutEntry);
             return;
         };
         if open.fn_id != rec.fn_id {
-            note(
-                &mut self.anomalies,
-                "call exit of another function than the open entry",
-            );
+            note(&mut self.anomalies, Anomaly::ExitOfOtherFunction);
             return;
         }
         let (tid, cpu) = (rec.tid, rec.cpu_ns);
@@ -713,10 +681,7 @@ impl Capture {
         (requests, how, truncated): (&[u64], Completion, bool),
     ) {
         if truncated {
-            note(
-                &mut self.anomalies,
-                "request array longer than a record holds",
-            );
+            note(&mut self.anomalies, Anomaly::RequestArrayTooLong);
         }
         let p = self.procs.get_mut(&rec.tgid).expect("caller looked it up");
         let after = p.abi.handles(mem);
@@ -743,11 +708,7 @@ impl Capture {
                 None => {}
             }
         }
-        count(
-            &mut self.anomalies,
-            "request made before the attach completed (not modelled)",
-            earlier,
-        );
+        count(&mut self.anomalies, Anomaly::RequestBeforeAttach, earlier);
         if !recvs.is_empty() || !sends.is_empty() {
             let at = (rec.tgid, rec.tid, rec.ts_ns);
             self.complete(at, open.cpu_ns, rec.cpu_ns, &recvs, &sends);
@@ -786,7 +747,7 @@ impl Capture {
             Peer::Null => return None,
             Peer::Rank(r) => r,
             Peer::Any => {
-                note(&mut self.anomalies, "send to an invalid rank");
+                note(&mut self.anomalies, Anomaly::SendToInvalidRank);
                 return None;
             }
         };
@@ -795,17 +756,11 @@ impl Capture {
             rank: Some(src),
         }) = p.comm(send.comm)
         else {
-            note(
-                &mut self.anomalies,
-                "send on a communicator whose rank is unknown",
-            );
+            note(&mut self.anomalies, Anomaly::SendOnUnknownComm);
             return None;
         };
         let bytes = send.bytes.unwrap_or_else(|| {
-            note(
-                &mut self.anomalies,
-                "send of unknown size (derived datatype)",
-            );
+            note(&mut self.anomalies, Anomaly::SendOfUnknownSize);
             0
         });
         let route = match (&self.local_ranks, comm) {
@@ -848,7 +803,7 @@ impl Capture {
         if let Some(Request::Recv(old)) = p.requests.insert(h, request) {
             if let Some((_, slot)) = self.post_slots.remove(&old) {
                 p.abandon_post(slot);
-                note(&mut self.anomalies, "receive posted and never completed");
+                note(&mut self.anomalies, Anomaly::RecvNeverCompleted);
             }
         }
     }
@@ -870,7 +825,7 @@ impl Capture {
                 }
                 self.matcher.withdraw(id);
             }
-            Some(Request::Send(_)) => note(&mut self.anomalies, "send cancelled (not modelled)"),
+            Some(Request::Send(_)) => note(&mut self.anomalies, Anomaly::SendCancelled),
             Some(Request::Null) | None => {}
         }
     }
@@ -894,12 +849,7 @@ impl Capture {
             dropped += u64::from(!done);
             false
         });
-        if dropped > 0 {
-            *self
-                .anomalies
-                .entry("receive posted and never completed".into())
-                .or_default() += dropped;
-        }
+        count(&mut self.anomalies, Anomaly::RecvNeverCompleted, dropped);
     }
 
     /// Posts a receive for matching; `None` if it moves nothing or cannot be placed.
@@ -915,10 +865,7 @@ impl Capture {
             rank: Some(dst),
         }) = p.comm(recv.comm.unwrap_or(p.abi.world()))
         else {
-            note(
-                &mut self.anomalies,
-                "receive on a communicator whose rank is unknown",
-            );
+            note(&mut self.anomalies, Anomaly::RecvOnUnknownComm);
             return None;
         };
         Some(self.matcher.post(Pattern {
@@ -971,14 +918,11 @@ impl Capture {
             .get_mut(&rec.tgid)
             .expect("caller inspected the process");
         let Some(local) = p.comm(comm) else {
-            note(&mut self.anomalies, "collective on an unknown communicator");
+            note(&mut self.anomalies, Anomaly::CollectiveOnUnknownComm);
             return None;
         };
         let Some(size) = self.comms.size(local.id) else {
-            note(
-                &mut self.anomalies,
-                "collective on a communicator of unknown size",
-            );
+            note(&mut self.anomalies, Anomaly::CollectiveOfUnknownCommSize);
             return None;
         };
         let (bytes, anomaly) = bytes.resolve(size, local.rank);
@@ -989,10 +933,7 @@ impl Capture {
         let coll = ids::collective(local.id, *seq);
         *seq += 1;
         if p.mid_run && self.local_ranks.is_some() {
-            note(
-                &mut self.anomalies,
-                "collective after an attach on a node capture: numbered from the attach",
-            );
+            note(&mut self.anomalies, Anomaly::CollectiveAfterAttach);
         }
         if p.mid_run && self.local_ranks.is_none() {
             // Numbered from the end of the capture (see `alignment`).

@@ -11,6 +11,7 @@ use super::matching::Envelope;
 use super::mpich::{self, Mpich};
 use super::openmpi::OpenMpi;
 use super::Capture;
+use crate::anomaly::Anomaly;
 use crate::{ids, EventLog, Summary};
 use lbf_model::event::{CollOp, EventKind, MsgId};
 
@@ -815,15 +816,9 @@ fn attached_mid_run_aligns_at_the_end_and_counts_cpu_from_the_attach() {
         log.procs[1].start_ns, 1_000,
         "the model starts at the attach"
     );
-    let counted = |what: &str| summary.anomalies.get(what).copied();
-    assert_eq!(
-        counted("send received by a receive posted before the attach (not modelled)"),
-        Some(1)
-    );
-    assert_eq!(
-        counted("collective entered by a member before the attach (not modelled)"),
-        Some(1)
-    );
+    let counted = |what: Anomaly| summary.anomalies.get(&what).copied();
+    assert_eq!(counted(Anomaly::SendToEarlierRecv), Some(1));
+    assert_eq!(counted(Anomaly::CollectiveEnteredBeforeAttach), Some(1));
     assert_eq!(summary.anomalies.len(), 2, "{:?}", summary.anomalies);
     assert_eq!(summary.unmatched_sends, 1);
 }
@@ -942,7 +937,7 @@ fn a_receive_never_completed_drops_its_post_when_its_handle_is_reused() {
     assert!(matches!(p0[1].1, EventKind::CollStart { .. }), "{p0:?}");
     let (_, summary) = run.finish();
     assert_eq!(
-        summary.anomalies.get("receive posted and never completed"),
+        summary.anomalies.get(&Anomaly::RecvNeverCompleted),
         Some(&2),
         "{:?}",
         summary.anomalies

@@ -60,10 +60,11 @@
 //! [`super::roster`]).
 
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use lbf_common::{pvm, FnReads, GlobalPtr, MemRead, Record, RecordKind};
 
+use crate::anomaly::{Anomalies, Anomaly};
 use crate::ids;
 use crate::record_capture::{Backlog, RecordCapture};
 use crate::roster::{Labels, Proc, Roster};
@@ -303,7 +304,7 @@ pub struct PvmCapture {
     /// members still to enter.
     barriers: FxHashMap<(String, u64), u32>,
     clock: RunClock,
-    anomalies: BTreeMap<String, u64>,
+    anomalies: Anomalies,
     unmatched_recvs: u64,
 }
 
@@ -321,13 +322,13 @@ impl PvmCapture {
             groups: FxHashMap::default(),
             barriers: FxHashMap::default(),
             clock: RunClock::default(),
-            anomalies: BTreeMap::new(),
+            anomalies: Anomalies::new(),
             unmatched_recvs: 0,
         }
     }
 
-    fn note(&mut self, what: &str) {
-        crate::note(&mut self.anomalies, what);
+    fn note(&mut self, what: Anomaly) {
+        crate::anomaly::note(&mut self.anomalies, what);
     }
 
     /// Expects `n` tasks to send or receive (`None`: unknown, the default): once they have,
@@ -472,7 +473,7 @@ impl PvmCapture {
             }
             pvm::BARRIER => match group_name(mem) {
                 Some(g) => self.barrier(rec, g, a[1] as i32),
-                None => self.note("pvm_barrier of an unreadable group name"),
+                None => self.note(Anomaly::BarrierOfUnreadableGroup),
             },
             _ => {}
         }
@@ -482,7 +483,7 @@ impl PvmCapture {
     fn mcast_tids(&mut self, mem: &[u8], count: u64) -> Vec<i32> {
         let n = count as u32 as usize;
         if n > MCAST_MAX {
-            self.note("pvm_mcast to more tasks than a record holds (64)");
+            self.note(Anomaly::McastTooWide);
         }
         mem.chunks_exact(4)
             .take(n)
@@ -541,10 +542,10 @@ impl PvmCapture {
             return;
         }
         if self.tasks.get(&tgid).is_some_and(|t| t.packed_unknown) {
-            self.note("PVM send of unknown size (a packed string longer than 255 bytes)");
+            self.note(Anomaly::PvmSendOfUnknownSize);
         }
         if src < 0 {
-            self.note("PVM send by a task whose id is unknown (no pvm_mytid seen)");
+            self.note(Anomaly::PvmSendByUnknownTask);
         }
         for dst in dsts {
             let k = self.sent.entry((src, dst, tag)).or_default();
@@ -625,7 +626,7 @@ impl PvmCapture {
                             members.push(me);
                         }
                     }
-                    _ => self.note("pvm_joingroup by an unknown task or of an unreadable group"),
+                    _ => self.note(Anomaly::JoinGroupUnknown),
                 }
             }
             pvm::BARRIER => {
@@ -673,10 +674,7 @@ impl PvmCapture {
                 }
             }
             (Some(me), None) => {
-                self.note(
-                    "PVM receive whose message head could not be read (matched by its source \
-                     and tag among this host's sends)",
-                );
+                self.note(Anomaly::PvmRecvHeadUnread);
                 let queued = self.queues.get_mut(&me).and_then(|q| {
                     let i = q.iter().position(|m| {
                         (from == -1 || m.src == from) && (tag == -1 || m.tag == tag)
@@ -692,16 +690,14 @@ impl PvmCapture {
                 }
             }
             (None, _) => {
-                self.note("PVM receive by a task whose id is unknown (no pvm_mytid seen)");
+                self.note(Anomaly::PvmRecvByUnknownTask);
                 Found::Nothing
             }
         };
         // Its send is not in the trace.
         let from_beyond = matches!(found, Found::Here(m) if self.roster.is_beyond(m.sender));
         if from_beyond {
-            self.note(
-                "receive of a message from a task left out of the trace (a Keepalive instead)",
-            );
+            self.note(Anomaly::RecvFromLeftOut { labels: LABELS });
         }
         let p = self.member(rec.tgid);
         // No poll-like waits are recorded for PVM: the receive is the wait.
@@ -729,8 +725,7 @@ impl PvmCapture {
         let mut anomalies = std::mem::take(&mut self.anomalies);
         let handed = self.roster.finish(&self.clock, sink, &mut anomalies);
         if handed.procs.is_empty() {
-            let what = "no traced process sent or received a PVM message";
-            *anomalies.entry(what.to_string()).or_default() += 1;
+            crate::anomaly::note(&mut anomalies, Anomaly::NoPvmMessage);
         }
         Summary {
             procs: handed.procs,
@@ -895,10 +890,7 @@ mod tests {
         let ((master, ms), _) = two_hosts(false);
         assert!(ids(&master).1.is_empty());
         assert_eq!(ms.unmatched_recvs, 2);
-        assert!(ms
-            .anomalies
-            .keys()
-            .any(|a| a.contains("head could not be read")));
+        assert!(ms.anomalies.contains_key(&Anomaly::PvmRecvHeadUnread));
     }
 
     /// On one host (lbf-trace) a receive of a queued send gets that send's id, whether the

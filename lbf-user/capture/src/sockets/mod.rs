@@ -67,12 +67,13 @@ use lbf_common::{Record, RecordKind};
 
 use self::channels::{Channel, Channels, Direction, EndClosed, Endpoint, Outcome, Role, StreamOp};
 use self::descriptors::{Descriptors, Fd};
-use self::resolve::{SocketChannels, SocketResolver};
+use self::resolve::{SocketChannels, SocketResolver, Unidentified};
 use self::syscall::Call;
+use crate::anomaly::{note, Anomalies, Anomaly};
 use crate::record_capture::{Backlog, Kept, RecordCapture};
 use crate::roster::{Labels, Proc, Roster};
 use crate::timeline::{RunClock, Wait};
-use crate::{note, EventSink, Summary};
+use crate::{EventSink, Summary};
 use lbf_model::event::EventKind;
 
 /// Why a descriptor is looked up.
@@ -113,10 +114,10 @@ pub struct SocketCapture {
     tokens: FxHashMap<u64, (u32, u64)>,
     next_token: u64,
     clock: RunClock,
-    anomalies: BTreeMap<String, u64>,
+    anomalies: Anomalies,
     /// Sockets of families not captured, by family: normal in tools (`ip` uses netlink), so
     /// reported only when no process used a captured socket.
-    other_families: BTreeMap<String, u64>,
+    other_families: Anomalies,
     unmatched_sends: u64,
     unmatched_recvs: u64,
     /// Per thread id, a `sendmmsg`/`recvmmsg` whose next part's record is still to come, with
@@ -146,8 +147,8 @@ impl SocketCapture {
             tokens: FxHashMap::default(),
             next_token: 0,
             clock: RunClock::default(),
-            anomalies: BTreeMap::new(),
-            other_families: BTreeMap::new(),
+            anomalies: Anomalies::new(),
+            other_families: Anomalies::new(),
             unmatched_sends: 0,
             unmatched_recvs: 0,
             held: FxHashMap::default(),
@@ -244,7 +245,7 @@ impl SocketCapture {
                 | RecordKind::CallPair
                 | RecordKind::Polls,
             ) => {}
-            None => note(&mut self.anomalies, "record of unknown kind"),
+            None => note(&mut self.anomalies, Anomaly::UnknownRecordKind),
         }
     }
 
@@ -270,14 +271,14 @@ impl SocketCapture {
         let (f, found) = match self.resolver.resolve(tgid, fd) {
             Ok(Some(s)) => (Fd::Socket(s), Some(s)),
             Ok(None) => (Fd::Ignored, None),
-            Err(why) if why.contains("family") => {
-                note(&mut self.anomalies, &why);
+            Err(why @ Unidentified::Family) => {
+                note(&mut self.anomalies, Anomaly::SocketUnidentified(why));
                 (Fd::Ignored, None)
             }
             Err(_) if lookup == Lookup::Early => (Fd::Unresolved, None),
             Err(why) => {
                 if lookup == Lookup::UseOfSocket {
-                    note(&mut self.anomalies, &why);
+                    note(&mut self.anomalies, Anomaly::SocketUnidentified(why));
                 }
                 (Fd::Ignored, None)
             }
@@ -390,10 +391,7 @@ impl SocketCapture {
                 }
                 self.call(tgid, tid, first);
             }
-            note(
-                &mut self.anomalies,
-                "a sendmmsg/recvmmsg record without the records before it",
-            );
+            note(&mut self.anomalies, Anomaly::MmsgWithoutStart);
             return;
         }
         if let Some((tgid, first)) = held {
@@ -431,10 +429,7 @@ impl SocketCapture {
     /// together.
     fn call(&mut self, tgid: u32, tid: u32, d: syscall::Decoded) {
         if d.missing > 0 {
-            note(
-                &mut self.anomalies,
-                "sendmmsg/recvmmsg messages whose sizes could not be read",
-            );
+            note(&mut self.anomalies, Anomaly::MmsgSizesUnread);
         }
         for fd in d.received {
             // A descriptor passed by another process: made here by no recorded call.
@@ -474,11 +469,9 @@ impl SocketCapture {
             } if !CAPTURED_FAMILIES.contains(&f) => {
                 note(
                     &mut self.other_families,
-                    &format!(
-                        "socket of a family lbf does not capture ({}; it captures TCP, UDP and \
-                         UNIX sockets)",
-                        family_name(f)
-                    ),
+                    Anomaly::OtherFamily {
+                        family: family_name(f),
+                    },
                 );
             }
             Call::Open { fds, connected, .. } => {
@@ -543,10 +536,7 @@ impl SocketCapture {
         }
         let to = to_port.filter(|_| is_udp).map(resolve::udp_channel);
         let Some(channel) = to.or(s.send) else {
-            note(
-                &mut self.anomalies,
-                "datagram sent on an unconnected socket",
-            );
+            note(&mut self.anomalies, Anomaly::UnconnectedDatagram);
             return;
         };
         if let Some(dir) = self.elsewhere(channel) {
@@ -614,11 +604,7 @@ impl SocketCapture {
                 p.stats.send_bytes += bytes;
             }
             p.timeline.emit(tid, cpu_at, EventKind::Keepalive);
-            note(
-                &mut self.anomalies,
-                "UDP datagram not matched (lbf-node matches TCP between hosts, UDP on no host: a \
-                 datagram's other end may be on another host): a Keepalive instead",
-            );
+            note(&mut self.anomalies, Anomaly::UdpUnmatched);
         }
     }
 
@@ -649,8 +635,7 @@ impl SocketCapture {
                 if sender.is_some_and(|t| self.roster.is_beyond(t)) {
                     note(
                         &mut self.anomalies,
-                        "receive of a message from a process left out of the trace \
-                         (a Keepalive instead)",
+                        Anomaly::RecvFromLeftOut { labels: LABELS },
                     );
                     kinds = vec![EventKind::Keepalive];
                 }
@@ -684,18 +669,8 @@ impl SocketCapture {
             ..Summary::default()
         };
         if summary.procs.is_empty() {
-            let seen: Vec<&str> = self.seen.values().map(String::as_str).collect();
-            note(
-                &mut self.anomalies,
-                &format!(
-                    "no traced process used a TCP, UDP or UNIX socket (processes seen: {})",
-                    if seen.is_empty() {
-                        "none".to_string()
-                    } else {
-                        seen.join(", ")
-                    }
-                ),
-            );
+            let seen = self.seen.values().cloned().collect();
+            note(&mut self.anomalies, Anomaly::NoSocketUsed { seen });
             self.anomalies.append(&mut self.other_families);
         }
         summary.anomalies = self.anomalies;

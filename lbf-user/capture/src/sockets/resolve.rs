@@ -35,11 +35,42 @@ pub struct SocketChannels {
     pub recv: Channel,
 }
 
+/// Why a socket descriptor could not be modelled (counted as an anomaly when it is used).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Unidentified {
+    /// The descriptor was closed, or its process ended, before lbf looked.
+    Gone,
+    /// A socket of a family lbf does not capture.
+    Family,
+    /// A UNIX stream socket without a peer.
+    UnixWithoutPeer,
+    /// A TCP socket not connected.
+    TcpNotConnected,
+    /// A socket whose addresses could not be read, and why.
+    Unreadable(String),
+}
+
+impl std::fmt::Display for Unidentified {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unidentified::Gone => {
+                f.write_str("descriptor closed (or process ended) before lbf could identify it")
+            }
+            Unidentified::Family => f.write_str(
+                "socket of a family lbf does not capture (it captures TCP, UDP and UNIX sockets)",
+            ),
+            Unidentified::UnixWithoutPeer => f.write_str("UNIX stream socket without a peer"),
+            Unidentified::TcpNotConnected => f.write_str("TCP socket not connected"),
+            Unidentified::Unreadable(why) => write!(f, "socket unreadable: {why}"),
+        }
+    }
+}
+
 /// Answers which socket a descriptor is; tests answer from a table.
 pub trait SocketResolver {
     /// The channels of descriptor `fd` of process `tgid`: `Ok(None)` if it is no socket,
-    /// `Err` with a sentence when it is a socket lbf cannot model or cannot be looked at.
-    fn resolve(&mut self, tgid: u32, fd: i32) -> Result<Option<SocketChannels>, String>;
+    /// `Err` when it is a socket lbf cannot model or cannot be looked at.
+    fn resolve(&mut self, tgid: u32, fd: i32) -> Result<Option<SocketChannels>, Unidentified>;
 }
 
 /// Resolves through copies of the descriptors, sock_diag and `/proc` (see the module
@@ -60,9 +91,9 @@ fn bracketed(link: &str, prefix: &str) -> Option<u64> {
 }
 
 /// What descriptor `fd` of `tgid` is when no copy of it may be made: from `/proc`.
-fn describe_from_proc(tgid: u32, fd: i32) -> Result<Described, String> {
+fn describe_from_proc(tgid: u32, fd: i32) -> Result<Described, Unidentified> {
     let path = format!("/proc/{tgid}/fd/{fd}");
-    let link = std::fs::read_link(&path).map_err(|_| GONE.to_string())?;
+    let link = std::fs::read_link(&path).map_err(|_| Unidentified::Gone)?;
     let Some(inode) = bracketed(&link.to_string_lossy(), "socket") else {
         return Ok(Described::NotASocket);
     };
@@ -90,15 +121,15 @@ impl ProcResolver {
     }
 
     /// The channels of a UNIX socket of `tgid` with `inode`, from sock_diag.
-    fn unix_channels(&mut self, tgid: u32, inode: u64) -> Result<SocketChannels, String> {
+    fn unix_channels(&mut self, tgid: u32, inode: u64) -> Result<SocketChannels, Unidentified> {
         let u = self
             .unix_socket(tgid, netns(tgid), inode)
-            .ok_or_else(|| FAMILY.to_string())?;
+            .ok_or(Unidentified::Family)?;
         let me = Endpoint::Unix { inode };
         let peer = Endpoint::Unix { inode: u.peer };
         if u.sock_type == libc::SOCK_STREAM as u8 {
             if u.peer == 0 {
-                return Err("UNIX stream socket without a peer".into());
+                return Err(Unidentified::UnixWithoutPeer);
             }
             return Ok(SocketChannels {
                 send: Some(Channel::Stream { from: me, to: peer }),
@@ -111,12 +142,6 @@ impl ProcResolver {
         })
     }
 }
-
-/// Why a descriptor could not be looked at: it is closed or its process ended.
-const GONE: &str = "descriptor closed (or process ended) before lbf could identify it";
-/// Why a socket is not captured.
-const FAMILY: &str =
-    "socket of a family lbf does not capture (it captures TCP, UDP and UNIX sockets)";
 
 /// The inode of the network namespace process `tgid` is in (0 if unknown): a loopback
 /// address is one per namespace.
@@ -134,14 +159,14 @@ fn inet_channels(
     stream: bool,
     local: SocketAddr,
     remote: Option<SocketAddr>,
-) -> Result<SocketChannels, String> {
+) -> Result<SocketChannels, Unidentified> {
     if !stream {
         return Ok(SocketChannels {
             send: remote.map(|r| udp_channel(r.port())),
             recv: udp_channel(local.port()),
         });
     }
-    let remote = remote.ok_or("TCP socket not connected")?;
+    let remote = remote.ok_or(Unidentified::TcpNotConnected)?;
     let netns = if local.ip().is_loopback() || remote.ip().is_loopback() {
         netns(tgid)
     } else {
@@ -159,10 +184,12 @@ fn inet_channels(
 }
 
 impl SocketResolver for ProcResolver {
-    fn resolve(&mut self, tgid: u32, fd: i32) -> Result<Option<SocketChannels>, String> {
+    fn resolve(&mut self, tgid: u32, fd: i32) -> Result<Option<SocketChannels>, Unidentified> {
         let described = match fd_copy::copy(tgid, fd) {
-            Ok(copy) => fd_copy::describe(&copy).map_err(|e| format!("socket unreadable: {e}"))?,
-            Err(NoCopy::Gone) => return Err(GONE.into()),
+            Ok(copy) => {
+                fd_copy::describe(&copy).map_err(|e| Unidentified::Unreadable(e.to_string()))?
+            }
+            Err(NoCopy::Gone) => return Err(Unidentified::Gone),
             Err(NoCopy::Refused(_)) => describe_from_proc(tgid, fd)?,
         };
         match described {
@@ -173,7 +200,7 @@ impl SocketResolver for ProcResolver {
                 remote,
             } => inet_channels(tgid, stream, local, remote).map(Some),
             Described::Unix { inode } => self.unix_channels(tgid, inode).map(Some),
-            Described::Other => Err(FAMILY.into()),
+            Described::Other => Err(Unidentified::Family),
         }
     }
 }
@@ -230,6 +257,6 @@ mod tests {
         let err = ProcResolver::new()
             .resolve(std::process::id(), fd.as_raw_fd())
             .unwrap_err();
-        assert!(err.contains("family"), "{err}");
+        assert_eq!(err, Unidentified::Family, "{err}");
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use lbf_common::{syscalls::nr, Record, RecordKind, ARG_WORDS, MEM_BYTES};
 
 use super::channels::{Channel, Endpoint};
-use super::resolve::{SocketChannels, SocketResolver};
+use super::resolve::{SocketChannels, SocketResolver, Unidentified};
 
 /// Descriptor 3 of process 1 and of process 2 are the two ends of a stream; descriptor 4 of
 /// both, of a datagram pair; descriptor 5 of process 1 is a socket lbf refuses.
@@ -42,9 +42,9 @@ pub fn ends(a: Endpoint, b: Endpoint, stream: bool) -> (SocketChannels, SocketCh
 }
 
 impl SocketResolver for Table {
-    fn resolve(&mut self, tgid: u32, fd: i32) -> Result<Option<SocketChannels>, String> {
+    fn resolve(&mut self, tgid: u32, fd: i32) -> Result<Option<SocketChannels>, Unidentified> {
         if fd == 5 {
-            return Err("socket of a family lbf does not capture".into());
+            return Err(Unidentified::Family);
         }
         Ok(self.0.get(&(tgid, fd)).copied())
     }

@@ -6,8 +6,10 @@ use std::collections::HashMap;
 use lbf_common::{syscalls::nr, Record, RecordKind};
 
 use super::channels::Endpoint;
+use super::resolve::Unidentified;
 use super::test_support::{call, ends, exit, short_connections_between, Table};
-use super::SocketCapture;
+use super::{SocketCapture, LABELS};
+use crate::anomaly::Anomaly;
 use crate::record_capture::Kept;
 use crate::{EventLog, Summary};
 use lbf_model::event::EventKind;
@@ -181,10 +183,7 @@ fn sends_read_by_one_receive_travel_with_the_last_one() {
         of(&log, 1),
         vec![(0, RecvStart), (5, RecvEnd { msg: 1 }), (0, Exit)]
     );
-    assert_eq!(
-        s.anomalies["process still running at the end of the capture"],
-        2
-    );
+    assert_eq!(s.anomalies[&Anomaly::StillRunning { labels: LABELS }], 2);
 }
 
 #[test]
@@ -296,7 +295,10 @@ fn other_descriptors_and_refused_sockets_stay_out() {
         call(1, nr::WRITE, 5, 10, 2, 3),
     ]);
     assert!(log.procs.is_empty() && log.events.is_empty());
-    assert_eq!(s.anomalies["socket of a family lbf does not capture"], 1);
+    assert_eq!(
+        s.anomalies[&Anomaly::SocketUnidentified(Unidentified::Family)],
+        1
+    );
 }
 
 /// A process that made a traced call before its exec (lbf-trace's own child, reading the
@@ -313,12 +315,13 @@ fn a_process_seen_before_its_exec_is_named_by_what_it_runs() {
         exec,
         exit(4_000_000, 3),
     ]);
-    let note = s
-        .anomalies
-        .keys()
-        .find(|k| k.starts_with("no traced process used"))
-        .expect("the note naming the processes seen");
-    assert!(note.contains("(processes seen: true[4000000])"), "{note}");
+    let seen = vec!["true[4000000]".to_string()];
+    assert_eq!(
+        s.anomalies[&Anomaly::NoSocketUsed { seen }],
+        1,
+        "{:?}",
+        s.anomalies
+    );
 }
 
 #[test]
@@ -375,10 +378,7 @@ fn a_message_vector_missing_its_last_record_is_noted() {
         call(1, nr::WRITE, 3, 10, 1, 2),
     ]);
     assert_eq!(s.stats[0].sends, WORDS_PER_PART as u64 + 1);
-    assert_eq!(
-        s.anomalies["sendmmsg/recvmmsg messages whose sizes could not be read"],
-        1
-    );
+    assert_eq!(s.anomalies[&Anomaly::MmsgSizesUnread], 1);
 }
 
 #[test]
@@ -471,16 +471,15 @@ fn a_process_beyond_the_expected_count_is_left_out_and_its_events_counted() {
     // Process 1's RecvStart, RecvEnd, Send and Exit.
     assert_eq!(s.summary.lost_events, 4);
     assert!(
-        s.summary
-            .anomalies
-            .keys()
-            .any(|k| k.contains("[1] used a socket after the 1 expected")),
+        s.summary.anomalies.keys().any(|k| matches!(
+            k,
+            Anomaly::LeftOut { name, expected: 1, .. } if name.ends_with("[1]")
+        )),
         "{:?}",
         s.summary.anomalies
     );
     assert_eq!(
-        s.summary.anomalies
-            ["receive of a message from a process left out of the trace (a Keepalive instead)"],
+        s.summary.anomalies[&Anomaly::RecvFromLeftOut { labels: LABELS }],
         1
     );
 }
@@ -493,12 +492,16 @@ fn an_expected_count_never_reached_hands_everything_out_at_the_end() {
     let at_end = run_expecting(&records, None);
     assert_eq!(s.before_finish, 0);
     assert_eq!(s.log.events, at_end.log.events);
+    let fewer = Anomaly::FewerJoined {
+        labels: LABELS,
+        expected: 3,
+        joined: 2,
+    };
+    assert_eq!(s.summary.anomalies.keys().collect::<Vec<_>>(), [&fewer]);
     assert_eq!(
-        s.summary.anomalies.keys().collect::<Vec<_>>(),
-        [
-            "fewer processes used a socket than the 3 expected (--procs or the targets' \
-          processes): 2 did, and their events were handed out at the end"
-        ]
+        fewer.to_string(),
+        "fewer processes used a socket than the 3 expected (--procs or the targets' processes): \
+         2 did, and their events were handed out at the end"
     );
 }
 

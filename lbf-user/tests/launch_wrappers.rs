@@ -202,23 +202,23 @@ fn check_gag_names_the_source(path: &Path, label: &str, name: &str) {
     );
 }
 
-/// Builds MPI workload `name` (its source `name.c`, `.f90` or `.f`) with `mpi`'s C or
-/// Fortran wrapper.
-fn mpi_workload(mpi: Mpi, name: &str, fortran: bool) -> PathBuf {
+/// Builds MPI workload `name` (its source `name.c`, `.f90`, `.F90` or `.f`) with `mpi`'s C
+/// or Fortran wrapper and `defines` (`-DMPI_F08`).
+fn mpi_workload(mpi: Mpi, name: &str, fortran: bool, defines: &[&str]) -> PathBuf {
     let cc = format!(
         "{}.{}",
         if fortran { "mpif90" } else { "mpicc" },
         mpi.name()
     );
-    workload_built_by(&cc, "mpi", name, &[])
+    workload_built_by(&cc, "mpi", name, defines)
 }
 
-/// Traces MPI workload `name` built for `mpi` through every wrapper.
-fn every_wrapper(mpi: Mpi, name: &str, fortran: bool) {
+/// Traces MPI workload `name` built for `mpi` (with `defines`) through every wrapper.
+fn every_wrapper(mpi: Mpi, name: &str, fortran: bool, defines: &[&str]) {
     if !can_trace() {
         return;
     }
-    let bin = mpi_workload(mpi, name, fortran);
+    let bin = mpi_workload(mpi, name, fortran, defines);
     let label = format!("wrapped-{name}-{}", mpi.name());
     for (how, argv) in wrappers(&label, &launch(mpi, &bin)) {
         check_mpi_run(&format!("{label}-{how}"), &argv);
@@ -227,42 +227,42 @@ fn every_wrapper(mpi: Mpi, name: &str, fortran: bool) {
 
 #[test]
 fn fortran_77_with_open_mpi() {
-    every_wrapper(Mpi::OpenMpi, "fortran_f77", true);
+    every_wrapper(Mpi::OpenMpi, "fortran_f77", true, &[]);
 }
 
 #[test]
 fn fortran_77_with_mpich() {
-    every_wrapper(Mpi::Mpich, "fortran_f77", true);
+    every_wrapper(Mpi::Mpich, "fortran_f77", true, &[]);
 }
 
 #[test]
 fn fortran_90_with_open_mpi() {
-    every_wrapper(Mpi::OpenMpi, "fortran_mpi", true);
+    every_wrapper(Mpi::OpenMpi, "fortran_bindings", true, &[]);
 }
 
 #[test]
 fn fortran_90_with_mpich() {
-    every_wrapper(Mpi::Mpich, "fortran_mpi", true);
+    every_wrapper(Mpi::Mpich, "fortran_bindings", true, &[]);
 }
 
 #[test]
 fn fortran_2008_with_open_mpi() {
-    every_wrapper(Mpi::OpenMpi, "fortran_f08", true);
+    every_wrapper(Mpi::OpenMpi, "fortran_bindings", true, &["-DMPI_F08"]);
 }
 
 #[test]
 fn fortran_2008_with_mpich() {
-    every_wrapper(Mpi::Mpich, "fortran_f08", true);
+    every_wrapper(Mpi::Mpich, "fortran_bindings", true, &["-DMPI_F08"]);
 }
 
 #[test]
 fn c_with_open_mpi() {
-    every_wrapper(Mpi::OpenMpi, "ring", false);
+    every_wrapper(Mpi::OpenMpi, "ring", false, &[]);
 }
 
 #[test]
 fn c_with_mpich() {
-    every_wrapper(Mpi::Mpich, "ring", false);
+    every_wrapper(Mpi::Mpich, "ring", false, &[]);
 }
 
 /// A socket program (a server and its 3 clients over a UNIX socket) launched through the
@@ -304,7 +304,7 @@ fn an_mpi_job_captured_as_sockets_says_so() {
     if !can_trace() {
         return;
     }
-    let bin = mpi_workload(Mpi::Mpich, "fortran_mpi", true);
+    let bin = mpi_workload(Mpi::Mpich, "fortran_bindings", true, &[]);
     let mut args = vec!["--source", "sockets", "--"];
     let launch = launch(Mpi::Mpich, &bin);
     args.extend(launch.iter().map(String::as_str));

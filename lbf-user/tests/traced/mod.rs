@@ -89,16 +89,22 @@ pub(crate) fn workload(family: &str, name: &str, libs: &[&str]) -> PathBuf {
 }
 
 /// Workload `name` of `tests/workloads/<family>` built by the C compiler (or MPI wrapper)
-/// `cc` with `libs`, rebuilt when a file of that folder (or the shared `work.h`) is newer than
-/// the binary. Its source is `name.c`, or for a Fortran compiler (`mpif90.openmpi`)
-/// `name.f90` or the fixed-form `name.f`.
-pub(crate) fn workload_built_by(cc: &str, family: &str, name: &str, libs: &[&str]) -> PathBuf {
+/// `cc` with `args` (libraries, `-D` definitions), rebuilt when a file of that folder (or the
+/// shared `work.h`) is newer than the binary. Its source is `name.c`, or for a Fortran
+/// compiler (`mpif90.openmpi`) `name.f90`, the preprocessed `name.F90` or the fixed-form
+/// `name.f`. Each `-DNAME` in `args` makes a build of its own, `name-NAME`.
+pub(crate) fn workload_built_by(cc: &str, family: &str, name: &str, args: &[&str]) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/workloads")
         .join(family);
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{family}-{cc}"));
     std::fs::create_dir_all(&out_dir).expect("creating the workload build directory");
-    let bin = out_dir.join(name);
+    let variant: String = args
+        .iter()
+        .filter_map(|a| a.strip_prefix("-D"))
+        .map(|d| format!("-{d}"))
+        .collect();
+    let bin = out_dir.join(format!("{name}{variant}"));
     let newest = std::fs::read_dir(&dir)
         .expect("the workload folder")
         .map(|e| modified(&e.expect("a folder entry").path()))
@@ -109,7 +115,7 @@ pub(crate) fn workload_built_by(cc: &str, family: &str, name: &str, libs: &[&str
         // Built aside and renamed into place: tests running at once may build the same
         // workload, and one must not run a binary another is still writing.
         let aside = out_dir.join(format!(".{name}-{:?}", std::thread::current().id()));
-        let src = ["c", "f90", "f"]
+        let src = ["c", "f90", "F90", "f"]
             .map(|ext| dir.join(format!("{name}.{ext}")))
             .into_iter()
             .find(|src| src.exists())
@@ -118,7 +124,7 @@ pub(crate) fn workload_built_by(cc: &str, family: &str, name: &str, libs: &[&str
             .args(["-O1", "-g", "-Wall", "-o"])
             .arg(&aside)
             .arg(&src)
-            .args(libs)
+            .args(args)
             .status()
             .unwrap_or_else(|e| panic!("running {cc}: {e}"));
         assert!(status.success(), "{cc} failed on {}", src.display());

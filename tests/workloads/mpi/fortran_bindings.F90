@@ -1,20 +1,32 @@
-! A Fortran 90 MPI workload using `use mpi`: point-to-point (MPI_Send/MPI_Recv,
-! MPI_Isend/MPI_Irecv/MPI_Waitall, MPI_Sendrecv_replace on a Cartesian communicator),
-! collectives (MPI_Allreduce on a communicator from MPI_Comm_split, MPI_Bcast, MPI_Alltoall
-! on the Cartesian one) with Fortran datatypes (MPI_DOUBLE_PRECISION, MPI_INTEGER, MPI_REAL8,
-! MPI_DOUBLE_COMPLEX). Takes ITERS (default 10). Prints the LBF-CHECK line of lbf_check.h
-! (rank, sends, send_bytes, recvs, recv_bytes, colls; MPI_Comm_split and MPI_Cart_create
-! count as collectives), and cart_rank, the rank in the Cartesian communicator.
-program fortran_mpi
+! A Fortran MPI workload through the module bindings: `use mpi` (Fortran 90), or with
+! -DMPI_F08 `use mpi_f08` (Fortran 2008, whose handles are derived types). Point-to-point
+! (MPI_Send/MPI_Recv, MPI_Isend/MPI_Irecv/MPI_Waitall, MPI_Sendrecv_replace on a Cartesian
+! communicator), collectives (MPI_Allreduce on a communicator from MPI_Comm_split, MPI_Bcast,
+! MPI_Alltoall on the Cartesian one) with Fortran datatypes (MPI_DOUBLE_PRECISION,
+! MPI_INTEGER, MPI_REAL8, MPI_DOUBLE_COMPLEX). Takes ITERS (default 10). Prints the
+! LBF-CHECK line of lbf_check.h (rank, sends, send_bytes, recvs, recv_bytes, colls;
+! MPI_Comm_split and MPI_Cart_create count as collectives), and cart_rank, the rank in the
+! Cartesian communicator.
+program fortran_bindings
+#ifdef MPI_F08
+    use mpi_f08
+#else
     use mpi
+#endif
     implicit none
     integer, parameter :: n1 = 1000, n2 = 100, n3 = 64, n4 = 16, n5 = 32
     double precision :: a(n1), b(n1), sa(n5 * 64), ra(n5 * 64)
-    integer :: ia(n2), ib(n2), req(2), statuses(MPI_STATUS_SIZE, 2)
-    integer :: status(MPI_STATUS_SIZE)
+    integer :: ia(n2), ib(n2)
+#ifdef MPI_F08
+    type(MPI_Request) :: req(2)
+    type(MPI_Status) :: statuses(2), status
+    type(MPI_Comm) :: split, cart
+#else
+    integer :: req(2), statuses(MPI_STATUS_SIZE, 2), status(MPI_STATUS_SIZE), split, cart
+#endif
     double complex :: z(n3)
     real(kind=8) :: r(n4), rsum(n4)
-    integer :: ierr, rank, nprocs, right, left, iters, it, split, cart, sub, src, dst
+    integer :: ierr, rank, nprocs, right, left, iters, it, sub, src, dst
     integer :: cart_rank, dims(1)
     logical :: periods(1)
     integer(kind=8) :: sends, send_bytes, recvs, recv_bytes, colls
@@ -83,4 +95,4 @@ program fortran_mpi
     write (*, '(a,i0,a,i0,a,i0,a,i0,a,i0,a,i0,a,i0)') 'LBF-CHECK rank=', rank, ' sends=', &
         sends, ' send_bytes=', send_bytes, ' recvs=', recvs, ' recv_bytes=', recv_bytes, &
         ' colls=', colls, ' cart_rank=', cart_rank
-end program fortran_mpi
+end program fortran_bindings

@@ -10,7 +10,7 @@ use std::{
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
     thread,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use serde_json::Value;
@@ -430,26 +430,49 @@ fn attach_to_running_mpich_ranks() {
         thread::sleep(Duration::from_millis(20));
     }
     let dump = dir.join("raw.jsonl");
+    let mut trace = Command::new(LBF_TRACE)
+        .arg("--raw-dump")
+        .arg(&dump)
+        .args(["-v", "-p", &pids.join(",")])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its stderr, read on: the line saying the probes are attached goes to `attached`.
+    let (attached, on_attach) = std::sync::mpsc::channel();
+    let stderr = BufReader::new(trace.stderr.take().unwrap());
+    let stderr = thread::spawn(move || {
+        let mut all = String::new();
+        for line in stderr.lines().map_while(Result::ok) {
+            if line.contains("probes attached") {
+                attached.send(()).ok();
+            }
+            all += &line;
+            all.push('\n');
+        }
+        all
+    });
     // An untraced run of the same program while the probes are attached: the kernel-side
     // filter must keep its calls out.
-    let untraced = {
-        let exe = exe.clone();
-        thread::spawn(move || {
-            thread::sleep(Duration::from_millis(1500));
-            Command::new("mpirun.mpich")
-                .args(["-n", "2"])
-                .arg(&exe)
-                .args(["3", "0"])
-                .output()
-                .unwrap()
-        })
-    };
-    let out = lbf_trace(&["-p", &pids.join(",")], &dump, &[]);
-    assert!(out.status.success(), "lbf-trace -p failed");
+    on_attach
+        .recv_timeout(Duration::from_secs(120))
+        .expect("lbf-trace said its probes are attached");
+    let untraced = Command::new("mpirun.mpich")
+        .args(["-n", "2"])
+        .arg(&exe)
+        .args(["3", "0"])
+        .output()
+        .unwrap();
+    assert!(untraced.status.success());
+    assert!(
+        trace.try_wait().unwrap().is_none(),
+        "the untraced run ended after the traced job: the test did not exercise the filter"
+    );
+    let status = trace.wait().unwrap();
+    eprintln!("lbf-trace stderr:\n{}", stderr.join().unwrap());
+    assert!(status.success(), "lbf-trace -p failed");
     let job = job.wait_with_output().unwrap();
     assert!(job.status.success());
-    let untraced = untraced.join().unwrap();
-    assert!(untraced.status.success());
     let (records, lost) = read_dump(&dump);
     let untraced_pids: Vec<u64> = rank_lines(&untraced.stdout)
         .values()
@@ -502,8 +525,23 @@ fn a_call_in_flight_when_the_capture_stops_keeps_its_entry() {
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k, v.parse().unwrap()))
         .collect();
-    // From the line to the call's entry takes microseconds; allow for a loaded machine.
-    thread::sleep(Duration::from_secs(2));
+    // Rank 1 calls MPI_Recv right after the line, and MPICH polls inside it: once its
+    // thread has run 100 ms more, it is in the call.
+    let tid = kv["tid"];
+    let ran_ns = || {
+        fs::read_to_string(format!("/proc/{}/task/{tid}/schedstat", kv["pid"]))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .expect("rank 1's thread is running")
+    };
+    let (before, deadline) = (ran_ns(), Instant::now() + Duration::from_secs(60));
+    while ran_ns() < before + 100_000_000 {
+        assert!(
+            Instant::now() < deadline,
+            "rank 1 did not run 100 ms in a minute"
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
     // SAFETY: a plain kill(2) of the child started above.
     assert_eq!(unsafe { libc::kill(trace.id() as i32, libc::SIGINT) }, 0);
     let out = trace.wait_with_output().unwrap();

@@ -2,6 +2,7 @@
 //! the capture end to end (`lbf-trace --raw-dump FILE`).
 
 use std::io::Write;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use lbf_common::{mpi, Record, RecordKind};
@@ -11,15 +12,24 @@ use super::{LostCounts, RecordSink};
 
 /// Writes records as JSON lines: `kind`, `fn` (the symbol, for calls), `fn_id`, `tgid`,
 /// `tid`, `ts_ns`, `cpu_ns`, `args` (8 numbers) and `mem` (hex of the `mem_len` valid bytes).
-/// The last line is `{"lost": {...}}` with the kernel side's counters.
+/// The last line is `{"lost": {...}}` with the kernel side's counters. What is written is
+/// flushed at least every [`FLUSH_EVERY`] while the capture runs, so that the dump can be
+/// followed (`tail -f`) and a killed capture leaves all but its last moments.
 pub struct JsonLinesSink<W: Write> {
     out: W,
+    flushed: Instant,
 }
+
+/// How long a record may wait in the dump's buffer.
+pub const FLUSH_EVERY: Duration = Duration::from_millis(200);
 
 impl<W: Write> JsonLinesSink<W> {
     /// A sink writing to `out`.
     pub fn new(out: W) -> Self {
-        Self { out }
+        Self {
+            out,
+            flushed: Instant::now(),
+        }
     }
 }
 
@@ -51,6 +61,14 @@ pub fn record_json(r: &Record) -> serde_json::Value {
 impl<W: Write> RecordSink for JsonLinesSink<W> {
     fn record(&mut self, record: &Record) -> Result<()> {
         writeln!(self.out, "{}", record_json(record)).context("writing the raw dump")
+    }
+
+    fn tick(&mut self) -> Result<()> {
+        if self.flushed.elapsed() >= FLUSH_EVERY {
+            self.out.flush().context("flushing the raw dump")?;
+            self.flushed = Instant::now();
+        }
+        Ok(())
     }
 
     fn finish(&mut self, lost: &LostCounts) -> Result<()> {

@@ -88,8 +88,9 @@ struct Cli {
     #[arg(long = "mpi-lib", value_name = "PATH")]
     mpi_libs: Vec<PathBuf>,
 
-    /// Debug: write every raw record as one JSON line to FILE. Without -o or a target, only
-    /// that: the records are not captured into events, and no totals are printed.
+    /// Debug: write every raw record as one JSON line to FILE (flushed every 200 ms, so it
+    /// can be followed while the capture runs). Without -o or a target, only that: the
+    /// records are not captured into events, and no totals are printed.
     #[arg(long, value_name = "FILE")]
     raw_dump: Option<PathBuf>,
 
@@ -329,6 +330,13 @@ fn run(cli: Cli) -> Result<i32> {
     if cli.command.is_empty() {
         for &pid in &cli.pids {
             tracer.trace_pid(pid)?;
+        }
+        if cli.verbose {
+            let pids: Vec<String> = cli.pids.iter().map(u32::to_string).collect();
+            eprintln!(
+                "lbf-trace: probes attached: tracing PID {} (Ctrl-C stops)",
+                pids.join(",")
+            );
         }
     } else {
         let mut c = HeldChild::spawn(&cli.command)?;
@@ -730,6 +738,7 @@ impl RecordSink for Tee {
         }
     }
     fn tick(&mut self) -> Result<()> {
+        self.raw.tick()?;
         self.check_held();
         if self.last_flush.elapsed() >= self.flush_interval {
             self.flush_trace();

@@ -13,7 +13,7 @@ use super::{LostCounts, RecordSink};
 /// Writes records as JSON lines: `kind`, `fn` (the symbol, for calls), `fn_id`, `tgid`,
 /// `tid`, `ts_ns`, `cpu_ns`, `args` (8 numbers) and `mem` (hex of the `mem_len` valid bytes).
 /// The last line is `{"lost": {...}}` with the kernel side's counters. What is written is
-/// flushed at least every [`FLUSH_EVERY`] while the capture runs, so that the dump can be
+/// flushed at least every 200 ms while the capture runs, so that the dump can be
 /// followed (`tail -f`) and a killed capture leaves all but its last moments.
 pub struct JsonLinesSink<W: Write> {
     out: W,
@@ -21,7 +21,7 @@ pub struct JsonLinesSink<W: Write> {
 }
 
 /// How long a record may wait in the dump's buffer.
-pub const FLUSH_EVERY: Duration = Duration::from_millis(200);
+const FLUSH_EVERY: Duration = Duration::from_millis(200);
 
 impl<W: Write> JsonLinesSink<W> {
     /// A sink writing to `out`.

@@ -90,7 +90,8 @@ fn a_builder_killed_and_restarted_mid_run_predicts_exactly_what_an_undisturbed_o
     let disturbed = run_job(&rough, &trace, &paced, |builder| {
         rough.wait_events(30_000);
         builder.kill();
-        std::thread::sleep(Duration::from_millis(500));
+        // Down until a node has noticed, and retries.
+        wait_until_logged(&rough.dir.join("node-a.log"), "retrying", || {});
         rough.start("builder.log")
     });
     assert_eq!(disturbed, undisturbed);

@@ -42,8 +42,9 @@ fn nodes_on_two_hosts_feed_a_builder_on_a_third_and_a_cut_link_loses_nothing() {
     let a = node(1, "a", "0-3");
     let b = node(2, "b", "4-7");
     s.wait_events(20_000);
+    // The link to host 1 is down until its node has noticed (its acknowledgements time out).
     hosts.link(1, false);
-    std::thread::sleep(Duration::from_secs(3));
+    wait_until_logged(&root.join("node-a.log"), "retrying", || {});
     hosts.link(1, true);
     for n in [a, b] {
         let name = n.name.clone();

@@ -75,7 +75,8 @@ fn a_builder_restarted_mid_run_still_matches_every_message_between_hosts() {
         |s, builder| {
             s.wait_events(200);
             builder.kill();
-            std::thread::sleep(Duration::from_secs(1));
+            // Down until a node has noticed, and retries.
+            wait_until_logged(&s.dir.join("node-n1.log"), "retrying", || {});
             s.start("builder-restarted.log")
         },
     );

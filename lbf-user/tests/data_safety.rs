@@ -35,9 +35,9 @@ fn an_unwritable_output_is_an_error_before_the_command_runs() {
     assert!(!marker.exists(), "the command ran");
 }
 
-/// `kill -9` of lbf-trace 2 s into a 2-rank MPICH ring of some 4 s: the trace written so far
-/// (at least every second, in whole lines) predicts the part captured, exit status 3, and
-/// says the capture was cut short.
+/// `kill -9` of lbf-trace once it has written trace lines, early in a 2-rank MPICH ring of
+/// some 4 s: the trace written so far (at least every second, in whole lines) predicts the
+/// part captured, exit status 3, and says the capture was cut short.
 #[test]
 fn a_killed_capture_leaves_a_trace_that_predicts_what_it_has() {
     if !can_trace() {
@@ -47,6 +47,8 @@ fn a_killed_capture_leaves_a_trace_that_predicts_what_it_has() {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("data-safety-kill");
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("k.jsonl");
+    // Not an earlier run's trace: the wait below is for this run's lines.
+    let _ = std::fs::remove_file(&trace);
     let mut tracer = Command::new(env!("CARGO_BIN_EXE_lbf-trace"))
         .arg("-o")
         .arg(&trace)
@@ -57,7 +59,15 @@ fn a_killed_capture_leaves_a_trace_that_predicts_what_it_has() {
         .stderr(Stdio::null())
         .spawn()
         .expect("running lbf-trace");
-    std::thread::sleep(Duration::from_secs(2));
+    // Killed mid-run, once the trace has some lines (written every --flush-interval).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(&trace).map_or(0, |m| m.len()) <= 1000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "lbf-trace wrote no trace lines in a minute"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     tracer.kill().expect("killing lbf-trace");
     tracer.wait().expect("waiting for lbf-trace");
     // The job runs on untraced; it is not needed any more.
@@ -87,7 +97,7 @@ fn a_killed_capture_leaves_a_trace_that_predicts_what_it_has() {
         .unwrap_or_else(|| panic!("no prediction in {stdout}"));
     assert!(
         predicted > 0.2 && predicted < 4.0,
-        "predicted {predicted} s for the 2 s captured"
+        "predicted {predicted} s for the part of a 4 s run captured"
     );
 }
 

@@ -416,19 +416,31 @@ async fn session(
     let mut next = last_seq + 1;
     let mut waiting_since: Option<Instant> = None;
     loop {
+        // A write that makes no progress within the ack timeout (a link down: the socket's
+        // buffer full and TCP retransmitting for many minutes) ends the connection too.
+        let stalled = || {
+            retry(
+                "no progress sending within the ack timeout to",
+                &format!("{:?}", node.config.ack_timeout),
+            )
+        };
         let mut wrote = false;
         loop {
             let stored = node.lock().spool.get(next)?;
             let Some(f) = stored else { break };
-            if let Err(e) = wr.write_all(&f).await {
-                return retry("sending to", &e);
+            match tokio::time::timeout(node.config.ack_timeout, wr.write_all(&f)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return retry("sending to", &e),
+                Err(_) => return stalled(),
             }
             next += 1;
             wrote = true;
         }
         if wrote {
-            if let Err(e) = wr.flush().await {
-                return retry("sending to", &e);
+            match tokio::time::timeout(node.config.ack_timeout, wr.flush()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return retry("sending to", &e),
+                Err(_) => return stalled(),
             }
         }
         let outstanding = node.lock().acked + 1 < next;

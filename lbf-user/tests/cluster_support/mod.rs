@@ -89,18 +89,14 @@ impl Daemon {
     /// Waits until this daemon's `log` holds `needle`; fails at once, with the log, if the
     /// daemon ends before.
     pub(crate) fn wait_logged(&mut self, log: &Path, needle: &str) {
-        let start = Instant::now();
-        let text = || std::fs::read_to_string(log).unwrap_or_default();
-        while !text().contains(needle) {
-            let ended = self.child.try_wait().unwrap().is_some();
+        let name = self.name.clone();
+        wait_until_logged(log, needle, || {
             assert!(
-                !ended && start.elapsed() < Duration::from_secs(60),
-                "{}: never logged `{needle}`:\n{}",
-                self.name,
-                text()
+                self.child.try_wait().unwrap().is_none(),
+                "{name} ended before it logged `{needle}`:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
             );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        });
     }
 
     /// Waits up to `limit` for the exit; the output (stdout) and whether it succeeded.
@@ -630,4 +626,21 @@ pub(crate) fn node_and_builder_done(
     assert_eq!(report["complete"], true, "{report}\n{node_log}");
     assert_eq!(report["lost_events"], 0, "{report}\n{node_log}");
     (report, node_log)
+}
+
+/// Waits up to a minute until `log` contains `needle`, calling `check` between looks (to
+/// fail early, e.g. when the daemon writing it has ended).
+pub(crate) fn wait_until_logged(log: &Path, needle: &str, mut check: impl FnMut()) {
+    let start = Instant::now();
+    let text = || std::fs::read_to_string(log).unwrap_or_default();
+    while !text().contains(needle) {
+        check();
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{} never logged `{needle}`:\n{}",
+            log.display(),
+            text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

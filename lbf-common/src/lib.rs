@@ -112,6 +112,12 @@ pub enum RecordKind {
     /// `ts_ns` and `cpu_ns` at the first poll's entry, `args[3]` the CPU spent inside the
     /// polls. The polls themselves have no records.
     Polls = 9,
+    /// Records of the thread the ring buffer had no room for (see [`maps::LostRun`]),
+    /// written just before its next record, or read from its state at the end of the
+    /// capture: `args[0]` is how many, `args[1]` the `ts_ns` when the first was lost.
+    /// `ts_ns` is when it was written, `cpu_ns` 0. The capture then knows which process has
+    /// a gap, from when.
+    Lost = 10,
 }
 
 impl RecordKind {
@@ -127,6 +133,7 @@ impl RecordKind {
             7 => Self::CallPair,
             8 => Self::Attach,
             9 => Self::Polls,
+            10 => Self::Lost,
             _ => return None,
         })
     }

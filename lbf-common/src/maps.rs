@@ -183,6 +183,21 @@ pub struct ThreadState {
     pub entry_mem: EntryMem,
     /// The unsuccessful polls since the thread's last record.
     pub polls: PollRun,
+    /// The thread's records lost since its last record written.
+    pub lost: LostRun,
+}
+
+/// Records of one thread the ring buffer had no room for since the thread's last record
+/// written. The kernel side counts them here (and in the global counter); the thread's next
+/// record is preceded by one [`crate::RecordKind::Lost`] record saying how many and from
+/// when, so that a capture knows which process has a gap in its records.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LostRun {
+    /// Records lost; 0: none.
+    pub count: u64,
+    /// `ts_ns` when the first of them was lost.
+    pub first_ts_ns: u64,
 }
 
 /// The user memory read at a deferred entry (see [`ThreadState::entry_mem`]): `len` bytes

@@ -18,7 +18,7 @@ use aya_ebpf::{
 };
 use lbf_common::{
     counter,
-    maps::{DeferredEntry, ThreadClock, ThreadState},
+    maps::{DeferredEntry, LostRun, ThreadClock, ThreadState},
     GlobalPtr, MemRead, PairHead, Record, RecordKind, ARG_WORDS, MEM_BYTES, MORE_MEM_AT,
     MORE_MEM_BYTES, PAIR_HEAD_BYTES,
     RECORD_HEAD_BYTES, SHORT_ARG_WORDS, SHORT_MEM_BYTES,
@@ -197,8 +197,76 @@ fn follow(global: &GlobalPtr, func_ip: u64) -> Option<u64> {
 /// records, so that its records stay in order, and when the thread ends.
 #[inline(always)]
 pub fn write_pending(state: &mut ThreadState) {
+    write_lost(state);
     write_polls(state);
     write_deferred_entry(state);
+}
+
+/// Writes the [`RecordKind::Lost`] record of the thread's lost records, if it has lost some
+/// since its last record (see `lbf_common::maps::LostRun`). If the ring buffer is still full
+/// the count stays, for the next record to try again.
+#[inline(always)]
+fn write_lost(state: &mut ThreadState) {
+    let lost = &mut state.lost as *mut LostRun;
+    // Volatile: `note_lost` writes these fields through the thread's state pointer while
+    // callers hold `state` (a failed reservation below any of them).
+    // SAFETY: `lost` points into the thread's state, a map value.
+    let (count, first_ts) = unsafe {
+        (
+            core::ptr::read_volatile(&(*lost).count),
+            core::ptr::read_volatile(&(*lost).first_ts_ns),
+        )
+    };
+    if count == 0 {
+        return;
+    }
+    let (tgid, tid) = (state.tgid, state.tid);
+    // SAFETY: a helper without arguments.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(reserved) = reserve(line_sized(RECORD_HEAD_BYTES as u64), 0) else {
+        return;
+    };
+    // SAFETY: as above.
+    unsafe { core::ptr::write_volatile(&mut (*lost).count, 0) };
+    // SAFETY: the item is a reserved, exclusively owned record head.
+    unsafe {
+        write_head(
+            reserved.item as *mut Record,
+            RecordKind::Lost,
+            0,
+            tgid,
+            tid,
+            (now, 0),
+        )
+    };
+    let draft = Draft {
+        reserved,
+        mem: Mem::None,
+    };
+    draft.submit(|i| match i {
+        0 => count,
+        1 => first_ts,
+        _ => 0,
+    });
+}
+
+/// Counts `records` lost (the ring buffer full) in the current thread's state, if it has
+/// one: its next record says so ([`write_lost`]).
+#[inline(always)]
+fn note_lost(records: u64) {
+    let Some(state) = THREADS.current() else {
+        return;
+    };
+    // SAFETY: a map value, written only by this thread's probes and hooks; volatile as in
+    // `write_lost`.
+    unsafe {
+        let lost = &mut (*state).lost as *mut LostRun;
+        let count = core::ptr::read_volatile(&(*lost).count);
+        if count == 0 {
+            core::ptr::write_volatile(&mut (*lost).first_ts_ns, bpf_ktime_get_ns());
+        }
+        core::ptr::write_volatile(&mut (*lost).count, count + records);
+    }
 }
 
 /// Writes the [`RecordKind::Polls`] record of the thread's run of unsuccessful polls, if it
@@ -608,8 +676,9 @@ struct Reserved {
 }
 
 /// Reserves an item of `size` bytes (one of a few constants) holding `records` records in this
-/// CPU's ring buffer. `None`, and `records` counted lost, when the ring buffer is full (or
-/// missing).
+/// CPU's ring buffer. `None`, and `records` counted lost (globally and in the thread's state),
+/// when the ring buffer is full (or missing). `records` 0: an item that says what was lost,
+/// not counted itself.
 #[inline(always)]
 fn reserve(size: u64, records: u64) -> Option<Reserved> {
     let reserved = this_cpus_ring().and_then(|ring| {
@@ -617,8 +686,9 @@ fn reserve(size: u64, records: u64) -> Option<Reserved> {
         let item = unsafe { bpf_ringbuf_reserve(ring, size, 0) };
         (!item.is_null()).then_some(Reserved { item, ring, size })
     });
-    if reserved.is_none() {
+    if reserved.is_none() && records > 0 {
         add(counter::LOST_RINGBUF, records);
+        note_lost(records);
     }
     reserved
 }

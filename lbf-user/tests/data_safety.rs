@@ -101,6 +101,75 @@ fn a_killed_capture_leaves_a_trace_that_predicts_what_it_has() {
     );
 }
 
+/// A ring buffer far too small for a 2-rank MPICH ring of 20,000 short messages: records are
+/// lost, the trace's summary says how many and which processes they were of, from when, and
+/// `lbf-gag predict` either refuses the trace naming the loss (and those gaps) as the cause
+/// and how to avoid it, or predicts with the loss stated next to the numbers.
+#[test]
+fn a_tiny_ring_buffer_loses_records_and_says_where() {
+    if !can_trace() {
+        return;
+    }
+    let ring = workload_built_by("mpicc.mpich", "mpi", "ring", &[]);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("data-safety-tiny-ring");
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("s.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_lbf-trace"))
+        .args(["--ringbuf-size", "8192", "-o"])
+        .arg(&trace)
+        .args(["--", "mpirun.mpich", "-n", "2"])
+        .arg(&ring)
+        .args(["20000", "0"])
+        .output()
+        .expect("running lbf-trace");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("try a larger --ringbuf-size"), "{stderr}");
+    let text = std::fs::read_to_string(&trace).expect("reading the trace");
+    let summary: serde_json::Value =
+        serde_json::from_str(text.lines().last().expect("a summary line")).unwrap();
+    let summary = &summary["summary"];
+    let lost = summary["lost_events"].as_u64().unwrap();
+    let gaps = summary["gaps"].as_array().expect("gaps in the summary");
+    let in_gaps: u64 = gaps.iter().map(|g| g["records"].as_u64().unwrap()).sum();
+    let measured = summary["measured_seconds"].as_f64().unwrap();
+    assert!(lost > 1000, "{summary}");
+    assert!(in_gaps > 0 && in_gaps <= lost, "{summary}");
+    for g in gaps {
+        assert!(g["p"].as_u64().unwrap() < 2, "{g}");
+        let from = g["from_seconds"].as_f64().unwrap();
+        assert!(
+            (0.0..=measured).contains(&from),
+            "{g} in a run of {measured} s"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_lbf-gag"))
+        .args(["predict", "--nodes", "1", "--cores", "2"])
+        .arg(&trace)
+        .output()
+        .expect("running lbf-gag");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let named = format!("process {} lost", gaps[0]["p"]);
+    match out.status.code() {
+        Some(1) => {
+            assert!(
+                stderr.contains(&format!("the capture lost {lost} records")),
+                "{stderr}"
+            );
+            assert!(stderr.contains("--ringbuf-size"), "{stderr}");
+        }
+        Some(0) => assert!(
+            stdout.contains(&format!("(the capture lost {lost} events")),
+            "{stdout}"
+        ),
+        _ => panic!("lbf-gag: {:?}\n{stdout}\n{stderr}", out.status),
+    }
+    assert!(stderr.contains(&named), "{stderr}");
+}
+
 /// `-p 1` would follow every process the host starts from then on: refused, saying why.
 #[test]
 fn tracing_the_init_process_is_refused() {

@@ -150,7 +150,7 @@ fn check_mpi_run(label: &str, argv: &[String]) {
     while let Some(e) = reader.next_event().expect("reading the trace") {
         events.push(e.event);
     }
-    let summary = *reader.summary().expect("a complete trace");
+    let summary = reader.summary().expect("a complete trace").clone();
     assert_eq!(summary.lost_events, 0, "{label}");
     check_gag_names_the_source(&run.trace, "MPI", "mpi");
     let counted = counts(procs.len(), &events);

@@ -9,6 +9,7 @@
 //! Nothing here loads eBPF, reads trace files or runs the engine.
 
 pub mod anomaly;
+pub mod gaps;
 pub mod ids;
 pub mod mpi;
 pub mod procfs;
@@ -113,6 +114,9 @@ pub struct Summary {
     pub anomalies: Anomalies,
     /// Records the kernel side dropped (set by `lbf-record`'s `CaptureSink`).
     pub lost_records: u64,
+    /// Which processes of the trace those were of, from when (as far as the kernel side
+    /// could tell: a record lost by a thread with no state is in the total alone).
+    pub gaps: Vec<gaps::Gap>,
     /// Events the capture left out of the trace: those of processes that joined a socket or
     /// PVM capture after the number it expected had (see [`roster`]).
     pub lost_events: u64,

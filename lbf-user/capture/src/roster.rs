@@ -25,7 +25,7 @@ use crate::anomaly::{note, Anomalies, Anomaly};
 use crate::record_capture::Backlog;
 use crate::timeline::{Item, RunClock, Timeline};
 use crate::{EventSink, ProcStats};
-use lbf_model::event::{Event, EventKind, ProcInfo};
+use lbf_model::event::{Event, EventKind, ProcId, ProcInfo};
 use lbf_model::stream::Role;
 
 /// How the notes of a roster name its processes.
@@ -164,6 +164,14 @@ impl Roster {
             self.procs.insert(tgid, proc);
         }
         self.get_mut(tgid).expect("joined above")
+    }
+
+    /// The id of process `tgid` in the trace, if it is a member.
+    pub fn id_of(&self, tgid: u32) -> Option<ProcId> {
+        self.order
+            .iter()
+            .position(|m| m.tgid == tgid)
+            .map(|i| i as ProcId)
     }
 
     /// Thread `tid` of process `tgid` was running when tracing began, its CPU clock reading

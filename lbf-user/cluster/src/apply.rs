@@ -189,6 +189,7 @@ impl Applier {
                 measured_seconds: clocks.measured_seconds(),
                 lost_events: self.status.lost_events(),
                 teardown_seconds: clocks.teardown_seconds(),
+                gaps: Vec::new(),
             };
             for (_, gate) in gates.values() {
                 gate.set(false);

@@ -42,7 +42,7 @@ fn read_jsonl(c: &mut Criterion) {
         .finish(&Summary {
             measured_seconds: 1.0,
             lost_events: 0,
-            teardown_seconds: 0.0,
+            ..Default::default()
         })
         .expect("write");
     let mut group = c.benchmark_group("trace");

@@ -104,7 +104,7 @@ fn jsonl(lines: u64) {
     drop(writer.finish(&lbf_model::trace::Summary {
         measured_seconds: 1.0,
         lost_events: 0,
-        teardown_seconds: 0.0,
+        ..Default::default()
     }));
     let write_s = start.elapsed().as_secs_f64();
     let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);

@@ -406,8 +406,9 @@ impl Tracer {
     }
 
     /// The records the kernel side holds back and has not written (see
-    /// `lbf_common::maps::ThreadState`): per live thread of a traced process, its run of
-    /// unsuccessful polls ([`RecordKind::Polls`]), then the entry record of the probed call it
+    /// `lbf_common::maps::ThreadState`): per live thread of a traced process, its records
+    /// lost since its last ([`RecordKind::Lost`]), its run of unsuccessful polls
+    /// ([`RecordKind::Polls`]), then the entry record of the probed call it
     /// is inside if that waits for the return (a thread that ended wrote its own). Each comes
     /// after every record its thread wrote. Read at the end of a capture, so that the calls
     /// still in flight keep their entry.
@@ -420,6 +421,23 @@ impl Tracer {
                 let Some(state) = threads.get(pid, tid)? else {
                     continue;
                 };
+                let lost = &state.lost;
+                if lost.count != 0 {
+                    let mut args = [0; ARG_WORDS];
+                    args[..2].copy_from_slice(&[lost.count, lost.first_ts_ns]);
+                    records.push(Record {
+                        kind: RecordKind::Lost as u16,
+                        fn_id: 0,
+                        mem_len: 0,
+                        part: 0,
+                        tgid: state.tgid,
+                        tid,
+                        ts_ns: lost.first_ts_ns,
+                        cpu_ns: 0,
+                        args,
+                        mem: [0; MEM_BYTES],
+                    });
+                }
                 let run = &state.polls;
                 if run.count != 0 {
                     let mut args = [0; ARG_WORDS];

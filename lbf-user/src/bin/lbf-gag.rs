@@ -10,7 +10,7 @@ use lbf::engine::{Engine, EngineError, Prediction};
 use lbf::net::builder::serve;
 use lbf::net::serve_config::ServeConfig;
 use lbf::net::tls::self_signed;
-use lbf::report::{add_teardown, json_lines, table, warnings, Timeline};
+use lbf::report::{add_teardown, gap_lines, json_lines, table, warnings, Timeline};
 use lbf::target::Target;
 use lbf::trace::TraceReader;
 use std::io::Write;
@@ -211,7 +211,9 @@ fn predict(args: &Predict) -> Result<Complete> {
             pushed = engine.push(e.event, e.line);
         }
     }
-    let lost = reader.summary().map_or(0, |s| s.lost_events);
+    let (lost, gaps) = reader
+        .summary()
+        .map_or((0, Vec::new()), |s| (s.lost_events, gap_lines(&s.gaps)));
     let cut_short = reader.summary().is_none();
     // A trace cut short (no summary) predicts what it has: where each target's simulation of
     // the captured part got to, a lower bound, when its processes did not all exit.
@@ -242,11 +244,12 @@ fn predict(args: &Predict) -> Result<Complete> {
         if lost == 0 {
             return e;
         }
+        let gaps: String = gaps.iter().map(|g| format!("\n  {g}")).collect();
         e.context(format!(
             "{trace}: the capture lost {lost} records (its summary says so), so the trace is \
              incomplete, which is the likely cause; capture again with a larger \
              --ringbuf-size, on a less busy machine, or with --nice so that lbf-trace's reader \
-             keeps up"
+             keeps up{gaps}"
         ))
     });
     let mut predictions = predictions?;
@@ -261,7 +264,7 @@ fn predict(args: &Predict) -> Result<Complete> {
             .finish()
             .with_context(|| format!("cannot write the timeline {}", path.display()))?;
     }
-    let summary = reader.summary().copied();
+    let summary = reader.summary().cloned();
     add_teardown(&mut predictions, summary.as_ref());
     for w in warnings(summary.as_ref()) {
         eprintln!("warning: {trace}: {w}");

@@ -516,6 +516,7 @@ fn report(trace: CaptureSink<Outputs>, source: Source, verbose: bool) -> Result<
         measured_seconds: summary.measured_seconds,
         lost_events: summary.lost_records + summary.lost_events,
         teardown_seconds: summary.teardown_seconds,
+        gaps: summary.gaps.clone(),
     };
     if let Some(file) = outputs.file {
         let path = file.path.clone();

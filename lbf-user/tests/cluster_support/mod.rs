@@ -45,7 +45,7 @@ pub(crate) fn synthetic_trace(path: &Path, procs: u32, events: u64, seed: u64) {
     w.finish(&Summary {
         measured_seconds: 1.0,
         lost_events: 0,
-        teardown_seconds: 0.0,
+        ..Default::default()
     })
     .unwrap();
 }

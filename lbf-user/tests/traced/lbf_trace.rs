@@ -168,7 +168,7 @@ pub(crate) fn read_trace(
     while let Some(e) = reader.next_event().expect("reading the trace") {
         events.push(e.event);
     }
-    let summary = *reader.summary().expect("a complete trace");
+    let summary = reader.summary().expect("a complete trace").clone();
     (reader.header().procs.clone(), events, summary)
 }
 

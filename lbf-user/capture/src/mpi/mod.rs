@@ -92,6 +92,7 @@ use self::library::Abi;
 use self::matching::{Envelope, Matcher, Pattern, RecvId};
 use self::process::{LocalComm, OpenCall, Process, Request};
 use crate::anomaly::{count, note, Anomalies, Anomaly};
+use crate::gaps::LostRecords;
 use crate::ids;
 use crate::timeline::RunClock;
 use crate::{EventSink, Summary};
@@ -130,6 +131,8 @@ pub struct Capture {
     /// Collectives of processes attached while running, numbered when the capture ends.
     attached_colls: AttachedCollectives,
     anomalies: Anomalies,
+    /// Records the kernel side lost, per process.
+    lost: LostRecords,
     /// The processes a record gave events to, kept to save an allocation per record.
     touched: Vec<u32>,
 }
@@ -155,6 +158,7 @@ impl Capture {
             attaches: FxHashMap::default(),
             attached_colls: AttachedCollectives::default(),
             anomalies: Anomalies::new(),
+            lost: LostRecords::default(),
             touched: Vec::new(),
         }
     }
@@ -198,6 +202,7 @@ impl Capture {
                     p.polled(rec.args[3]);
                 }
             }
+            Some(RecordKind::Lost) => self.lost.record(rec),
             Some(RecordKind::Fork | RecordKind::Exec | RecordKind::Syscall) => {}
             // A pair item is split by the reader (`probe::reader`); never seen here.
             Some(RecordKind::CallPair) | None => {
@@ -380,6 +385,10 @@ impl Capture {
         let end = self.clock.end();
         summary.teardown_seconds =
             self.last_finalize.map_or(0, |f| end.saturating_sub(f)) as f64 * 1e-9;
+        summary.gaps = self.lost.gaps(&self.clock, |tgid| {
+            let rank = self.procs.get(&tgid)?.rank?;
+            summary.procs.iter().any(|p| p.id == rank).then_some(rank)
+        });
         summary.anomalies = self.anomalies;
         summary
     }

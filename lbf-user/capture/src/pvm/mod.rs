@@ -65,6 +65,7 @@ use std::collections::VecDeque;
 use lbf_common::{pvm, FnReads, GlobalPtr, MemRead, Record, RecordKind};
 
 use crate::anomaly::{Anomalies, Anomaly};
+use crate::gaps::LostRecords;
 use crate::ids;
 use crate::record_capture::{Backlog, RecordCapture};
 use crate::roster::{Labels, Proc, Roster};
@@ -305,6 +306,8 @@ pub struct PvmCapture {
     barriers: FxHashMap<(String, u64), u32>,
     clock: RunClock,
     anomalies: Anomalies,
+    /// Records the kernel side lost, per process.
+    lost: LostRecords,
     unmatched_recvs: u64,
 }
 
@@ -323,6 +326,7 @@ impl PvmCapture {
             barriers: FxHashMap::default(),
             clock: RunClock::default(),
             anomalies: Anomalies::new(),
+            lost: LostRecords::default(),
             unmatched_recvs: 0,
         }
     }
@@ -373,6 +377,7 @@ impl PvmCapture {
                     .exit(rec.tgid, rec.tid, rec.cpu_ns, &mut self.clock)
             }
             Some(RecordKind::Attach) => self.roster.attached(rec.tgid, rec.tid, rec.cpu_ns),
+            Some(RecordKind::Lost) => self.lost.record(rec),
             _ => {}
         }
         self.roster.hand_out(&mut self.clock, sink);
@@ -723,6 +728,7 @@ impl PvmCapture {
     /// message, unless that has happened, and hands out their events.
     pub fn finish(mut self, sink: &mut dyn EventSink) -> Summary {
         let mut anomalies = std::mem::take(&mut self.anomalies);
+        let gaps = self.lost.gaps(&self.clock, |tgid| self.roster.id_of(tgid));
         let handed = self.roster.finish(&self.clock, sink, &mut anomalies);
         if handed.procs.is_empty() {
             crate::anomaly::note(&mut anomalies, Anomaly::NoPvmMessage);
@@ -735,6 +741,7 @@ impl PvmCapture {
             unmatched_recvs: self.unmatched_recvs,
             measured_seconds: self.clock.measured_seconds(),
             anomalies,
+            gaps,
             ..Summary::default()
         }
     }

@@ -70,6 +70,7 @@ use self::descriptors::{Descriptors, Fd};
 use self::resolve::{SocketChannels, SocketResolver, Unidentified};
 use self::syscall::Call;
 use crate::anomaly::{note, Anomalies, Anomaly};
+use crate::gaps::LostRecords;
 use crate::record_capture::{Backlog, Kept, RecordCapture};
 use crate::roster::{Labels, Proc, Roster};
 use crate::timeline::{RunClock, Wait};
@@ -115,6 +116,8 @@ pub struct SocketCapture {
     next_token: u64,
     clock: RunClock,
     anomalies: Anomalies,
+    /// Records the kernel side lost, per process.
+    lost: LostRecords,
     /// Sockets of families not captured, by family: normal in tools (`ip` uses netlink), so
     /// reported only when no process used a captured socket.
     other_families: Anomalies,
@@ -148,6 +151,7 @@ impl SocketCapture {
             next_token: 0,
             clock: RunClock::default(),
             anomalies: Anomalies::new(),
+            lost: LostRecords::default(),
             other_families: Anomalies::new(),
             unmatched_sends: 0,
             unmatched_recvs: 0,
@@ -239,6 +243,7 @@ impl SocketCapture {
                 self.roster.exit(tgid, rec.tid, rec.cpu_ns, &mut self.clock);
             }
             Some(RecordKind::Attach) => self.roster.attached(rec.tgid, rec.tid, rec.cpu_ns),
+            Some(RecordKind::Lost) => self.lost.record(rec),
             Some(
                 RecordKind::CallEntry
                 | RecordKind::CallExit
@@ -658,8 +663,10 @@ impl SocketCapture {
         }
         let outcomes = self.channels.finish();
         self.apply(outcomes);
+        let gaps = self.lost.gaps(&self.clock, |tgid| self.roster.id_of(tgid));
         let handed = self.roster.finish(&self.clock, sink, &mut self.anomalies);
         let mut summary = Summary {
+            gaps,
             procs: handed.procs,
             stats: handed.stats,
             lost_events: handed.lost_events,

@@ -7,5 +7,5 @@
 mod outcome;
 mod timeline;
 
-pub use outcome::{add_teardown, json_lines, table, warnings};
+pub use outcome::{add_teardown, gap_lines, json_lines, table, warnings, GAPS_LISTED};
 pub use timeline::Timeline;

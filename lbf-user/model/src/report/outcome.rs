@@ -2,7 +2,7 @@
 
 use crate::engine::Prediction;
 use crate::source::Source;
-use crate::trace::Summary;
+use crate::trace::{Gap, Summary};
 use serde::Serialize;
 use std::fmt::Write;
 
@@ -23,9 +23,12 @@ struct Row<'a> {
     speedup: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     lost_events: Option<u64>,
+    /// Where the lost events are, when the capture knows.
+    #[serde(skip_serializing_if = "<[Gap]>::is_empty")]
+    gaps: &'a [Gap],
 }
 
-fn row<'a>(p: &'a Prediction, summary: Option<&Summary>, source: Option<Source>) -> Row<'a> {
+fn row<'a>(p: &'a Prediction, summary: Option<&'a Summary>, source: Option<Source>) -> Row<'a> {
     Row {
         target: &p.target,
         source,
@@ -34,6 +37,7 @@ fn row<'a>(p: &'a Prediction, summary: Option<&Summary>, source: Option<Source>)
         measured_seconds: summary.map(|s| s.measured_seconds),
         speedup: summary.and_then(|s| speedup(s.measured_seconds, p.predicted_seconds)),
         lost_events: summary.map(|s| s.lost_events),
+        gaps: summary.map_or(&[], |s| &s.gaps),
     }
 }
 
@@ -55,7 +59,8 @@ pub fn add_teardown(predictions: &mut [Prediction], summary: Option<&Summary>) {
 /// One JSON object per prediction, each on its own line (newline-terminated), with
 /// `target`, `source` when the trace says where its events come from (`source`: `mpi`,
 /// `pvm` or `sockets`), `predicted_seconds`, `complete`, and, when the trace has a summary,
-/// `measured_seconds`, `speedup` and `lost_events`.
+/// `measured_seconds`, `speedup` and `lost_events`, and `gaps` (`p`, `from_seconds`,
+/// `records`) where the capture knows which processes lost records.
 pub fn json_lines(
     predictions: &[Prediction],
     summary: Option<&Summary>,
@@ -101,6 +106,12 @@ pub fn table(predictions: &[Prediction], summary: Option<&Summary>) -> String {
     if let Some(m) = measured {
         let _ = writeln!(out, "{:<width$}  {:>12}", "(measured)", seconds(m));
     }
+    if let Some(lost) = summary.map(|s| s.lost_events).filter(|&n| n > 0) {
+        let _ = writeln!(
+            out,
+            "(the capture lost {lost} events: these predictions may be wrong, see the warnings)"
+        );
+    }
     out
 }
 
@@ -123,15 +134,35 @@ pub fn warnings(summary: Option<&Summary>) -> Vec<String> {
              time to compare with, and the predictions cover only the captured part of the run"
                 .to_string(),
         ],
-        Some(s) if s.lost_events > 0 => vec![format!(
-            "the capture lost {} events; the predictions may be wrong (capture again with a \
-             larger buffer or fewer probes if the ring buffer was full, with the right --procs \
-             if more processes took part than it said)",
-            s.lost_events
-        )],
+        Some(s) if s.lost_events > 0 => {
+            let mut w = vec![format!(
+                "the capture lost {} events; the predictions may be wrong (capture again with \
+                 a larger --ringbuf-size or fewer probes if the ring buffer was full, with the \
+                 right --procs if more processes took part than it said)",
+                s.lost_events
+            )];
+            w.extend(gap_lines(&s.gaps));
+            w
+        }
         Some(_) => Vec::new(),
     }
 }
+
+/// One line per gap in the capture's records (see [`Summary::gaps`]), the first
+/// [`GAPS_LISTED`] of them and how many more.
+pub fn gap_lines(gaps: &[Gap]) -> Vec<String> {
+    let mut lines: Vec<String> = gaps.iter().take(GAPS_LISTED).map(Gap::to_string).collect();
+    if gaps.len() > GAPS_LISTED {
+        lines.push(format!(
+            "and {} more processes lost records",
+            gaps.len() - GAPS_LISTED
+        ));
+    }
+    lines
+}
+
+/// How many gaps [`gap_lines`] names one by one.
+pub const GAPS_LISTED: usize = 8;
 
 #[cfg(test)]
 mod tests {
@@ -154,6 +185,7 @@ mod tests {
         measured_seconds: 14.0,
         lost_events: 0,
         teardown_seconds: 0.0,
+        gaps: Vec::new(),
     };
 
     #[test]
@@ -216,5 +248,39 @@ two-nodes            7.000 s     2.00x
             ..SUMMARY
         };
         assert!(warnings(Some(&lossy))[0].contains("lost 12 events"));
+    }
+
+    /// Where the capture knows which processes lost records, the warnings, the table and the
+    /// JSON lines say so next to the numbers.
+    #[test]
+    fn gaps_are_named_with_the_predictions() {
+        let gaps: Vec<Gap> = (0..10)
+            .map(|p| Gap {
+                p,
+                from_seconds: 0.25,
+                records: 100 + u64::from(p),
+            })
+            .collect();
+        let lossy = Summary {
+            lost_events: 1045,
+            gaps,
+            ..SUMMARY
+        };
+        let w = warnings(Some(&lossy));
+        assert_eq!(w.len(), 1 + GAPS_LISTED + 1, "{w:?}");
+        assert_eq!(w[1], "process 0 lost 100 records from 0.250 s into the run");
+        assert_eq!(w[GAPS_LISTED + 1], "and 2 more processes lost records");
+        let text = table(&predictions(), Some(&lossy));
+        assert!(
+            text.ends_with("(the capture lost 1045 events: these predictions may be wrong, see the warnings)\n"),
+            "{text}"
+        );
+        let row: serde_json::Value =
+            serde_json::from_str(json_lines(&predictions()[..1], Some(&lossy), None).trim())
+                .unwrap();
+        assert_eq!(
+            row["gaps"][3],
+            serde_json::json!({"p": 3, "from_seconds": 0.25, "records": 103})
+        );
     }
 }

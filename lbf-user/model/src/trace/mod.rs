@@ -22,7 +22,7 @@ pub use error::{TraceError, TraceErrorKind};
 pub use reader::TraceReader;
 pub use writer::TraceWriter;
 
-use crate::event::{CollOp, Event, EventKind, ProcInfo};
+use crate::event::{CollOp, Event, EventKind, ProcId, ProcInfo};
 use crate::source::Source;
 use serde::{Deserialize, Serialize};
 
@@ -47,8 +47,8 @@ pub struct Header {
 }
 
 /// The closing line of a completed capture: how long the measured run took, and whether the
-/// capture dropped events (its predictions are then unreliable).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+/// capture dropped events (its predictions are then unreliable) and where.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Summary {
     /// Wall-clock seconds of the measured run.
@@ -60,6 +60,34 @@ pub struct Summary {
     /// predictions take as measured and add (see [`crate::report::add_teardown`]).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub teardown_seconds: f64,
+    /// Where `lost_events` are, as far as the capture knows: each process whose records the
+    /// kernel side could not keep (the ring buffer full), from when. Its events after that
+    /// point miss some, which can leave a receive without its send.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<Gap>,
+}
+
+/// A gap in one process's records: from `from_seconds` into the run, `records` of them were
+/// lost (the ring buffer full), all or some of the process's events after that point.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gap {
+    /// The process.
+    pub p: ProcId,
+    /// When its first record was lost, in seconds after the capture started.
+    pub from_seconds: f64,
+    /// How many of its records were lost.
+    pub records: u64,
+}
+
+impl std::fmt::Display for Gap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "process {} lost {} records from {:.3} s into the run",
+            self.p, self.records, self.from_seconds
+        )
+    }
 }
 
 /// For serde: a zero teardown is not written.

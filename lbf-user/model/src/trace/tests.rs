@@ -9,7 +9,7 @@ const HEADER_V1: &str = r#"{"format":"lbf-trace","version":1,"procs":[{"id":0,"n
 fn read_all(text: &str) -> Result<(Vec<LineEvent>, Option<Summary>), TraceError> {
     let mut reader = TraceReader::new(text.as_bytes())?;
     let events = reader.by_ref().collect::<Result<Vec<_>, _>>()?;
-    Ok((events, reader.summary().copied()))
+    Ok((events, reader.summary().cloned()))
 }
 
 /// The error reading `body` after a valid header, as (line, message).
@@ -99,6 +99,11 @@ fn round_trip_with_summary() {
         measured_seconds: 12.3,
         lost_events: 4,
         teardown_seconds: 0.0,
+        gaps: vec![Gap {
+            p: 1,
+            from_seconds: 0.5,
+            records: 4,
+        }],
     };
     let bytes = writer.finish(&summary).unwrap();
     let text = String::from_utf8(bytes).unwrap();
@@ -108,7 +113,9 @@ fn round_trip_with_summary() {
     assert!(text
         .contains(r#"{"p":0,"k":"send","cpu_ns":6,"msg":18,"bytes":1048576,"rendezvous":true}"#));
     assert!(text.contains(r#"{"p":0,"k":"send_end","cpu_ns":8,"msg":18}"#));
-    assert!(text.ends_with("{\"summary\":{\"measured_seconds\":12.3,\"lost_events\":4}}\n"));
+    assert!(text.ends_with(
+        "{\"summary\":{\"measured_seconds\":12.3,\"lost_events\":4,\"gaps\":[{\"p\":1,\"from_seconds\":0.5,\"records\":4}]}}\n"
+    ));
 
     let mut reader = TraceReader::new(text.as_bytes()).unwrap();
     assert_eq!(reader.header(), &header());
@@ -357,7 +364,7 @@ proptest::proptest! {
         for e in &events {
             writer.write_event(e).unwrap();
         }
-        let bytes = writer.finish(&Summary { measured_seconds: 0.5, lost_events: 0, teardown_seconds: 0.0 }).unwrap();
+        let bytes = writer.finish(&Summary { measured_seconds: 0.5, ..Summary::default() }).unwrap();
         let (read, summary) = read_all(std::str::from_utf8(&bytes).unwrap()).unwrap();
         proptest::prop_assert_eq!(read.iter().map(|e| e.event).collect::<Vec<_>>(), events);
         proptest::prop_assert!(read.iter().enumerate().all(|(i, e)| e.line == i as u64 + 2));

@@ -281,6 +281,13 @@ fn header_errors() {
         "{}",
         stderr(&out)
     );
+    // The operating system's reason, once.
+    assert_eq!(
+        stderr(&out).matches("(os error 2)").count(),
+        1,
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
@@ -411,6 +418,49 @@ fn help_teaches_with_examples() {
         "{text}"
     );
     assert!(text.contains("ib-hdr"), "{text}");
+}
+
+/// An id used again once its message is complete names a new message: each receive takes
+/// the send before it. Where a target would have both messages of the id in flight at once
+/// (process 1 receives late), the trace is refused for it, naming the line.
+#[test]
+fn a_message_id_reused_after_its_message_completed() {
+    let trace = |late: u64| {
+        let lines = [
+            r#"{"p":0,"k":"send","cpu_ns":1000000,"msg":5,"bytes":10}"#.to_string(),
+            format!(r#"{{"p":1,"k":"recv_start","cpu_ns":{late}}}"#),
+            r#"{"p":1,"k":"recv_end","cpu_ns":0,"msg":5}"#.to_string(),
+            r#"{"p":0,"k":"send","cpu_ns":2000000,"msg":5,"bytes":10}"#.to_string(),
+            r#"{"p":1,"k":"recv_start","cpu_ns":0}"#.to_string(),
+            r#"{"p":1,"k":"recv_end","cpu_ns":0,"msg":5}"#.to_string(),
+            r#"{"p":0,"k":"exit","cpu_ns":0}"#.to_string(),
+            r#"{"p":1,"k":"exit","cpu_ns":1000000}"#.to_string(),
+            r#"{"p":2,"k":"exit","cpu_ns":0}"#.to_string(),
+        ];
+        format!("{HEADER3}\n{}\n{SUMMARY}", lines.join("\n"))
+    };
+    let out = run(
+        "reuse_after_completion",
+        &[("t.jsonl", &trace(0))],
+        &["predict", "t.jsonl", "--nodes", "3", "--json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let row: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Process 0 computes 3 ms in all; process 1 receives the second message at 3 ms and
+    // computes 1 ms more.
+    let predicted = row["predicted_seconds"].as_f64().unwrap();
+    assert!((predicted - 0.004).abs() < 1e-9, "{row}");
+
+    let out = run(
+        "reuse_overlapping",
+        &[("t.jsonl", &trace(10_000_000))],
+        &["predict", "t.jsonl", "--nodes", "3"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("message 5 is sent twice"), "{err}");
+    assert!(err.contains("at 5"), "{err}");
+    assert!(err.contains("an id names one message at a time"), "{err}");
 }
 
 /// A trace whose capture lost records and which is inconsistent because of it: the error names

@@ -156,7 +156,8 @@ impl std::fmt::Display for EngineError {
             }
             EngineError::DuplicateMessage { msg, origin } => write!(
                 f,
-                "message {msg} is sent twice or received twice{}",
+                "message {msg} is sent twice or received twice{}: an id names one message \
+                 at a time (a reused id's two messages would be in flight at once here)",
                 at(origin)
             ),
             EngineError::BadSendEnd { proc, msg, origin } => write!(

@@ -154,11 +154,6 @@ impl fmt::Display for TraceError {
     }
 }
 
-impl std::error::Error for TraceError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.kind {
-            TraceErrorKind::Io(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// The I/O error of [`TraceErrorKind::Io`] is in the message itself, so it is not also a
+/// `source` (a report of the chain would print it twice).
+impl std::error::Error for TraceError {}

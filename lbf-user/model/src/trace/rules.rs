@@ -3,9 +3,9 @@
 //! a send by rendezvous has its `send_end` by the same process before that process exits.
 //!
 //! Memory follows the messages in flight, not the trace's length: a message is forgotten once
-//! it has been sent and received (and its rendezvous ended). So an id reused after its message
-//! completed is not seen here; the engine refuses most such traces (a receive with no send
-//! left to take) and a reuse while the first is in flight is an error here.
+//! it has been sent and received (and its rendezvous ended). An id used again after that names
+//! a new message, as the format allows; a reuse while the first is in flight is an error here,
+//! and the engine refuses one whose two messages would be in flight at once in a simulation.
 
 use rustc_hash::FxHashMap;
 

@@ -10,7 +10,7 @@ use lbf::engine::{Engine, EngineError, Prediction};
 use lbf::net::builder::serve;
 use lbf::net::serve_config::ServeConfig;
 use lbf::net::tls::self_signed;
-use lbf::report::{add_teardown, gap_lines, json_lines, table, warnings, Timeline};
+use lbf::report::{add_teardown, json_lines, loss_as_cause, table, warnings, Timeline};
 use lbf::target::Target;
 use lbf::trace::TraceReader;
 use std::io::Write;
@@ -211,9 +211,7 @@ fn predict(args: &Predict) -> Result<Complete> {
             pushed = engine.push(e.event, e.line);
         }
     }
-    let (lost, gaps) = reader
-        .summary()
-        .map_or((0, Vec::new()), |s| (s.lost_events, gap_lines(&s.gaps)));
+    let loss = reader.summary().and_then(loss_as_cause);
     let cut_short = reader.summary().is_none();
     // A trace cut short (no summary) predicts what it has: where each target's simulation of
     // the captured part got to, a lower bound, when its processes did not all exit.
@@ -241,16 +239,10 @@ fn predict(args: &Predict) -> Result<Complete> {
     });
     let predictions = predictions.map_err(|e| {
         let e = anyhow::Error::new(e).context(inconsistent());
-        if lost == 0 {
-            return e;
+        match loss {
+            Some(loss) => e.context(format!("{trace}: {loss}")),
+            None => e,
         }
-        let gaps: String = gaps.iter().map(|g| format!("\n  {g}")).collect();
-        e.context(format!(
-            "{trace}: the capture lost {lost} records (its summary says so), so the trace is \
-             incomplete, which is the likely cause; capture again with a larger \
-             --ringbuf-size, on a less busy machine, or with --nice so that lbf-trace's reader \
-             keeps up{gaps}"
-        ))
     });
     let mut predictions = predictions?;
     if let Some((line, bytes)) = reader.cut_line() {

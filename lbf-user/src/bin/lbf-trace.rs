@@ -18,7 +18,7 @@ use lbf::event::{Event, ProcInfo};
 use lbf::predict_live::LivePredictor;
 use lbf::probe::{self, HeldChild, InitWatch, JsonLinesSink, RecordSink, TracerOptions};
 use lbf::record::{CaptureSink, Recorder, Scope};
-use lbf::report::{add_teardown, table, warnings};
+use lbf::report::{add_teardown, loss_as_cause, table, warnings};
 use lbf::trace::{Header, Summary, TraceWriter};
 use std::time::{Duration, Instant};
 
@@ -571,7 +571,10 @@ fn report(trace: CaptureSink<Outputs>, source: Source, verbose: bool) -> Result<
                 }
                 print!("{}", table(&predictions, Some(&measured)));
             }
-            Err(why) => eprintln!("lbf-trace: error: no prediction: {why}"),
+            Err(why) => match loss_as_cause(&measured) {
+                Some(loss) => eprintln!("lbf-trace: error: no prediction: {loss}: {why}"),
+                None => eprintln!("lbf-trace: error: no prediction: {why}"),
+            },
         }
     }
     Ok(())

@@ -7,5 +7,7 @@
 mod outcome;
 mod timeline;
 
-pub use outcome::{add_teardown, gap_lines, json_lines, table, warnings, GAPS_LISTED};
+pub use outcome::{
+    add_teardown, gap_lines, json_lines, loss_as_cause, table, warnings, GAPS_LISTED,
+};
 pub use timeline::Timeline;

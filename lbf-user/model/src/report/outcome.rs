@@ -161,6 +161,40 @@ pub fn gap_lines(gaps: &[Gap]) -> Vec<String> {
     lines
 }
 
+/// Why a trace whose capture lost records may be inconsistent (a receive whose send was
+/// lost, a deadlock): the loss, named as the likely cause with its gaps, and how to avoid it;
+/// `None` if the capture lost nothing.
+pub fn loss_as_cause(summary: &Summary) -> Option<String> {
+    if summary.lost_events == 0 {
+        return None;
+    }
+    let gaps = &summary.gaps;
+    let mut whose: Vec<String> = gaps
+        .iter()
+        .take(GAPS_LISTED)
+        .map(|g| {
+            format!(
+                "process {}: {} from {:.3} s",
+                g.p, g.records, g.from_seconds
+            )
+        })
+        .collect();
+    if gaps.len() > GAPS_LISTED {
+        whose.push(format!("{} more processes", gaps.len() - GAPS_LISTED));
+    }
+    let whose = if whose.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", whose.join("; "))
+    };
+    Some(format!(
+        "the capture lost {} records{whose}, so the trace is incomplete, which is the likely \
+         cause; capture again with a larger --ringbuf-size, on a less busy machine, or with \
+         --nice so that lbf-trace's reader keeps up",
+        summary.lost_events
+    ))
+}
+
 /// How many gaps [`gap_lines`] names one by one.
 pub const GAPS_LISTED: usize = 8;
 

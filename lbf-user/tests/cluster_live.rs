@@ -40,28 +40,10 @@ fn run_across_two_hosts() -> (f64, f64, Shares) {
     let rsh = compile("cc", "cluster/rsh.c", &root);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let as_run = format!("[[node]]\ncores = {cores}\nprocs = [0, 1]\n");
-    let listen = format!("{}:7400", Hosts::HUB_IP);
-    let mut s = builder_setup(
-        &root,
-        &listen,
-        &[Hosts::HUB_IP],
-        2,
-        &[("as-run", &as_run)],
-        &[
-            ("n1", "token-n1-for-tests-only"),
-            ("n2", "token-n2-for-tests-only"),
-        ],
-    );
-    s.netns = Some(hosts.names[0].clone());
+    let s = hub_builder(&root, &hosts, 2, &as_run);
     let builder = s.start("builder.log");
 
     // Host names are per host (UTS namespaces): Open MPI tells hosts apart by name.
-    let host_shell = |ns: &str, name: &str, script: &str| {
-        let mut c = in_netns(Some(ns), "unshare");
-        c.args(["--uts", "--", "sh", "-c"])
-            .arg(format!("hostname {name} && {script}"));
-        c
-    };
     let rshd = Daemon::spawn(
         "rshd",
         host_shell(

@@ -198,26 +198,8 @@ fn run_across_two_hosts(attempt: u32) -> (f64, f64, Shares) {
         std::fs::create_dir_all(&d).unwrap();
         d
     };
-    let listen = format!("{}:7400", Hosts::HUB_IP);
-    let mut s = builder_setup(
-        &root,
-        &listen,
-        &[Hosts::HUB_IP],
-        workers as u32 + 1,
-        &[("as-run", &as_run(cores, workers))],
-        &[
-            ("n1", "token-n1-for-tests-only"),
-            ("n2", "token-n2-for-tests-only"),
-        ],
-    );
-    s.netns = Some(hosts.names[0].clone());
+    let s = hub_builder(&root, &hosts, workers as u32 + 1, &as_run(cores, workers));
     let builder = s.start("builder.log");
-    let host_shell = |ns: &str, name: &str, script: &str| {
-        let mut c = in_netns(Some(ns), "unshare");
-        c.args(["--uts", "--", "sh", "-c"])
-            .arg(format!("hostname {name} && {script}"));
-        c
-    };
     let rshd = Daemon::spawn(
         "rshd",
         host_shell(
@@ -270,7 +252,7 @@ fn run_across_two_hosts(attempt: u32) -> (f64, f64, Shares) {
     let node = |ns: &str, name: &str, procs: &str, pid: u32| {
         let mut c = in_netns(Some(ns), env!("CARGO_BIN_EXE_lbf-node"));
         c.env("LBF_NODE_TOKEN", format!("token-{name}-for-tests-only"))
-            .args(["--builder", &listen, "--node", name, "--procs", procs])
+            .args(["--builder", &s.listen, "--node", name, "--procs", procs])
             .arg("--ca")
             .arg(&s.cert)
             .args(["--source", "pvm", "--pid", &pid.to_string(), "--spool-dir"])

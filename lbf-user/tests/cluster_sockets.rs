@@ -157,19 +157,7 @@ fn run_spa(
     std::fs::copy(&spa, &spa_client).unwrap();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let as_run = format!("[[node]]\ncores = {cores}\nprocs = [0, 1, 2, 3]\n");
-    let listen = format!("{}:7400", Hosts::HUB_IP);
-    let mut s = builder_setup(
-        &root,
-        &listen,
-        &[Hosts::HUB_IP],
-        4,
-        &[("as-run", &as_run)],
-        &[
-            ("n1", "token-n1-for-tests-only"),
-            ("n2", "token-n2-for-tests-only"),
-        ],
-    );
-    s.netns = Some(hosts.names[0].clone());
+    let s = hub_builder(&root, &hosts, 4, &as_run);
     // The builder, the nodes and the job, all started from here on, at the highest priority.
     machine::raise_priority();
     let builder = s.start("builder.log");

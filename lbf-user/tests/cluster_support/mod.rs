@@ -147,6 +147,35 @@ pub(crate) struct BuilderSetup {
     pub http: String,
 }
 
+/// The builder of a job of `procs` processes on the hub of `hosts` (listening on
+/// [`Hosts::HUB_IP`], port 7400), its one target `as-run` (`as_run`, TOML), for nodes `n1`
+/// and `n2`: how the tests across hosts set up.
+pub(crate) fn hub_builder(root: &Path, hosts: &Hosts, procs: u32, as_run: &str) -> BuilderSetup {
+    let listen = format!("{}:7400", Hosts::HUB_IP);
+    let mut s = builder_setup(
+        root,
+        &listen,
+        &[Hosts::HUB_IP],
+        procs,
+        &[("as-run", as_run)],
+        &[
+            ("n1", "token-n1-for-tests-only"),
+            ("n2", "token-n2-for-tests-only"),
+        ],
+    );
+    s.netns = Some(hosts.names[0].clone());
+    s
+}
+
+/// `script` run by `sh` in namespace `ns` with a host name of its own (`name`, in a UTS
+/// namespace): Open MPI and PVM tell hosts apart by name.
+pub(crate) fn host_shell(ns: &str, name: &str, script: &str) -> Command {
+    let mut c = in_netns(Some(ns), "unshare");
+    c.args(["--uts", "--", "sh", "-c"])
+        .arg(format!("hostname {name} && {script}"));
+    c
+}
+
 /// Writes a certificate for `names` and a configuration for a job of `procs` processes with
 /// the target files `targets` (name, TOML) and nodes `tokens` (name, token).
 pub(crate) fn builder_setup(

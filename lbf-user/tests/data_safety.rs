@@ -6,7 +6,7 @@
 
 mod traced;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -35,6 +35,17 @@ fn an_unwritable_output_is_an_error_before_the_command_runs() {
     assert!(!marker.exists(), "the command ran");
 }
 
+/// MPICH's build of the ring workload, and where test `name` writes its trace (no earlier
+/// run's trace left there: a test waiting for lines must see this run's).
+fn ring_and_trace(name: &str) -> (PathBuf, PathBuf) {
+    let ring = workload_built_by("mpicc.mpich", "mpi", "ring", &[]);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("trace.jsonl");
+    let _ = std::fs::remove_file(&trace);
+    (ring, trace)
+}
+
 /// `kill -9` of lbf-trace once it has written trace lines, early in a 2-rank MPICH ring of
 /// some 4 s: the trace written so far (at least every second, in whole lines) predicts the
 /// part captured, exit status 3, and says the capture was cut short.
@@ -43,12 +54,7 @@ fn a_killed_capture_leaves_a_trace_that_predicts_what_it_has() {
     if !can_trace() {
         return;
     }
-    let ring = workload_built_by("mpicc.mpich", "mpi", "ring", &[]);
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("data-safety-kill");
-    std::fs::create_dir_all(&dir).unwrap();
-    let trace = dir.join("k.jsonl");
-    // Not an earlier run's trace: the wait below is for this run's lines.
-    let _ = std::fs::remove_file(&trace);
+    let (ring, trace) = ring_and_trace("data-safety-kill");
     let mut tracer = Command::new(env!("CARGO_BIN_EXE_lbf-trace"))
         .arg("-o")
         .arg(&trace)
@@ -110,10 +116,7 @@ fn a_tiny_ring_buffer_loses_records_and_says_where() {
     if !can_trace() {
         return;
     }
-    let ring = workload_built_by("mpicc.mpich", "mpi", "ring", &[]);
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("data-safety-tiny-ring");
-    std::fs::create_dir_all(&dir).unwrap();
-    let trace = dir.join("s.jsonl");
+    let (ring, trace) = ring_and_trace("data-safety-tiny-ring");
     let out = Command::new(env!("CARGO_BIN_EXE_lbf-trace"))
         .args(["--ringbuf-size", "8192", "-o"])
         .arg(&trace)

@@ -7,7 +7,7 @@
 mod traced;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use traced::{can_trace, workload_built_by};
@@ -44,6 +44,20 @@ fn ring_and_trace(name: &str) -> (PathBuf, PathBuf) {
     let trace = dir.join("trace.jsonl");
     let _ = std::fs::remove_file(&trace);
     (ring, trace)
+}
+
+/// `lbf-gag predict` of `trace` for one node of 2 cores, with `args`: its output, stdout
+/// and stderr.
+fn predict_on_two_cores(trace: &Path, args: &[&str]) -> (Output, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_lbf-gag"))
+        .args(["predict", "--nodes", "1", "--cores", "2"])
+        .args(args)
+        .arg(trace)
+        .output()
+        .expect("running lbf-gag");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, stdout, stderr)
 }
 
 /// `kill -9` of lbf-trace once it has written trace lines, early in a 2-rank MPICH ring of
@@ -84,15 +98,7 @@ fn a_killed_capture_leaves_a_trace_that_predicts_what_it_has() {
         .status();
     let written = std::fs::read(&trace).expect("reading the trace");
     assert!(written.len() > 1000, "only {} bytes written", written.len());
-    let out = Command::new(env!("CARGO_BIN_EXE_lbf-gag"))
-        .args(["predict", "--json", "--nodes", "1", "--cores", "2"])
-        .arg(&trace)
-        .output()
-        .expect("running lbf-gag");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let (out, stdout, stderr) = predict_on_two_cores(&trace, &["--json"]);
     assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
     assert!(stderr.contains("cut short"), "{stderr}");
     let line: serde_json::Value =
@@ -146,15 +152,7 @@ fn a_tiny_ring_buffer_loses_records_and_says_where() {
             "{g} in a run of {measured} s"
         );
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_lbf-gag"))
-        .args(["predict", "--nodes", "1", "--cores", "2"])
-        .arg(&trace)
-        .output()
-        .expect("running lbf-gag");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let (out, stdout, stderr) = predict_on_two_cores(&trace, &[]);
     let (p, records) = (&gaps[0]["p"], &gaps[0]["records"]);
     match out.status.code() {
         Some(1) => {

@@ -93,12 +93,7 @@ fn run_traced<S: RecordSink>(
     assert_eq!(status, 0, "`{command}` failed:\n{output}");
     // Failed memory reads are allowed: they concern calls of other processes (the PVM
     // console packing strings), and the programs' own counts are checked below.
-    assert_eq!(
-        (end.lost.ringbuf_full, end.lost.exit_without_entry),
-        (0, 0),
-        "the kernel side lost records: {:?}",
-        end.lost
-    );
+    assert_nothing_lost(&end.lost);
     let (log, summary) = finish(sink);
     Traced {
         log,
@@ -194,12 +189,7 @@ pub(crate) fn trace_attaching<S: RecordSink, A: RecordSink>(
                     "attached: {} calls in progress at the attach",
                     end.lost.in_progress_at_attach
                 );
-                assert_eq!(
-                    (end.lost.ringbuf_full, end.lost.exit_without_entry),
-                    (0, 0),
-                    "the kernel side lost records: {:?}",
-                    end.lost
-                );
+                assert_nothing_lost(&end.lost);
                 let (log, summary) = finish_attached(sink);
                 Traced {
                     log,
@@ -259,4 +249,13 @@ pub(crate) fn wait_for<T>(mut attempt: impl FnMut() -> Result<T, String>) -> T {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Fails if the kernel side lost records (a ring buffer full, an exit whose entry was lost).
+fn assert_nothing_lost(lost: &probe::LostCounts) {
+    assert_eq!(
+        (lost.ringbuf_full, lost.exit_without_entry),
+        (0, 0),
+        "the kernel side lost records: {lost:?}"
+    );
 }

@@ -44,6 +44,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod advise;
 pub mod config;
 pub mod engine;
 pub mod event;

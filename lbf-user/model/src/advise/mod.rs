@@ -1,0 +1,12 @@
+//! Choosing where a program's processes should run, rather than predicting a placement a
+//! user wrote down.
+//!
+//! [`work_rate`] is the model of Shao, Berman and Wolski for master/worker programs on
+//! heterogeneous hosts and networks ("Master/Slave Computing on the Grid", HCW 2000): every
+//! host can work for a master at some rate of tasks per second, a master can serve tasks at
+//! some rate, and every network a task's data crosses carries at most so many tasks per
+//! second. The best master and its workers are a maximum flow. [`master_worker`] recognises
+//! such a program in a trace and measures its per-task figures.
+
+pub mod master_worker;
+pub mod work_rate;

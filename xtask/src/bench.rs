@@ -3,7 +3,8 @@
 //! Runs lbf-model's `throughput` benchmark (release build) in a separate process per
 //! measurement, so each peak RSS (VmHWM) is that run's own: the engine on a synthetic
 //! 64-process trace with four targets at two lengths (to show memory does not grow with the
-//! trace), and reading a generated JSONL trace. Prints numbers; asserts nothing.
+//! trace), reading a generated JSONL trace, and the placement search's candidates scored per
+//! second on a 1-million-event trace. Prints numbers; asserts nothing.
 
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
@@ -18,6 +19,9 @@ pub(crate) struct Args {
     /// Lines of the generated trace file whose reading is timed.
     #[arg(long, default_value_t = 2_000_000)]
     lines: u64,
+    /// Events of the trace whose candidate placements the placement search scores.
+    #[arg(long, default_value_t = 1_000_000)]
+    advise_events: u64,
 }
 
 /// One run's `RESULT` line as key-value pairs.
@@ -43,6 +47,7 @@ pub(crate) fn run(args: &Args) -> Result<()> {
     let short = measure(&cargo, "engine", args.events / 10)?;
     let long = measure(&cargo, "engine", args.events)?;
     let jsonl = measure(&cargo, "jsonl", args.lines)?;
+    let advise = measure(&cargo, "advise", args.advise_events)?;
 
     println!("\nsummary");
     for m in [&short, &long] {
@@ -64,6 +69,13 @@ pub(crate) fn run(args: &Args) -> Result<()> {
         jsonl["lines"],
         number(&jsonl, "read_lines_per_s")? / 1e6,
         number(&jsonl, "write_lines_per_s")? / 1e6
+    );
+    println!(
+        "  advise {:>10} events: {:6.1} candidate placements scored per second (64 processes \
+         on 8 hosts, {} per pass)",
+        advise["events"],
+        number(&advise, "candidates_per_s")?,
+        32
     );
     Ok(())
 }

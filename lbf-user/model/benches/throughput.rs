@@ -4,8 +4,11 @@
 //! `cargo bench -p lbf-user --bench throughput -- engine EVENTS` pushes a synthetic trace of
 //! 64 processes through one engine with four targets, timing the engine alone (with
 //! `LBF_BENCH_TARGET=I` in the environment, target `I` alone, for profiling);
-//! `... -- jsonl LINES` writes a synthetic trace file and times reading it back. Each prints readable lines and one `RESULT` line of
-//! `key=value` pairs for xtask to collect.
+//! `... -- jsonl LINES` writes a synthetic trace file and times reading it back;
+//! `... -- advise EVENTS` times the placement search's scoring: batches of candidate
+//! placements of the trace's 64 processes on 8 hosts of 8 cores, each batch one pass of the
+//! engine. Each prints readable lines and one `RESULT` line of `key=value` pairs for xtask
+//! to collect.
 
 use lbf_model::engine::Engine;
 use lbf_model::trace::{synthetic, TraceReader, TraceWriter};
@@ -27,7 +30,10 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("engine") => engine(count(1)),
         Some("jsonl") => jsonl(count(1)),
-        _ => eprintln!("usage: throughput engine EVENTS | throughput jsonl LINES"),
+        Some("advise") => advise(count(1)),
+        _ => eprintln!(
+            "usage: throughput engine EVENTS | throughput jsonl LINES | throughput advise EVENTS"
+        ),
     }
 }
 
@@ -87,6 +93,60 @@ fn engine(events: u64) {
     println!(
         "RESULT kind=engine events={pushed} targets={n_targets} seconds={seconds:.3} \
          events_per_s={rate:.0} max_queued={max_queued} peak_rss_kib={peak}"
+    );
+}
+
+/// Candidate placements scored per pass of the placement search.
+const BATCH: usize = 32;
+
+/// Scores batches of [`BATCH`] random placements of a synthetic trace's processes on 8
+/// hosts of 8 cores (the trace held in memory, as `lbf-gag advise` holds it), for about
+/// 10 s or 3 batches, whichever is more.
+fn advise(events: u64) {
+    use lbf_model::advise::search::{score, Host, Machine};
+    use lbf_model::config::preset;
+    use lbf_model::trace::synthetic::SplitMix64;
+
+    let cfg = common::config(events);
+    let procs = synthetic::header(&cfg).procs;
+    let trace: Vec<_> = synthetic::events(cfg).collect();
+    let machine = Machine {
+        hosts: (0..8)
+            .map(|h| Host {
+                name: format!("h{h}"),
+                cores: 8,
+                speed: 1.0 + f64::from(h % 2),
+            })
+            .collect(),
+        network: preset("10gige").expect("a preset").network(),
+        spin: 0.0,
+    };
+    let mut rng = SplitMix64::new(7);
+    let (start, mut scored, mut batches) = (Instant::now(), 0usize, 0);
+    while batches < 3 || start.elapsed() < Duration::from_secs(10) {
+        let placements: Vec<Vec<usize>> = (0..BATCH)
+            .map(|_| {
+                (0..procs.len())
+                    .map(|_| (rng.next_u64() % 8) as usize)
+                    .collect()
+            })
+            .collect();
+        let times = score(&procs, &trace, &machine, &placements).expect("a consistent trace");
+        std::hint::black_box(times);
+        scored += BATCH;
+        batches += 1;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let rate = scored as f64 / seconds;
+    println!(
+        "advise: {scored} candidates ({batches} passes of {BATCH}) on a {} event trace in \
+         {seconds:.2} s: {rate:.1} candidates/s",
+        trace.len()
+    );
+    println!(
+        "RESULT kind=advise events={} candidates={scored} seconds={seconds:.3} \
+         candidates_per_s={rate:.2}",
+        trace.len()
     );
 }
 

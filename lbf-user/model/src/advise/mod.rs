@@ -6,7 +6,9 @@
 //! host can work for a master at some rate of tasks per second, a master can serve tasks at
 //! some rate, and every network a task's data crosses carries at most so many tasks per
 //! second. The best master and its workers are a maximum flow. [`master_worker`] recognises
-//! such a program in a trace and measures its per-task figures.
+//! such a program in a trace and measures its per-task figures. [`search`] is for any
+//! program: it scores candidate placements with the engine and improves the best.
 
 pub mod master_worker;
+pub mod search;
 pub mod work_rate;

@@ -506,3 +506,109 @@ fn huge_counts_are_refused_before_allocating() {
         stderr(&out)
     );
 }
+
+/// Four processes in two pairs, (0, 2) and (1, 3), each pair exchanging 20 rounds of 64 KiB
+/// after 1 ms of work on both sides.
+fn two_pairs_trace() -> String {
+    let header =
+        r#"{"format":"lbf-trace","version":2,"procs":[{"id":0},{"id":1},{"id":2},{"id":3}]}"#;
+    let mut lines = vec![header.to_string()];
+    let mut msg = 0;
+    for _ in 0..20 {
+        for (a, b) in [(0, 2), (1, 3)] {
+            for (from, to) in [(a, b), (b, a)] {
+                msg += 1;
+                lines.push(format!(
+                    r#"{{"p":{from},"k":"send","cpu_ns":1000000,"msg":{msg},"bytes":65536}}"#
+                ));
+                lines.push(format!(r#"{{"p":{to},"k":"recv_start","cpu_ns":0}}"#));
+                lines.push(format!(
+                    r#"{{"p":{to},"k":"recv_end","cpu_ns":0,"msg":{msg}}}"#
+                ));
+            }
+        }
+    }
+    for p in 0..4 {
+        lines.push(format!(r#"{{"p":{p},"k":"exit","cpu_ns":0}}"#));
+    }
+    lines.push(SUMMARY.to_string());
+    lines.join("\n") + "\n"
+}
+
+/// `advise` ranks first a placement that keeps each pair on one host, prints the baselines
+/// and the curve by hosts used, and writes the files to run and predict the best with; the
+/// target file written predicts what advise said.
+#[test]
+fn advise_keeps_communicating_pairs_together_and_writes_run_files() {
+    let trace = two_pairs_trace();
+    let out = run(
+        "advise",
+        &[("t.jsonl", &trace)],
+        &[
+            "advise",
+            "t.jsonl",
+            "--hosts",
+            "2",
+            "--cores",
+            "2",
+            "--network",
+            "gige",
+            "--budget",
+            "2",
+            "--json",
+            "--write",
+            "advised",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let best = &rows[0];
+    assert_eq!(best["rank"], 1);
+    let host = |p: &str| best["placement"][p].as_str().unwrap().to_string();
+    assert_eq!(host("0"), host("2"), "{best}");
+    assert_eq!(host("1"), host("3"), "{best}");
+    let block = rows.iter().find(|r| r["label"] == "block").expect("block");
+    assert!(
+        block["predicted_seconds"].as_f64() > best["predicted_seconds"].as_f64(),
+        "{block} {best}"
+    );
+    let d = dir_of("advise").join("advised");
+    for f in ["hostfile", "rankfile", "machinefile", "target.toml"] {
+        assert!(d.join(f).exists(), "{f} written");
+    }
+    let target = std::fs::read_to_string(d.join("target.toml")).unwrap();
+    let again = run(
+        "advise-predict",
+        &[("t.jsonl", &trace), ("target.toml", &target)],
+        &["predict", "t.jsonl", "--target", "target.toml", "--json"],
+    );
+    let row: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    let predicted = row["predicted_seconds"].as_f64().unwrap();
+    // predict adds the teardown (none here) and nothing else.
+    assert!(
+        (predicted - best["predicted_seconds"].as_f64().unwrap()).abs() < 1e-9,
+        "{row} {best}"
+    );
+
+    let table = run(
+        "advise-table",
+        &[("t.jsonl", &trace)],
+        &[
+            "advise", "t.jsonl", "--hosts", "2", "--cores", "2", "--budget", "1",
+        ],
+    );
+    let text = stdout(&table);
+    assert!(text.contains("block"), "{text}");
+    assert!(text.contains("hosts used  best predicted"), "{text}");
+
+    let bad = run(
+        "advise-bad",
+        &[("t.jsonl", &trace)],
+        &["advise", "t.jsonl", "--hosts", "0"],
+    );
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(stderr(&bad).contains("--hosts and --cores must be at least 1"));
+}

@@ -33,7 +33,8 @@ pub struct MasterWorker {
 /// Why events are not those of a master/worker program.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NotMasterWorker {
-    /// Fewer than two processes exchanged messages.
+    /// Fewer than three processes exchanged messages (a master needs two workers to be
+    /// told from a pair).
     TooFewProcesses,
     /// Two processes other than any master candidate exchange messages.
     WorkersTalk {
@@ -50,7 +51,7 @@ impl fmt::Display for NotMasterWorker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             NotMasterWorker::TooFewProcesses => {
-                f.write_str("fewer than two processes exchange messages")
+                f.write_str("fewer than three processes exchange messages")
             }
             NotMasterWorker::WorkersTalk { a, b } => write!(
                 f,
@@ -121,7 +122,7 @@ pub fn recognise<'a>(
     let talking: Vec<ProcId> = (0..procs as ProcId)
         .filter(|&p| !peers[p as usize].is_empty())
         .collect();
-    if talking.len() < 2 {
+    if talking.len() < 3 {
         return Err(NotMasterWorker::TooFewProcesses);
     }
     let master = talking

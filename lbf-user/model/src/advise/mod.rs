@@ -7,8 +7,10 @@
 //! some rate, and every network a task's data crosses carries at most so many tasks per
 //! second. The best master and its workers are a maximum flow. [`master_worker`] recognises
 //! such a program in a trace and measures its per-task figures. [`search`] is for any
-//! program: it scores candidate placements with the engine and improves the best.
+//! program: it scores candidate placements with the engine and improves the best;
+//! [`hostfiles`] writes a placement as the files to run it with.
 
+pub mod hostfiles;
 pub mod master_worker;
 pub mod search;
 pub mod work_rate;

@@ -80,6 +80,32 @@ impl Machine {
     }
 }
 
+impl Machine {
+    /// `placement` with identical hosts (same cores and speed; the network is the same
+    /// between any two) renamed in order of first use: two placements that differ only by
+    /// which of such hosts they use have one canonical form.
+    pub fn canonical(&self, placement: &[usize]) -> Placement {
+        let class = |h: usize| (self.hosts[h].cores, self.hosts[h].speed.to_bits());
+        let mut renamed: HashMap<usize, usize> = HashMap::new();
+        let mut used: HashMap<(u32, u64), usize> = HashMap::new();
+        placement
+            .iter()
+            .map(|&h| {
+                *renamed.entry(h).or_insert_with(|| {
+                    // The next unused host of this class, in host order.
+                    let n = used.entry(class(h)).or_default();
+                    let to = (0..self.hosts.len())
+                        .filter(|&g| class(g) == class(h))
+                        .nth(*n)
+                        .expect("no more hosts of a class than there are");
+                    *n += 1;
+                    to
+                })
+            })
+            .collect()
+    }
+}
+
 /// The predicted run time of each of `placements` of the processes `procs` whose events are
 /// `events`, on `machine`: one pass of the engine over the events.
 pub fn score(
@@ -345,25 +371,26 @@ pub fn improve(
         if improved {
             neighbours = Neighbours::new(procs.len(), machine.hosts.len());
         }
-        keep_best(&mut seen, options.keep);
+        keep_best(&mut seen, machine, options.keep);
         progress(Progress {
             scored,
             best_seconds: best.seconds,
             spent: spent(started),
         });
     }
-    keep_best(&mut seen, options.keep);
+    keep_best(&mut seen, machine, options.keep);
     Ok(seen)
 }
 
-/// Sorts `seen` best first, one entry per placement, and drops all but the best `keep` and
-/// the baselines.
-fn keep_best(seen: &mut Vec<Scored>, keep: usize) {
+/// Sorts `seen` best first, one entry per placement (placements that differ only by
+/// exchanging identical hosts are one), and drops all but the best `keep` and the
+/// baselines.
+fn keep_best(seen: &mut Vec<Scored>, machine: &Machine, keep: usize) {
     seen.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
     let mut placements = std::collections::HashSet::new();
     let mut kept = 0;
     seen.retain(|s| {
-        if !placements.insert(s.placement.clone()) {
+        if !placements.insert(machine.canonical(&s.placement)) {
             return false;
         }
         kept += 1;
@@ -571,6 +598,15 @@ mod tests {
         assert_eq!(best.placement[0], best.placement[2], "{best:?}");
         assert_eq!(best.placement[1], best.placement[3], "{best:?}");
         assert!((best.seconds - 0.020).abs() < 1e-9, "{best:?}");
+    }
+
+    /// Placements that only swap identical hosts are one; a different host is not.
+    #[test]
+    fn identical_hosts_are_interchangeable() {
+        let mut m = machine();
+        assert_eq!(m.canonical(&[1, 1, 0, 0]), vec![0, 0, 1, 1]);
+        m.hosts[1].speed = 2.0;
+        assert_eq!(m.canonical(&[1, 1, 0, 0]), vec![1, 1, 0, 0]);
     }
 
     #[test]

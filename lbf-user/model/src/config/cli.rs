@@ -137,7 +137,7 @@ fn network_help() -> String {
     help
 }
 
-/// clap's parser for --network: a preset's name.
-fn parse_preset(name: &str) -> Result<&'static NetworkPreset, String> {
+/// clap's parser for a `--network` option: a preset's name, or an error listing them.
+pub fn parse_preset(name: &str) -> Result<&'static NetworkPreset, String> {
     preset(name).map_err(|e| e.message)
 }

@@ -10,7 +10,7 @@ mod file;
 mod presets;
 mod short;
 
-pub use cli::TargetArgs;
+pub use cli::{parse_preset, TargetArgs};
 pub use file::{load_target, parse_target, procs_placed};
 pub use presets::{preset, NetworkPreset, PRESETS};
 pub use short::{short_form, Layout, ShortForm};

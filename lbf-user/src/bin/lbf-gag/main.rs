@@ -2,6 +2,8 @@
 //! (NF) by replaying its trace through the online engine. Thin: parses arguments, wires
 //! `lbf::trace`, `lbf::config`, `lbf::engine` and `lbf::report`, prints.
 
+mod advise;
+
 use anyhow::{Context, Result};
 use clap::{error::ErrorKind, CommandFactory, Parser, Subcommand};
 use lbf::capture::select::Source;
@@ -29,6 +31,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Predict(Predict),
+    Advise(advise::Advise),
     Serve(Serve),
     Cert(Cert),
 }
@@ -140,6 +143,7 @@ fn main() -> ExitCode {
             ServeConfig::load(&args.config).and_then(|config| serve(config, args.exit_when_done))
         }
         Command::Cert(args) => cert(&args),
+        Command::Advise(args) => advise::advise(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,263 @@
+//! `lbf-gag advise`: which placement of a trace's processes onto a machine's hosts runs
+//! fastest, as the engine predicts; and, for a master/worker program, its per-task figures.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use lbf::advise::hostfiles::{
+    mpich_machinefile, open_mpi_hostfile, open_mpi_rankfile, target_toml,
+};
+use lbf::advise::master_worker::recognise;
+use lbf::advise::search::{search, Host, Machine, Progress, Scored, SearchOptions};
+use lbf::config::NetworkPreset;
+use lbf::event::Event;
+use lbf::trace::TraceReader;
+
+/// Search placements of a trace's processes onto hosts and print the fastest, as predicted.
+///
+/// Every candidate is scored by the engine (as `predict` scores a target), many per pass over
+/// the trace: simple placements first (block, round-robin, the fewest hosts, and one that
+/// keeps the processes exchanging the most bytes together), then moves and swaps of the best
+/// while they help, within --budget. Prints the best placements next to those baselines and
+/// the best time for each number of hosts used; --write DIR writes the best as files to run
+/// and predict it with.
+#[derive(clap::Args)]
+#[command(after_help = ADVISE_HELP)]
+pub(crate) struct Advise {
+    /// The trace (see docs/trace-format.md).
+    trace: PathBuf,
+
+    /// Hosts the program may use (identical: --cores and --speed each).
+    #[arg(long, value_name = "N")]
+    hosts: u32,
+
+    /// Cores per host.
+    #[arg(long, default_value_t = 1)]
+    cores: u32,
+
+    /// Speed of each host relative to the traced run's (2.0: the same work in half the time).
+    #[arg(long, default_value_t = 1.0)]
+    speed: f64,
+
+    /// Network preset between and within hosts (zero, shm, gige, 10gige, ib-edr, ib-hdr).
+    #[arg(long, value_name = "PRESET", default_value = "gige", value_parser = lbf::config::parse_preset)]
+    network: &'static NetworkPreset,
+
+    /// How much a waiting process loads its host, 0 to 1 (see `predict --help`).
+    #[arg(long, default_value_t = 0.0)]
+    spin: f64,
+
+    /// How long the search may improve its best placement, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
+    budget: f64,
+
+    /// How many of the best placements to print.
+    #[arg(long, default_value_t = 5)]
+    top: usize,
+
+    /// Print one JSON object per placement and line (`rank`, `label`, `predicted_seconds`,
+    /// `placement`: process id to host name) instead of tables.
+    #[arg(long)]
+    json: bool,
+
+    /// Write the best placement to DIR: hostfile and rankfile (Open MPI), machinefile
+    /// (MPICH), target.toml (for `lbf-gag predict --target`).
+    #[arg(long, value_name = "DIR")]
+    write: Option<PathBuf>,
+}
+
+const ADVISE_HELP: &str = "\
+Examples:
+  # 16 processes, 4 hosts of 4 cores over Gigabit Ethernet: the best placements in 30 s
+  lbf-gag advise run.trace.jsonl --hosts 4 --cores 4 --network gige
+
+  # the best placement as files to run it with, found within 5 s
+  lbf-gag advise run.trace.jsonl --hosts 8 --cores 2 --budget 5 --write advised/
+  mpirun.openmpi --rankfile advised/rankfile -np 16 ./app
+
+The predicted times are the engine's, as `predict` gives them for one target each.";
+
+/// Runs `lbf-gag advise`.
+pub(crate) fn advise(args: &Advise) -> Result<()> {
+    if args.hosts == 0 || args.cores == 0 {
+        bail!("--hosts and --cores must be at least 1");
+    }
+    if args.hosts > lbf::target::MAX_NODES {
+        bail!(
+            "--hosts {} is more than lbf's limit of {}",
+            args.hosts,
+            lbf::target::MAX_NODES
+        );
+    }
+    let valid = args.speed > 0.0 && args.speed.is_finite() && (0.0..=1.0).contains(&args.spin);
+    if !valid {
+        bail!("--speed must be positive and --spin between 0 and 1");
+    }
+    let trace = args.trace.display();
+    let mut reader = TraceReader::open(&args.trace).with_context(|| trace.to_string())?;
+    let procs = reader.header().procs.clone();
+    let mut events: Vec<Event> = Vec::new();
+    while let Some(e) = reader.next_event().with_context(|| trace.to_string())? {
+        events.push(e.event);
+    }
+    let machine = Machine {
+        hosts: (0..args.hosts)
+            .map(|h| Host {
+                name: format!("host{h}"),
+                cores: args.cores,
+                speed: args.speed,
+            })
+            .collect(),
+        network: args.network.network(),
+        spin: args.spin,
+    };
+    let options = SearchOptions {
+        budget: Duration::from_secs_f64(args.budget.max(0.0)),
+        keep: args.top.max(1),
+        ..SearchOptions::default()
+    };
+    let found = search(&procs, &events, &machine, options, show_progress)
+        .with_context(|| format!("{trace}: scoring placements"))?;
+    eprintln!();
+    let best = &found[0];
+    if args.json {
+        for (i, s) in found.iter().enumerate() {
+            println!("{}", json_line(&machine, s, i + 1));
+        }
+    } else {
+        print!("{}", table(&machine, &found, args.top));
+        print!("{}", by_hosts(&procs, &events, &machine, options)?);
+        if let Ok(mw) = recognise(procs.len(), &events) {
+            println!(
+                "master/worker: master {} and {} workers; {} tasks, master {:.3} ms and \
+                 workers {:.3} ms of CPU per task on average, {:.0} bytes per task",
+                mw.master,
+                mw.workers.len(),
+                mw.tasks,
+                mw.master_seconds_per_task * 1e3,
+                mw.worker_seconds_per_task.iter().sum::<f64>() * 1e3
+                    / mw.worker_seconds_per_task.len().max(1) as f64,
+                mw.bytes_per_task
+            );
+        }
+    }
+    if let Some(dir) = &args.write {
+        write_files(dir, &machine, &best.placement)?;
+        eprintln!(
+            "lbf-gag: wrote hostfile, rankfile, machinefile and target.toml to {}",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// A progress line on stderr, rewritten in place.
+fn show_progress(p: Progress) {
+    let width = 30;
+    let done = (p.spent * width as f64).round() as usize;
+    eprint!(
+        "\radvise: [{}{}] {} candidates scored, best {:.6} s ",
+        "#".repeat(done.min(width)),
+        " ".repeat(width - done.min(width)),
+        p.scored,
+        p.best_seconds
+    );
+    let _ = std::io::stderr().flush();
+}
+
+/// The best `top` placements found and the baselines, ranked.
+fn table(machine: &Machine, found: &[Scored], top: usize) -> String {
+    let mut out = format!(
+        "{:>4}  {:<14} {:>12}  placement (host: processes)\n",
+        "rank", "found by", "predicted"
+    );
+    for (i, s) in found.iter().enumerate() {
+        if i >= top && s.label == "search" {
+            continue;
+        }
+        out += &format!(
+            "{:>4}  {:<14} {:>10.6} s  {}\n",
+            i + 1,
+            s.label,
+            s.seconds,
+            describe(machine, &s.placement)
+        );
+    }
+    out
+}
+
+/// `host0: 0 1 | host1: 2 3`.
+fn describe(machine: &Machine, placement: &[usize]) -> String {
+    let mut parts = Vec::new();
+    for (h, host) in machine.hosts.iter().enumerate() {
+        let procs: Vec<String> = (0..placement.len())
+            .filter(|&p| placement[p] == h)
+            .map(|p| p.to_string())
+            .collect();
+        if !procs.is_empty() {
+            parts.push(format!("{}: {}", host.name, procs.join(" ")));
+        }
+    }
+    parts.join(" | ")
+}
+
+/// The best predicted time using 1, 2, ... of the hosts (each a short search of its own).
+fn by_hosts(
+    procs: &[lbf::event::ProcInfo],
+    events: &[Event],
+    machine: &Machine,
+    options: SearchOptions,
+) -> Result<String> {
+    let mut out = String::from("hosts used  best predicted\n");
+    let most = machine.hosts.len().min(procs.len());
+    let budget = options.budget / (most as u32).max(1) / 4;
+    for k in 1..=most {
+        let fewer = Machine {
+            hosts: machine.hosts[..k].to_vec(),
+            ..machine.clone()
+        };
+        let found = search(
+            procs,
+            events,
+            &fewer,
+            SearchOptions { budget, ..options },
+            |_| {},
+        )?;
+        out += &format!("{k:>10}  {:>12.6} s\n", found[0].seconds);
+    }
+    Ok(out)
+}
+
+/// One candidate as a JSON object.
+fn json_line(machine: &Machine, s: &Scored, rank: usize) -> String {
+    let placement: serde_json::Map<String, serde_json::Value> = s
+        .placement
+        .iter()
+        .enumerate()
+        .map(|(p, &h)| (p.to_string(), machine.hosts[h].name.clone().into()))
+        .collect();
+    serde_json::json!({
+        "rank": rank,
+        "label": s.label,
+        "predicted_seconds": s.seconds,
+        "placement": placement,
+    })
+    .to_string()
+}
+
+/// Writes the files to run and predict `placement` with.
+fn write_files(dir: &std::path::Path, machine: &Machine, placement: &[usize]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (name, text) in [
+        ("hostfile", open_mpi_hostfile(machine, placement)),
+        ("rankfile", open_mpi_rankfile(machine, placement)),
+        ("machinefile", mpich_machinefile(machine, placement)),
+        ("target.toml", target_toml(machine, placement, "advised")),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

@@ -24,6 +24,9 @@
 //!    traced run: an unsuccessful poll writes none (the kernel side counts it in the thread's
 //!    run of polls, one record per run).
 //!
+//! 4. Fixed cost: an MPI program that only starts and ends, 4 ranks, with each library,
+//!    untraced and under `lbf-trace` as users run it (`fixed_cost`).
+//!
 //! Each configuration runs `--runs` times, interleaved, and the fastest run counts: other
 //! load on the machine only ever adds time. Needs root.
 //! Prints numbers; asserts nothing.
@@ -40,6 +43,7 @@ use lbf_common::mpi;
 use crate::cmd::run_cmd;
 
 mod bpf_stats;
+mod fixed_cost;
 
 /// Options of `cargo xtask bench-probe`.
 #[derive(clap::Args)]
@@ -61,6 +65,8 @@ struct Tools {
     empty_probe: PathBuf,
     call_loop: PathBuf,
     workloads: PathBuf,
+    /// The empty MPI program, built by each library.
+    empty_mpi: Vec<(&'static str, PathBuf)>,
 }
 
 /// Builds everything, runs the measurements and prints the results.
@@ -188,6 +194,7 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
          {empty:.0} ns per probed call here: no uprobe-based tracer does better; lbf's own \
          share is its ratio to the empty probes' run)"
     );
+    fixed_cost::measure(&tools.lbf_trace, &tools.empty_mpi, runs)?;
     Ok(())
 }
 
@@ -368,6 +375,7 @@ fn build(root: &Path) -> Result<Tools> {
         empty_probe: target.join("release/examples/empty_probe"),
         call_loop,
         workloads,
+        empty_mpi: fixed_cost::build(root, &out)?,
     })
 }
 

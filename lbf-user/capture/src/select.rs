@@ -12,6 +12,8 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::mpi::Library;
+
 pub use lbf_model::source::Source;
 
 /// Library names that mark a source, in order of precedence. MPI: Open MPI's C library
@@ -125,10 +127,43 @@ fn contains(haystack: &[u8], marker: &[u8]) -> bool {
 pub fn for_command(argv: &[String]) -> Source {
     let mut found = Found::default();
     scan_words(argv.iter().map(String::as_str), SCRIPT_DEPTH, &mut found);
-    if found.launcher || !statically_linked_mpi(argv).is_empty() {
+    if found.launcher.is_some() || !statically_linked_mpi(argv).is_empty() {
         return Source::Mpi;
     }
     pick(|marker| found.binaries.iter().any(|f| contains(f, marker)))
+}
+
+/// The MPI library whose launcher the command runs, when the launcher's name says, itself or
+/// the file it resolves to (Debian's `mpirun` is a link through `/etc/alternatives`): Open
+/// MPI's (`mpirun.openmpi`, `orterun`, `prterun`) or MPICH's (`mpirun.mpich`,
+/// `mpiexec.hydra`). `None` when the command names no launcher or one that says neither
+/// (`srun`): then every installed MPI library is to be probed. Probing only the job's own
+/// library saves reading and attaching the other (some 0.1 s a run).
+pub fn launcher_library(argv: &[String]) -> Option<Library> {
+    let mut found = Found::default();
+    scan_words(argv.iter().map(String::as_str), SCRIPT_DEPTH, &mut found);
+    let word = found.launcher?;
+    let resolved = file_of(&word, false).and_then(|p| p.canonicalize().ok());
+    let names = [
+        Some(file_name(&word).to_string()),
+        resolved.map(|p| {
+            p.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        }),
+    ];
+    names.into_iter().flatten().find_map(|name| {
+        if ["openmpi", "orterun", "prterun"]
+            .iter()
+            .any(|m| name.contains(m))
+        {
+            Some(Library::OpenMpi)
+        } else if ["mpich", "hydra"].iter().any(|m| name.contains(m)) {
+            Some(Library::Mpich)
+        } else {
+            None
+        }
+    })
 }
 
 /// The ELF files a command names (its words, and the words of a shell's `-c` script) that
@@ -168,8 +203,8 @@ fn defines_pmpi_init(path: &Path) -> bool {
 /// What the words of a command (and of the scripts it runs) name.
 #[derive(Default)]
 struct Found {
-    /// An MPI launcher.
-    launcher: bool,
+    /// An MPI launcher: the word naming it.
+    launcher: Option<String>,
     /// The contents of the executables (ELF files) named.
     binaries: Vec<Vec<u8>>,
     /// The files already read, so that a script naming itself is read once.
@@ -190,11 +225,11 @@ fn scan_words<'a>(args: impl Iterator<Item = &'a str>, depth: u32, found: &mut F
     // Whether the words since the last shell's name are its options only.
     let mut after_shell = false;
     for word in words(args) {
-        if found.launcher {
+        if found.launcher.is_some() {
             return;
         }
         if is_launcher(word) {
-            found.launcher = true;
+            found.launcher = Some(word.to_string());
             return;
         }
         if after_shell && word.starts_with('-') {
@@ -444,6 +479,37 @@ mod tests {
             let command = argv(&["taskset", "-c", "0,1", "sh", "-c", &line]);
             assert_eq!(for_command(&command), Source::Mpi, "{command:?}");
         }
+    }
+
+    /// The launcher's library, from its name or the file it resolves to; none for a
+    /// launcher that does not say, or no launcher.
+    #[test]
+    fn the_launcher_says_which_library_the_job_uses() {
+        let lib = |words: &[&str]| launcher_library(&argv(words));
+        assert_eq!(
+            lib(&["mpirun.openmpi", "-np", "2", "x"]),
+            Some(Library::OpenMpi)
+        );
+        assert_eq!(
+            lib(&["taskset", "-c", "0", "mpirun.mpich", "-n", "2", "x"]),
+            Some(Library::Mpich)
+        );
+        assert_eq!(
+            lib(&["sh", "-c", "mpiexec.hydra -n 2 x"]),
+            Some(Library::Mpich)
+        );
+        assert_eq!(lib(&["srun", "-n", "2", "x"]), None);
+        assert_eq!(lib(&["./a.out"]), None);
+        // A link named like no library, to a launcher that is one.
+        let dir = std::env::temp_dir().join(format!("lbf-launcher-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (target, link) = (dir.join("orterun"), dir.join("mpirun"));
+        std::fs::write(&target, "#!/bin/sh\n").unwrap();
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let word = link.display().to_string();
+        assert_eq!(lib(&[&word, "-np", "2", "x"]), Some(Library::OpenMpi));
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

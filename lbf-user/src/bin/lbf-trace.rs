@@ -11,6 +11,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use lbf::capture::mpi::Library;
 use lbf::capture::select::{self, Source};
 use lbf::capture::EventSink;
 use lbf::config::TargetArgs;
@@ -475,6 +476,16 @@ fn mpi_libraries(cli: &Cli) -> Result<Vec<PathBuf>> {
     }
     // Programs that carry MPI themselves (statically linked) are probed as libraries are.
     let mut installed = probe::installed_mpi_libraries()?;
+    // Only the launcher's own library, where its name says which.
+    if let Some(lib) = select::launcher_library(&cli.command) {
+        installed.retain(|p| Library::from_path(&p.to_string_lossy()).is_none_or(|l| l == lib));
+        if cli.verbose {
+            eprintln!(
+                "lbf-trace: the launcher is {lib:?}'s: probing {} only",
+                lib.soname()
+            );
+        }
+    }
     installed.extend(select::statically_linked_mpi(&cli.command));
     if installed.is_empty() {
         bail!(

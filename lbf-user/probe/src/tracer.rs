@@ -1,6 +1,7 @@
 //! [`Tracer`]: the loaded eBPF object, its scheduler hooks attached, plus the MPI libraries
 //! probed so far and the processes traced.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::{
     os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
@@ -155,19 +156,71 @@ pub struct Tracer {
     ring_bytes: u32,
     /// The record ring buffers, one per CPU, until [`Tracer::records`] takes them.
     rings: Vec<MapData>,
-    /// The links of the uprobes, detached side by side when the tracer is dropped: each detach
-    /// waits for an RCU grace period (24 to 60 ms here), which one after the other made up
-    /// most of the time between the traced command's end and lbf-trace's.
+    /// The links of the uprobes. Detaching one waits for an RCU grace period (24 to 60 ms
+    /// here), which made up most of the time between the traced command's end and
+    /// lbf-trace's: see the `Drop` implementation.
     links: Vec<Box<dyn Send>>,
 }
 
+/// Detaching the probes waits for the kernel (an RCU grace period per uprobe link), so the
+/// last references to them are left to a detached process ([`hold_in_background`]): this
+/// process's own closes return at once, and a user's command line does not wait for the
+/// kernel's clean-up. Where no process can be made, the links are closed side by side on
+/// threads.
 impl Drop for Tracer {
     fn drop(&mut self) {
+        if let Some(release) = hold_in_background() {
+            // Not the last references now: these closes return at once.
+            self.links.clear();
+            drop(release);
+            return;
+        }
         std::thread::scope(|scope| {
             for link in self.links.drain(..) {
                 scope.spawn(move || drop(link));
             }
         });
+    }
+}
+
+/// Makes a process, detached from this one, that holds a copy of every open file (the probes'
+/// links among them) until the returned end of a pipe is closed, then closes them all (the
+/// last references: the kernel's detaching happens there) and exits. `None` if it could not
+/// be made.
+fn hold_in_background() -> Option<OwnedFd> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 into a two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return None;
+    }
+    // SAFETY: both ends are ours to own.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: fork. The child only forks again and exits, and the grandchild only closes
+    // descriptors, reads and exits (all async-signal-safe, as a child of a threaded process
+    // must be).
+    unsafe {
+        match libc::fork() {
+            -1 => None,
+            0 => {
+                if libc::fork() == 0 {
+                    // The grandchild: standard streams first (no pipe of the user's waits for
+                    // it), then its copy of the pipe's write end, then it waits for this
+                    // process to close its own: until then every link has another reference.
+                    libc::syscall(libc::SYS_close_range, 0u32, 2u32, 0u32);
+                    libc::close(write.as_raw_fd());
+                    let mut byte = 0u8;
+                    while libc::read(read.as_raw_fd(), (&mut byte as *mut u8).cast(), 1) > 0 {}
+                    libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+                }
+                libc::_exit(0)
+            }
+            child => {
+                // Reaped at once (its exit closes copies others hold: fast); its child, now an
+                // orphan, is init's to reap.
+                let mut status = 0;
+                (libc::waitpid(child, &mut status, 0) == child).then_some(write)
+            }
+        }
     }
 }
 

@@ -264,9 +264,18 @@ fn run(cli: Cli) -> Result<i32> {
         );
     }
     let scope = Scope::Whole { expected };
+    let started = Instant::now();
     let mut recorder = Recorder::load(source, cli.ringbuf_size, &scope, "lbf-trace", cli.verbose)?;
+    let loaded = started.elapsed();
     if source == Source::Mpi {
         recorder.attach_mpi(mpi_libraries(&cli)?)?;
+        if cli.verbose {
+            eprintln!(
+                "lbf-trace: start-up: eBPF loaded in {} ms, MPI probes attached in {} ms",
+                loaded.as_millis(),
+                (started.elapsed() - loaded).as_millis()
+            );
+        }
     }
     let raw: Box<dyn RecordSink> = match &cli.raw_dump {
         Some(path) => {
@@ -404,8 +413,15 @@ fn run(cli: Cli) -> Result<i32> {
     }
     // The probes go before the wait: a command still running (the capture was stopped) runs
     // on untraced, at its normal speed.
+    let detaching = Instant::now();
     drop(reader);
     drop(recorder);
+    if cli.verbose {
+        eprintln!(
+            "lbf-trace: probes detached in {} ms",
+            detaching.elapsed().as_millis()
+        );
+    }
     match child {
         Some(mut c) => {
             if end.stopped {

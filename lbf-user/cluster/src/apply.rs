@@ -448,6 +448,7 @@ mod tests {
                 }],
                 network: Network::default(),
                 spin: 0.0,
+                procedures: Vec::new(),
             }],
             merged_trace: None,
             report: None,

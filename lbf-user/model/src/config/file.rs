@@ -103,6 +103,7 @@ pub fn parse_target(
         nodes,
         network,
         spin: file.spin,
+        procedures: Vec::new(),
     };
     validate(&target, num_procs).map_err(fail)?;
     Ok(target)

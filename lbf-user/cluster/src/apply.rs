@@ -438,6 +438,7 @@ mod tests {
                     })
                     .collect(),
                 source: None,
+                procedures: Vec::new(),
             },
             targets: vec![Target {
                 name: "one".into(),

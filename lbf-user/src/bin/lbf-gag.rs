@@ -5,7 +5,7 @@
 use anyhow::{Context, Result};
 use clap::{error::ErrorKind, CommandFactory, Parser, Subcommand};
 use lbf::capture::select::Source;
-use lbf::config::TargetArgs;
+use lbf::config::{ProcedureArgs, TargetArgs};
 use lbf::engine::{Engine, EngineError, Prediction};
 use lbf::net::builder::serve;
 use lbf::net::serve_config::ServeConfig;
@@ -87,9 +87,15 @@ struct Cert {
 /// A target is a placement of the trace's processes onto nodes plus a network. Give targets as
 /// TOML files (--target, repeatable; see docs/targets.md) and/or in the short form (--nodes
 /// with --cores, --layout, --speed, --network). Every target is evaluated in one pass.
+///
+/// A trace that followed procedures (lbf-trace --procedure NAME) also answers what-ifs about
+/// them: --move NAME, --zero NAME and --speedup NAME=S each add a target (the placement given
+/// with the procedure changed; without one, the placement the trace ran on), and target files
+/// may change procedures in [[procedure]] tables.
 #[derive(clap::Args)]
 #[command(
-    group = clap::ArgGroup::new("targets").required(true).multiple(true).args(["target", "nodes"]),
+    group = clap::ArgGroup::new("targets").required(true).multiple(true)
+        .args(["target", "nodes", "moves", "zeros", "speedups"]),
     after_help = AFTER_HELP,
 )]
 struct Predict {
@@ -98,6 +104,9 @@ struct Predict {
 
     #[command(flatten)]
     targets: TargetArgs,
+
+    #[command(flatten)]
+    procedures: ProcedureArgs,
 
     /// Print one JSON object per target and line instead of a table.
     #[arg(long)]
@@ -119,6 +128,11 @@ Examples:
 
   # 64 processes on 8 nodes of 4 cores over Gigabit Ethernet, as JSON
   lbf-gag predict run.trace.jsonl --nodes 8 --cores 4 --network gige --json
+
+  # a trace taken with lbf-trace --procedure servBusy1: servBusy1 moved from the server to
+  # the clients it answers, made free, made twice as fast, each on one node of 2 cores
+  lbf-gag predict spa.trace.jsonl --nodes 1 --cores 2 --move servBusy1 --zero servBusy1 \\
+      --speedup servBusy1=2
 
   # the predicted schedule of one target, to open in https://ui.perfetto.dev
   lbf-gag predict run.trace.jsonl --target two-nodes.toml --nodes 4 \\
@@ -190,6 +204,7 @@ fn predict(args: &Predict) -> Result<Complete> {
     let mut reader = TraceReader::open(&args.trace).with_context(|| trace.to_string())?;
     let header = reader.header().clone();
     let targets = args.targets.resolve(header.procs.len())?;
+    let targets = args.procedures.extend(targets, &header.procs);
     let timeline_index = timeline_index(args, &targets);
     let timeline = match (&args.timeline, timeline_index) {
         (Some(path), Some(i)) => Some(
@@ -198,7 +213,8 @@ fn predict(args: &Predict) -> Result<Complete> {
         ),
         _ => None,
     };
-    let mut engine = Engine::for_procs(&header.procs, targets)?;
+    let mut engine =
+        Engine::for_procs_with_procedures(&header.procs, &header.procedures, targets)?;
     if let (Some(timeline), Some(i)) = (&timeline, timeline_index) {
         engine.set_schedule_sink(i, timeline.sink());
     }
@@ -208,7 +224,7 @@ fn predict(args: &Predict) -> Result<Complete> {
     let mut pushed = Ok(());
     while let Some(e) = reader.next_event().with_context(|| trace.to_string())? {
         if pushed.is_ok() {
-            pushed = engine.push(e.event, e.line);
+            pushed = engine.push_with_procedures(e.event, &e.procedures, e.line);
         }
     }
     let lost = reader.summary().map_or(0, |s| s.lost_events);

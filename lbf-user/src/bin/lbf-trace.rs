@@ -819,6 +819,7 @@ impl TraceFile {
             let header = Header {
                 procs: self.procs.clone(),
                 source: Some(self.source),
+                procedures: Vec::new(),
             };
             let file = self.file.take().expect("created at the start, taken once");
             self.writer = Some(TraceWriter::new(file, &header)?);

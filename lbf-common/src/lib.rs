@@ -112,6 +112,12 @@ pub enum RecordKind {
     /// `ts_ns` and `cpu_ns` at the first poll's entry, `args[3]` the CPU spent inside the
     /// polls. The polls themselves have no records.
     Polls = 9,
+    /// The CPU the thread has spent inside each traced procedure (`lbf-trace --procedure`),
+    /// written just before its next record after it entered or left one (see
+    /// [`maps::ProcedureClocks`]): `args[i]` is its total inside procedure `i` at the record's
+    /// `cpu_ns`, and bit `i` of `fn_id` whether it was inside procedure `i` then (its total
+    /// grows with its clock from there).
+    ProcCpu = 10,
 }
 
 impl RecordKind {
@@ -127,6 +133,7 @@ impl RecordKind {
             7 => Self::CallPair,
             8 => Self::Attach,
             9 => Self::Polls,
+            10 => Self::ProcCpu,
             _ => return None,
         })
     }

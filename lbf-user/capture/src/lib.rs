@@ -10,6 +10,7 @@
 
 pub mod ids;
 pub mod mpi;
+pub mod procedures;
 pub mod procfs;
 pub mod pvm;
 pub mod record_capture;

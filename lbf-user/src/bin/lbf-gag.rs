@@ -213,8 +213,7 @@ fn predict(args: &Predict) -> Result<Complete> {
         ),
         _ => None,
     };
-    let mut engine =
-        Engine::for_procs_with_procedures(&header.procs, &header.procedures, targets)?;
+    let mut engine = Engine::for_procs_with_procedures(&header.procs, &header.procedures, targets)?;
     if let (Some(timeline), Some(i)) = (&timeline, timeline_index) {
         engine.set_schedule_sink(i, timeline.sink());
     }

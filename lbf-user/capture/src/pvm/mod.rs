@@ -372,6 +372,7 @@ impl PvmCapture {
                     .exit(rec.tgid, rec.tid, rec.cpu_ns, &mut self.clock)
             }
             Some(RecordKind::Attach) => self.roster.attached(rec.tgid, rec.tid, rec.cpu_ns),
+            Some(RecordKind::ProcCpu) => self.roster.procedure_cpu(rec),
             _ => {}
         }
         self.roster.hand_out(&mut self.clock, sink);

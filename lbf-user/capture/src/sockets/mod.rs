@@ -238,6 +238,7 @@ impl SocketCapture {
                 self.roster.exit(tgid, rec.tid, rec.cpu_ns, &mut self.clock);
             }
             Some(RecordKind::Attach) => self.roster.attached(rec.tgid, rec.tid, rec.cpu_ns),
+            Some(RecordKind::ProcCpu) => self.roster.procedure_cpu(rec),
             Some(
                 RecordKind::CallEntry
                 | RecordKind::CallExit

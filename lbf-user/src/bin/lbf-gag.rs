@@ -10,6 +10,7 @@ use lbf::engine::{Engine, EngineError, Prediction};
 use lbf::net::builder::serve;
 use lbf::net::serve_config::ServeConfig;
 use lbf::net::tls::self_signed;
+use lbf::report::critical_path::{Profile, Recorder, TracedEvent};
 use lbf::report::{add_teardown, json_lines, table, warnings, Timeline};
 use lbf::target::Target;
 use lbf::trace::TraceReader;
@@ -119,6 +120,13 @@ struct Predict {
     /// The target whose schedule --timeline writes (default: the first).
     #[arg(long, value_name = "NAME", requires = "timeline")]
     timeline_target: Option<String>,
+
+    /// After the table, each target's critical path: the share of its predicted time each
+    /// process computes on it, each traced procedure (of that), messages in flight, and
+    /// start-up. What makes up most of it is what to tune next. Keeps every target's
+    /// schedule in memory.
+    #[arg(long, conflicts_with = "timeline")]
+    critical_path: bool,
 }
 
 const AFTER_HELP: &str = "\
@@ -213,10 +221,22 @@ fn predict(args: &Predict) -> Result<Complete> {
         ),
         _ => None,
     };
+    let targets_kept = targets.clone();
     let mut engine = Engine::for_procs_with_procedures(&header.procs, &header.procedures, targets)?;
     if let (Some(timeline), Some(i)) = (&timeline, timeline_index) {
         engine.set_schedule_sink(i, timeline.sink());
     }
+    let recorders: Vec<Recorder> = match args.critical_path {
+        true => (0..targets_kept.len())
+            .map(|i| {
+                let recorder = Recorder::new(header.procs.len());
+                engine.set_schedule_sink(i, recorder.sink());
+                recorder
+            })
+            .collect(),
+        false => Vec::new(),
+    };
+    let mut traced: Vec<Vec<TracedEvent>> = vec![Vec::new(); header.procs.len()];
     let inconsistent = || format!("{trace}: inconsistent trace (\"at N\" is line N)");
     // After an inconsistency the rest is read all the same: the summary says whether the
     // capture lost records, which is then the likely cause.
@@ -224,6 +244,10 @@ fn predict(args: &Predict) -> Result<Complete> {
     while let Some(e) = reader.next_event().with_context(|| trace.to_string())? {
         if pushed.is_ok() {
             pushed = engine.push_with_procedures(e.event, &e.procedures, e.line);
+        }
+        if args.critical_path {
+            let event = TracedEvent::new(&e.event.kind, e.event.cpu_ns, e.procedures);
+            traced[e.event.proc as usize].push(event);
         }
     }
     let lost = reader.summary().map_or(0, |s| s.lost_events);
@@ -276,6 +300,21 @@ fn predict(args: &Predict) -> Result<Complete> {
             .finish()
             .with_context(|| format!("cannot write the timeline {}", path.display()))?;
     }
+    let names: Vec<String> = header.procs.iter().map(|p| p.name.clone()).collect();
+    let profiles: Vec<String> = recorders
+        .iter()
+        .zip(&targets_kept)
+        .zip(&predictions)
+        .map(|((recorder, target), prediction)| {
+            let changes: Vec<_> = lbf::procedure::resolve(&target.procedures, &header.procedures)
+                .map(|indices| indices.into_iter().zip(target.procedures.clone()).collect())
+                .unwrap_or_default();
+            let total = prediction.predicted_seconds;
+            let procedures = header.procedures.len();
+            let profile = Profile::of(recorder, total, &traced, procedures, &changes);
+            profile.text(&target.name, &names, &header.procedures)
+        })
+        .collect();
     let summary = reader.summary().copied();
     add_teardown(&mut predictions, summary.as_ref());
     for w in warnings(summary.as_ref()) {
@@ -291,6 +330,9 @@ fn predict(args: &Predict) -> Result<Complete> {
             println!("source: {}", source_label(source));
         }
         print!("{}", table(&predictions, summary.as_ref()));
+    }
+    for profile in profiles {
+        print!("\n{profile}");
     }
     Ok(if summary.is_some() {
         Complete::Yes

@@ -266,15 +266,15 @@ pub fn trace_name(spec: &ProcedureSpec) -> String {
 }
 
 /// The objects a command's procedures are looked for in: each word of it that is an
-/// executable file (a word without `/` looked up in `PATH`), then the libraries each links
-/// (as `ldd` lists them), each once. The program a launcher runs (`mpirun -np 4 ./spa`) is a
-/// word of the command.
+/// executable file (a word without `/` looked up in `PATH`; the words of a shell command
+/// given to `sh -c` too), then the libraries each links (as `ldd` lists them), each once. The
+/// program a launcher runs (`mpirun -np 4 ./spa`) is a word of the command.
 pub fn objects_of_command(command: &[String]) -> Vec<PathBuf> {
     let path_dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
     let mut programs = Vec::new();
-    for word in command {
+    for word in command.iter().flat_map(|w| w.split_whitespace()) {
         let candidates: Vec<PathBuf> = if word.contains('/') {
             vec![PathBuf::from(word)]
         } else {

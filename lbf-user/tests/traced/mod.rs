@@ -93,12 +93,28 @@ pub(crate) fn workload(family: &str, name: &str, libs: &[&str]) -> PathBuf {
 /// the binary. Its source is `name.c`, or for a Fortran compiler (`mpif90.openmpi`)
 /// `name.f90` or the fixed-form `name.f`.
 pub(crate) fn workload_built_by(cc: &str, family: &str, name: &str, libs: &[&str]) -> PathBuf {
+    workload_variant(cc, family, name, &[], libs)
+}
+
+/// [`workload_built_by`] with the preprocessor definitions `defines` (`MOVED=1`): a variant
+/// of the workload built from the same source, named after them (`spa-MOVED=1`).
+pub(crate) fn workload_variant(
+    cc: &str,
+    family: &str,
+    name: &str,
+    defines: &[&str],
+    libs: &[&str],
+) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/workloads")
         .join(family);
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{family}-{cc}"));
     std::fs::create_dir_all(&out_dir).expect("creating the workload build directory");
-    let bin = out_dir.join(name);
+    let variant = std::iter::once(name.to_string())
+        .chain(defines.iter().map(|d| d.to_string()))
+        .collect::<Vec<_>>()
+        .join("-");
+    let bin = out_dir.join(&variant);
     let newest = std::fs::read_dir(&dir)
         .expect("the workload folder")
         .map(|e| modified(&e.expect("a folder entry").path()))
@@ -108,14 +124,16 @@ pub(crate) fn workload_built_by(cc: &str, family: &str, name: &str, libs: &[&str
     if !(bin.exists() && modified(&bin) > newest) {
         // Built aside and renamed into place: tests running at once may build the same
         // workload, and one must not run a binary another is still writing.
-        let aside = out_dir.join(format!(".{name}-{:?}", std::thread::current().id()));
+        let aside = out_dir.join(format!(".{variant}-{:?}", std::thread::current().id()));
         let src = ["c", "f90", "f"]
             .map(|ext| dir.join(format!("{name}.{ext}")))
             .into_iter()
             .find(|src| src.exists())
             .unwrap_or_else(|| panic!("no source of workload {name} in {}", dir.display()));
         let status = Command::new(cc)
-            .args(["-O1", "-g", "-Wall", "-o"])
+            .args(["-O1", "-g", "-Wall"])
+            .args(defines.iter().map(|d| format!("-D{d}")))
+            .arg("-o")
             .arg(&aside)
             .arg(&src)
             .args(libs)

@@ -7,7 +7,8 @@
  * Built with -DMOVED=1 (or 2), servBusy1 (servBusy2) is moved from the server to the clients
  * it serves: the server answers their requests at once, and each such client runs it after
  * sending its request and before receiving the reply. With -DEMPTIED=1 (or 2), that procedure
- * does nothing (critical-path zeroing). The tests build all five from this one file.
+ * does nothing (critical-path zeroing); with -DHALVED=1 (or 2), it does half its work (a
+ * procedure made twice as fast). The tests build every variant from this one file.
  *
  * Usage: mpirun -np 4 spa ITERS COMPUTE_MS */
 #include <mpi.h>
@@ -22,15 +23,18 @@
 #ifndef EMPTIED
 #define EMPTIED 0
 #endif
+#ifndef HALVED
+#define HALVED 0
+#endif
 
 enum { REQUEST = 1, REPLY = 2, REQ_BYTES = 200, REPLY_BYTES = 1000 };
 
 /* Kept out of line, under their own names, so that `lbf-trace --procedure` finds them. */
 __attribute__((noinline, noclone)) void servBusy1(double ms) {
-    if (EMPTIED != 1) work_burn(2 * ms);
+    if (EMPTIED != 1) work_burn((HALVED == 1 ? 1 : 2) * ms);
 }
 __attribute__((noinline, noclone)) void servBusy2(double ms) {
-    if (EMPTIED != 2) work_burn(ms);
+    if (EMPTIED != 2) work_burn((HALVED == 2 ? 0.5 : 1) * ms);
 }
 
 /* The service of request class `class` (1 or 2). */

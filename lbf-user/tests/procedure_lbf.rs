@@ -1,0 +1,257 @@
+//! The procedure-LBF experiment of Eom and Hollingsworth (1998, section 3.2), for real: the
+//! SPA (one server, three clients; the server's servBusy1 serves client 1, servBusy2 clients
+//! 2 and 3) over Open MPI and over UNIX sockets, traced once under `lbf-trace --procedure
+//! servBusy1 --procedure servBusy2`. Each event must carry the CPU the server spent in each
+//! procedure; the predictions of `--move` and `--zero` for each procedure must be within 3 %
+//! of the measured run times (median of 3) of the builds in which that procedure is moved to
+//! its clients or emptied, and `--speedup servBusy1=2` within 5 % of the build in which it
+//! does half its work. The builds are variants of one source each (`-DMOVED=`, `-DEMPTIED=`,
+//! `-DHALVED=`). Needs root, Open MPI; a busy machine retries, as the other accuracy checks.
+
+mod traced;
+
+use std::process::Command;
+use std::time::Instant;
+
+use lbf::trace::TraceReader;
+use traced::machine::{self, CpuWatch, BUSY_MACHINE};
+use traced::{can_trace, lbf_trace, timed, workload_variant, Mpi, Setup, BUSY};
+
+/// Requests per client.
+const ITERS: u32 = 40;
+/// A client's compute per request, and servBusy2's; servBusy1 takes twice as long.
+const MS: f64 = 10.0;
+/// Runs of each modified build; their median is its measured time.
+const RUNS: usize = 3;
+
+/// The SPA over one transport.
+#[derive(Clone, Copy, Debug)]
+enum Spa {
+    Mpi,
+    Sockets,
+}
+
+impl Spa {
+    /// The shell command running the build with `defines`.
+    fn command(self, defines: &[&str]) -> String {
+        let args = format!("{ITERS} {MS}");
+        match self {
+            Spa::Mpi => {
+                let bin = workload_variant("mpicc.openmpi", "mpi", "spa", defines, &[]);
+                Mpi::OpenMpi.launch(4, &bin.to_string_lossy(), &args, Setup::default())
+            }
+            Spa::Sockets => {
+                let bin = workload_variant("gcc", "sockets", "spa", defines, &[]);
+                let socket = std::env::temp_dir().join(format!("lbf-spa-{}", std::process::id()));
+                format!("{} all unix:{} {args}", bin.display(), socket.display())
+            }
+        }
+    }
+
+    /// `lbf-trace`'s options for this transport.
+    fn options(self) -> &'static [&'static str] {
+        match self {
+            Spa::Mpi => &[],
+            Spa::Sockets => &["--procs", "4"],
+        }
+    }
+
+    /// How much a waiting process loads its core: Open MPI with 4 ranks on this machine's
+    /// 2 cores yields while it polls; a socket read blocks.
+    fn spin(self) -> f64 {
+        match self {
+            Spa::Mpi => Mpi::OpenMpi.spin(4),
+            Spa::Sockets => 0.0,
+        }
+    }
+}
+
+/// The wall-clock seconds of the shell command `command`, which must succeed.
+fn run_seconds(command: &str) -> f64 {
+    let start = Instant::now();
+    let out = Command::new("sh")
+        .args(["-c", command])
+        .output()
+        .expect("running a modified build");
+    assert!(
+        out.status.success(),
+        "{command}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    start.elapsed().as_secs_f64()
+}
+
+/// The median of [`RUNS`] runs of the build with `defines`.
+fn measured(spa: Spa, defines: &[&str]) -> f64 {
+    let command = spa.command(defines);
+    let mut times: Vec<f64> = (0..RUNS).map(|_| run_seconds(&command)).collect();
+    times.sort_by(f64::total_cmp);
+    times[RUNS / 2]
+}
+
+/// Traces the original SPA with both procedures followed; returns the trace's path.
+fn trace_original(spa: Spa) -> std::path::PathBuf {
+    let command = spa.command(&[]);
+    let mut args = vec!["--procedure", "servBusy1", "--procedure", "servBusy2"];
+    args.extend(spa.options());
+    args.extend(["--", "sh", "-c", &command]);
+    let run = lbf_trace(&format!("spa-{spa:?}-procedures"), &args);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.trace
+}
+
+/// Checks that the server's events carry the CPU of its procedures (`ITERS` calls of each
+/// per client served, at 2 `MS` and `MS`), and the clients' none.
+fn check_shares(trace: &std::path::Path) {
+    let mut reader = TraceReader::open(trace).expect("the trace");
+    assert_eq!(reader.header().procedures, ["servBusy1", "servBusy2"]);
+    let procs = reader.header().procs.len();
+    let mut totals = vec![[0u64; 2]; procs];
+    while let Some(e) = reader.next_event().expect("reading the trace") {
+        let p = e.event.proc as usize;
+        totals[p][0] += e.procedures.0[0];
+        totals[p][1] += e.procedures.0[1];
+    }
+    let mut sorted = totals.clone();
+    sorted.sort();
+    let server = sorted[procs - 1];
+    let want = [
+        f64::from(ITERS) * 2.0 * MS * 1e6,
+        2.0 * f64::from(ITERS) * MS * 1e6,
+    ];
+    for i in 0..2 {
+        let got = server[i] as f64;
+        assert!(
+            (got - want[i]).abs() <= 0.05 * want[i],
+            "servBusy{}: {got} ns in the server's events, {} ns run: {totals:?}",
+            i + 1,
+            want[i]
+        );
+    }
+    assert!(
+        sorted[..procs - 1].iter().all(|t| *t == [0, 0]),
+        "clients ran no procedure: {totals:?}"
+    );
+}
+
+/// `lbf-gag predict TRACE --nodes 1 --cores C --spin S OPTIONS --json`: each target's
+/// prediction, by name.
+fn predict(trace: &std::path::Path, spin: f64, options: &[&str]) -> Vec<(String, f64)> {
+    let cores = machine::cores().to_string();
+    let spin = spin.to_string();
+    let trace = trace.to_string_lossy();
+    let mut args = vec!["predict", &trace, "--nodes", "1", "--cores", &cores];
+    args.extend(["--spin", &spin, "--json"]);
+    args.extend(options);
+    let out = Command::new(env!("CARGO_BIN_EXE_lbf-gag"))
+        .args(&args)
+        .output()
+        .expect("running lbf-gag");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
+            let target = v["target"].as_str().expect("a target").to_string();
+            (
+                target,
+                v["predicted_seconds"].as_f64().expect("a prediction"),
+            )
+        })
+        .collect()
+}
+
+/// One attempt: trace, predict, run the builds `cases` (target name, defines, tolerance).
+fn attempt(spa: Spa, cases: &[(&str, &[&str], f64)], options: &[&str]) -> Result<(), String> {
+    let watch = CpuWatch::start(&[], &[]);
+    let trace = trace_original(spa);
+    check_shares(&trace);
+    let predictions = predict(&trace, spa.spin(), options);
+    // The original build as it ran, for the record: what the what-ifs build on.
+    let (base, as_run) = predictions[0].clone();
+    let original = measured(spa, &[]);
+    let mut report = vec![format!(
+        "original ({base}): predicted {as_run:.3} s, measured {original:.3} s ({:+.1} %)",
+        100.0 * (as_run / original - 1.0)
+    )];
+    let mut misses = Vec::new();
+    for &(target, defines, tolerance) in cases {
+        let (_, predicted) = predictions
+            .iter()
+            .find(|(t, _)| t == target)
+            .unwrap_or_else(|| panic!("no target {target} in {predictions:?}"));
+        let measured = measured(spa, defines);
+        let error = predicted / measured - 1.0;
+        report.push(format!(
+            "{target}: predicted {predicted:.3} s, measured {measured:.3} s ({:+.1} %)",
+            100.0 * error
+        ));
+        if error.abs() > tolerance {
+            misses.push(report.last().cloned().expect("pushed"));
+        }
+    }
+    eprintln!("SPA over {spa:?}: {}", report.join("; "));
+    let others = watch.shares(0.0).others;
+    if others > BUSY_MACHINE && !misses.is_empty() {
+        return Err(format!(
+            "{BUSY}other work took {:.0} % of the machine: {}",
+            100.0 * others,
+            misses.join("; ")
+        ));
+    }
+    match misses.is_empty() {
+        true => Ok(()),
+        false => Err(misses.join("; ")),
+    }
+}
+
+/// The four what-ifs of the paper's Fig. 3 and 4.
+const MOVE_AND_ZERO: [(&str, &[&str], f64); 4] = [
+    ("move servBusy1", &["MOVED=1"], 0.03),
+    ("move servBusy2", &["MOVED=2"], 0.03),
+    ("zero servBusy1", &["EMPTIED=1"], 0.03),
+    ("zero servBusy2", &["EMPTIED=2"], 0.03),
+];
+
+const WHAT_IFS: [&str; 8] = [
+    "--move",
+    "servBusy1",
+    "--move",
+    "servBusy2",
+    "--zero",
+    "servBusy1",
+    "--zero",
+    "servBusy2",
+];
+
+#[test]
+fn spa_over_mpi_moves_and_zeroes_its_procedures() {
+    if !(can_trace() && machine::require("Open MPI (mpirun.openmpi)", has("mpirun.openmpi"))) {
+        return;
+    }
+    let mut cases = MOVE_AND_ZERO.to_vec();
+    cases.push(("speedup servBusy1=2", &["HALVED=1"], 0.05));
+    let mut options = WHAT_IFS.to_vec();
+    options.extend(["--speedup", "servBusy1=2"]);
+    timed(|| attempt(Spa::Mpi, &cases, &options));
+}
+
+#[test]
+fn spa_over_sockets_moves_and_zeroes_its_procedures() {
+    if !can_trace() {
+        return;
+    }
+    timed(|| attempt(Spa::Sockets, &MOVE_AND_ZERO, &WHAT_IFS));
+}
+
+/// Whether `program` is on the `PATH`.
+fn has(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}

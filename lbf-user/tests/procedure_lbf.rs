@@ -15,7 +15,9 @@ use std::time::Instant;
 
 use lbf::trace::TraceReader;
 use traced::machine::{self, CpuWatch, BUSY_MACHINE};
-use traced::{can_trace, lbf_trace, timed, workload_variant, Mpi, Setup, BUSY};
+use traced::{
+    can_trace, lbf_trace, predict_on_this_machine, timed, workload_variant, Mpi, Setup, BUSY,
+};
 
 /// Requests per client.
 const ITERS: u32 = 40;
@@ -134,43 +136,15 @@ fn check_shares(trace: &std::path::Path) {
     );
 }
 
-/// `lbf-gag predict TRACE --nodes 1 --cores C --spin S OPTIONS --json`: each target's
-/// prediction, by name.
-fn predict(trace: &std::path::Path, spin: f64, options: &[&str]) -> Vec<(String, f64)> {
-    let cores = machine::cores().to_string();
-    let spin = spin.to_string();
-    let trace = trace.to_string_lossy();
-    let mut args = vec!["predict", &trace, "--nodes", "1", "--cores", &cores];
-    args.extend(["--spin", &spin, "--json"]);
-    args.extend(options);
-    let out = Command::new(env!("CARGO_BIN_EXE_lbf-gag"))
-        .args(&args)
-        .output()
-        .expect("running lbf-gag");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("a JSON line");
-            let target = v["target"].as_str().expect("a target").to_string();
-            (
-                target,
-                v["predicted_seconds"].as_f64().expect("a prediction"),
-            )
-        })
-        .collect()
-}
-
 /// One attempt: trace, predict, run the builds `cases` (target name, defines, tolerance).
 fn attempt(spa: Spa, cases: &[(&str, &[&str], f64)], options: &[&str]) -> Result<(), String> {
     let watch = CpuWatch::start(&[], &[]);
     let trace = trace_original(spa);
     check_shares(&trace);
-    let predictions = predict(&trace, spa.spin(), options);
+    let spin = spa.spin().to_string();
+    let mut args = vec!["--spin", &spin];
+    args.extend(options);
+    let predictions = predict_on_this_machine(&trace, &args);
     // The original build as it ran, for the record: what the what-ifs build on.
     let (base, as_run) = predictions[0].clone();
     let original = measured(spa, &[]);

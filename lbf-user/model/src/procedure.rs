@@ -139,7 +139,7 @@ pub fn resolve(
     let mut indices = Vec::with_capacity(changes.len());
     for change in changes {
         if let ProcedureAction::Speedup(s) = change.action {
-            if !(s > 0.0) || s.is_nan() {
+            if s.is_nan() || s <= 0.0 {
                 return Err(ProcedureError::Speedup {
                     name: change.name.clone(),
                     speedup: s,

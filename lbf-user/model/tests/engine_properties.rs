@@ -129,7 +129,7 @@ fn streams(n: usize, actions: &[Action], exit_cpu: &[u64]) -> Vec<Vec<Event>> {
 }
 
 /// Merges the streams in the order `choices` dictates (each picks among the non-empty ones).
-fn interleave(streams: &[Vec<Event>], choices: &[usize]) -> Vec<Event> {
+fn interleave<T: Copy>(streams: &[Vec<T>], choices: &[usize]) -> Vec<T> {
     let mut next = vec![0; streams.len()];
     let mut out = Vec::new();
     let mut c = choices.iter().cycle();
@@ -639,7 +639,7 @@ fn shares(streams: &[Vec<Event>], quarters: &[u64]) -> Vec<Vec<u64>> {
         .iter()
         .map(|s| {
             s.iter()
-                .map(|e| e.cpu_ns * (q.next().unwrap() % 5) / 4 & !1)
+                .map(|e| (e.cpu_ns * (q.next().unwrap() % 5) / 4) & !1)
                 .collect()
         })
         .collect()
@@ -719,20 +719,7 @@ fn interleave_shared(
         .zip(shares)
         .map(|(s, f)| s.iter().copied().zip(f.iter().copied()).collect())
         .collect();
-    let mut next = vec![0; paired.len()];
-    let mut out = Vec::new();
-    let mut c = choices.iter().cycle();
-    loop {
-        let open: Vec<usize> = (0..paired.len())
-            .filter(|&p| next[p] < paired[p].len())
-            .collect();
-        if open.is_empty() {
-            return out;
-        }
-        let p = open[c.next().unwrap() % open.len()];
-        out.push(paired[p][next[p]]);
-        next[p] += 1;
-    }
+    interleave(&paired, choices)
 }
 
 /// Predictions of `targets` for events carrying procedure 0's CPU (`"f"`).
@@ -803,7 +790,7 @@ proptest! {
         prop_assert_eq!(a[1], a[2], "zero differs from an infinite speed-up");
         prop_assert_eq!(a[3], a[0], "a speed-up of 1 changes the prediction");
         let by_hand = |rewritten: &[Vec<Event>]| {
-            predict(n, &[t.clone()], &interleave(rewritten, &order_a), &starts)[0]
+            predict(n, std::slice::from_ref(t), &interleave(rewritten, &order_a), &starts)[0]
         };
         let zero = by_hand(&sped_up(&s, &f, 1.0));
         prop_assert!(close(a[1], zero), "zero {} vs rewritten {}", a[1], zero);
@@ -832,6 +819,6 @@ proptest! {
         for (change, g) in changed.iter().zip(&got) {
             prop_assert_eq!(*g, got[0], "{:?} changed the prediction", change.procedures);
         }
-        prop_assert_eq!(got[0], predict(n, &[t.clone()], &interleave(&s, &order), &starts)[0]);
+        prop_assert_eq!(got[0], predict(n, std::slice::from_ref(t), &interleave(&s, &order), &starts)[0]);
     }
 }

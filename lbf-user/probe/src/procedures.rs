@@ -379,7 +379,7 @@ impl Tracer {
             .object
             .canonicalize()
             .with_context(|| format!("procedure {} in {}", found.symbol, found.object.display()))?;
-        self.attach_program_at(exit, &target, &[point.clone()])?;
+        self.attach_program_at(exit, &target, &[point])?;
         self.attach_program_at(enter, &target, &[point])
     }
 }

@@ -92,7 +92,7 @@ struct Cert {
 /// A trace that followed procedures (lbf-trace --procedure NAME) also answers what-ifs about
 /// them: --move NAME, --zero NAME and --speedup NAME=S each add a target (the placement given
 /// with the procedure changed; without one, the placement the trace ran on), and target files
-/// may change procedures in [[procedure]] tables.
+/// may change procedures in their procedure tables (see docs/targets.md).
 #[derive(clap::Args)]
 #[command(
     group = clap::ArgGroup::new("targets").required(true).multiple(true)

@@ -105,8 +105,8 @@ struct Cli {
     /// Follow the CPU spent inside this function: NAME (a function of the program or of a
     /// library it links, static functions included where the binary keeps its symbol table;
     /// a C++ or Rust path such as ns::work too), NAME@OBJECT where several objects define it
-    /// (OBJECT: a path or a file name such as spa or libfoo.so), or 0xADDRESS[@OBJECT].
-    /// Repeatable, up to 8. Each event then carries the CPU its thread spent inside each
+    /// (OBJECT: a path or a file name such as spa or libfoo.so), or 0xADDRESS (in the program,
+    /// or 0xADDRESS@OBJECT). Repeatable, up to 8. Each event then carries the CPU its thread spent inside each
     /// since the previous event (recursion counted once), for `lbf-gag predict --move`,
     /// `--zero` and `--speedup`. Each call costs an entry and a return probe (some 2.2 us
     /// here): see docs/probe-overhead.md for how often is too often.

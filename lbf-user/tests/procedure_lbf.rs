@@ -229,3 +229,54 @@ fn has(program: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success())
 }
+
+/// A procedure found nowhere is an error listing functions with a similar name; one defined
+/// in two programs of the command is an error listing both, until `@OBJECT` says which.
+#[test]
+fn procedure_names_are_found_or_their_candidates_listed() {
+    if !can_trace() {
+        return;
+    }
+    let moved = workload_variant("gcc", "sockets", "spa", &["MOVED=1"], &[]);
+    let original = workload_variant("gcc", "sockets", "spa", &[], &[]);
+    let socket = std::env::temp_dir().join(format!("lbf-spa-names-{}", std::process::id()));
+    let command = format!("{} all unix:{} 2 1", original.display(), socket.display());
+    let run =
+        traced::lbf_trace_without_outputs(&["--procedure", "servBusy", "--", "sh", "-c", &command]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("no function `servBusy`")
+            && run.stderr.contains("servBusy1 in")
+            && run.stderr.contains("servBusy2 in"),
+        "{}",
+        run.stderr
+    );
+    // Two programs define servBusy1.
+    let both = format!(
+        "{command}; {} all unix:{} 2 1",
+        moved.display(),
+        socket.display()
+    );
+    let run =
+        traced::lbf_trace_without_outputs(&["--procedure", "servBusy1", "--", "sh", "-c", &both]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("`servBusy1` is defined 2 times")
+            && run.stderr.contains(&original.display().to_string())
+            && run.stderr.contains(&moved.display().to_string()),
+        "{}",
+        run.stderr
+    );
+    let name = original.file_name().unwrap().to_string_lossy();
+    let pick = format!("servBusy1@{}", original.display());
+    let run =
+        traced::lbf_trace_without_outputs(&["-v", "--procedure", &pick, "--", "sh", "-c", &both]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("procedure servBusy1: servBusy1 at offset"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains(&*name), "{}", run.stderr);
+}

@@ -117,7 +117,7 @@ pub enum RecordKind {
     /// [`maps::ProcedureClocks`]): `args[i]` is its total inside procedure `i` at the record's
     /// `cpu_ns`, and bit `i` of `fn_id` whether it was inside procedure `i` then (its total
     /// grows with its clock from there).
-    ProcCpu = 10,
+    ProcCpu = 11,
 }
 
 impl RecordKind {
@@ -133,7 +133,7 @@ impl RecordKind {
             7 => Self::CallPair,
             8 => Self::Attach,
             9 => Self::Polls,
-            10 => Self::ProcCpu,
+            11 => Self::ProcCpu,
             _ => return None,
         })
     }

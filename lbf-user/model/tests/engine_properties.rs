@@ -147,19 +147,8 @@ fn interleave<T: Copy>(streams: &[Vec<T>], choices: &[usize]) -> Vec<T> {
 }
 
 fn predict(n: usize, targets: &[Target], events: &[Event], starts: &[f64]) -> Vec<f64> {
-    let mut engine = Engine::new(n, targets.to_vec()).unwrap();
-    for (p, &t) in starts.iter().enumerate() {
-        engine.set_start(p as u32, t);
-    }
-    for (i, e) in events.iter().enumerate() {
-        engine.push(*e, i as u64 + 1).unwrap();
-    }
-    engine
-        .finish()
-        .unwrap()
-        .into_iter()
-        .map(|p| p.predicted_seconds)
-        .collect()
+    let without: Vec<(Event, u64)> = events.iter().map(|e| (*e, 0)).collect();
+    predict_shared(n, targets, &without, starts)
 }
 
 /// The reference: an offline discrete-event simulation that keeps every process's remaining

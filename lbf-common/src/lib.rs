@@ -118,6 +118,12 @@ pub enum RecordKind {
     /// `ts_ns` is when it was written, `cpu_ns` 0. The capture then knows which process has
     /// a gap, from when.
     Lost = 10,
+    /// The CPU the thread has spent inside each traced procedure (`lbf-trace --procedure`),
+    /// written just before its next record after it entered or left one (see
+    /// [`maps::ProcedureClocks`]): `args[i]` is its total inside procedure `i` at the record's
+    /// `cpu_ns`, and bit `i` of `fn_id` whether it was inside procedure `i` then (its total
+    /// grows with its clock from there).
+    ProcCpu = 11,
 }
 
 impl RecordKind {
@@ -134,6 +140,7 @@ impl RecordKind {
             8 => Self::Attach,
             9 => Self::Polls,
             10 => Self::Lost,
+            11 => Self::ProcCpu,
             _ => return None,
         })
     }

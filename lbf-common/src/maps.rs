@@ -185,6 +185,8 @@ pub struct ThreadState {
     pub polls: PollRun,
     /// The thread's records lost since its last record written.
     pub lost: LostRun,
+    /// The CPU the thread spent inside traced procedures.
+    pub procedures: ProcedureClocks,
 }
 
 /// Records of one thread the ring buffer had no room for since the thread's last record
@@ -198,6 +200,27 @@ pub struct LostRun {
     pub count: u64,
     /// `ts_ns` when the first of them was lost.
     pub first_ts_ns: u64,
+}
+
+/// Most procedures one capture follows (`lbf-trace --procedure`): one argument word of a
+/// [`crate::RecordKind::ProcCpu`] record each.
+pub const MAX_PROCEDURES: usize = crate::ARG_WORDS;
+
+/// The CPU one thread spent inside each traced procedure, kept by the procedure's entry and
+/// return probes. A procedure entered again before it returns (recursion) is counted once:
+/// from its outermost entry to its outermost return. Its totals reach user space in a
+/// [`crate::RecordKind::ProcCpu`] record before the thread's next record after a change.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcedureClocks {
+    /// Whether an entry or a return happened since the last `ProcCpu` record.
+    pub changed: u64,
+    /// Per procedure: how many of its calls are in progress.
+    pub depth: [u64; MAX_PROCEDURES],
+    /// Per procedure: the thread's CPU clock at its outermost entry in progress.
+    pub entered_cpu_ns: [u64; MAX_PROCEDURES],
+    /// Per procedure: the CPU spent inside it in calls that returned.
+    pub total_ns: [u64; MAX_PROCEDURES],
 }
 
 /// The user memory read at a deferred entry (see [`ThreadState::entry_mem`]): `len` bytes

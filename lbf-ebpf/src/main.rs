@@ -11,6 +11,7 @@
 
 mod maps;
 mod mpi;
+mod procedure;
 mod record;
 mod ring_array;
 mod sched;

@@ -332,6 +332,7 @@ fn on_exit(ctx: *mut c_void) {
     // A deferred entry with user memory (a poll's) is written as a record of its own.
     let paired = own_entry && state.entry_mem.len == 0;
     if paired {
+        crate::procedure::write_procedures(state, Some((deferred.ts_ns, deferred.cpu_ns)));
         write_polls(state);
         state.entry.ts_ns = 0;
     } else {

@@ -198,6 +198,15 @@ fn follow(global: &GlobalPtr, func_ip: u64) -> Option<u64> {
 #[inline(always)]
 pub fn write_pending(state: &mut ThreadState) {
     write_lost(state);
+    // Stamped as the earliest record pending, which it goes before.
+    let at = if state.polls.count != 0 {
+        Some((state.polls.last_ts_ns, state.polls.last_cpu_ns))
+    } else if state.entry.ts_ns != 0 {
+        Some((state.entry.ts_ns, state.entry.cpu_ns))
+    } else {
+        None
+    };
+    crate::procedure::write_procedures(state, at);
     write_polls(state);
     write_deferred_entry(state);
 }
@@ -412,6 +421,18 @@ impl Draft {
         Self::reserve_stamped(kind, fn_id, tgid, tid, mem, || {
             stamp_now(|now| clock_at(clock, now))
         })
+    }
+
+    /// Reserves a record without `mem` stamped `at` (`(ts_ns, cpu_ns)`).
+    #[inline(always)]
+    pub fn reserve_at(
+        kind: RecordKind,
+        fn_id: u16,
+        tgid: u32,
+        tid: u32,
+        at: (u64, u64),
+    ) -> Option<Self> {
+        Self::reserve_stamped(kind, fn_id, tgid, tid, Mem::None, || at)
     }
 
     /// Reserves a record with room `mem` and writes its head: `kind`, the ids, and the

@@ -612,3 +612,107 @@ fn advise_keeps_communicating_pairs_together_and_writes_run_files() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(stderr(&bad).contains("--hosts and --cores must be at least 1"));
 }
+
+/// The paper's Fig. 1 as a trace that followed procedure F: S computes 5 s, 3 of them in F,
+/// and sends to R, which computed 1 s and waits, then computes 1 s.
+const FIG1: &str = r#"{"format":"lbf-trace","version":2,"procs":[{"id":0,"name":"S","host":"a"},{"id":1,"name":"R","host":"b"}],"procedures":["F"]}
+{"p":1,"k":"recv_start","cpu_ns":1000000000}
+{"p":1,"k":"recv_end","cpu_ns":0,"msg":1}
+{"p":0,"k":"send","cpu_ns":5000000000,"msg":1,"bytes":8,"proc_ns":[3000000000]}
+{"p":0,"k":"exit","cpu_ns":1000000000}
+{"p":1,"k":"exit","cpu_ns":1000000000}
+{"summary":{"measured_seconds":6.0,"lost_events":0}}
+"#;
+
+#[test]
+fn procedure_what_ifs_each_add_a_target() {
+    let moved = "name = \"moved\"\n[[node]]\nprocs = [0]\n[[node]]\nprocs = [1]\n\
+                 [[procedure]]\nname = \"F\"\nmove = true\n";
+    let out = run(
+        "procedures",
+        &[("t.jsonl", FIG1), ("moved.toml", moved)],
+        &[
+            "predict",
+            "t.jsonl",
+            "--target",
+            "moved.toml",
+            "--move",
+            "F",
+            "--zero",
+            "F",
+            "--speedup",
+            "F=2",
+            "--json",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let predicted = |target: &str| {
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("\"target\":\"{target}\"")))
+            .unwrap_or_else(|| panic!("no target {target} in {text}"));
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        v["predicted_seconds"].as_f64().unwrap()
+    };
+    // A target file that changes a procedure is no placement for the options: they apply to
+    // the run's own (a node per host), and are named by their change alone.
+    assert_eq!(predicted("moved"), 5.0);
+    assert_eq!(predicted("move F"), 5.0);
+    assert_eq!(predicted("zero F"), 3.0);
+    assert_eq!(predicted("speedup F=2"), 4.5);
+    // One placement given: the change applies to it.
+    let out = run(
+        "procedures_two",
+        &[("t.jsonl", FIG1)],
+        &["predict", "t.jsonl", "--nodes", "1", "--zero", "F"],
+    );
+    // One core: S's 2 s of work left before its send and R's 1 s share it until 2; S sends
+    // at 3; then each has 1 s left, shared: 5.
+    let text = stdout(&out);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("zero F") && l.contains("5.000 s")),
+        "{text}"
+    );
+    // Without a placement, the run's own (a node per host), named by the change alone.
+    let out = run(
+        "procedures_as_run",
+        &[("t.jsonl", FIG1)],
+        &["predict", "t.jsonl", "--zero", "F"],
+    );
+    assert!(stdout(&out).contains("zero F"), "{}", stdout(&out));
+    let unknown = run(
+        "procedures_unknown",
+        &[("t.jsonl", FIG1)],
+        &["predict", "t.jsonl", "--zero", "G"],
+    );
+    assert_eq!(unknown.status.code(), Some(1));
+    assert!(
+        stderr(&unknown).contains("procedure `G` is not in the trace, which records `F`"),
+        "{}",
+        stderr(&unknown)
+    );
+}
+
+#[test]
+fn critical_path_names_what_to_tune() {
+    let out = run(
+        "critical_path",
+        &[("t.jsonl", FIG1)],
+        &["predict", "t.jsonl", "--nodes", "2", "--critical-path"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    // S's 5 s (3 of them in F), then R's last second.
+    let line = |what: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(what))
+            .unwrap_or_else(|| panic!("no `{what}` in {text}"))
+            .to_string()
+    };
+    assert!(line("process S").contains("83.3 %"), "{text}");
+    assert!(line("process R").contains("16.7 %"), "{text}");
+    assert!(line("of which F").contains("50.0 %"), "{text}");
+    assert!(line("communication").contains("0.0 %"), "{text}");
+}

@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use lbf::capture::select::Source;
 use lbf::event::EventKind;
-use traced::{can_trace, machine, timed, TIME_TOLERANCE};
+use traced::{can_trace, machine, predict_on_this_machine, timed, TIME_TOLERANCE};
 
 /// Debian's example input, which `hpcc` reads from `hpccinf.txt` in its working directory.
 const EXAMPLE_INPUT: &str = "/usr/share/doc/hpcc/examples/_hpccinf.txt";
@@ -110,22 +110,7 @@ fn check_trace(path: &Path) {
 
 /// lbf-gag's prediction for one node of this machine's cores (the placement hpcc ran on).
 fn predict_as_run(trace: &Path) -> f64 {
-    let cores = machine::cores().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_lbf-gag"))
-        .args(["predict", "--json", "--nodes", "1", "--cores", &cores])
-        .arg(trace)
-        .output()
-        .expect("running lbf-gag");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let line: serde_json::Value =
-        serde_json::from_slice(&out.stdout).expect("lbf-gag's JSON prediction");
-    line["predicted_seconds"]
-        .as_f64()
-        .expect("a predicted time")
+    predict_on_this_machine(trace, &[])[0].1
 }
 
 #[test]

@@ -23,6 +23,10 @@
 //!    same three ways, and the records lbf writes per call, counted in a raw dump of one
 //!    traced run: an unsuccessful poll writes none (the kernel side counts it in the thread's
 //!    run of polls, one record per run).
+//! 4. A traced procedure: the call loop of a function of the program doing almost nothing
+//!    (`lbf_hot`), untraced and under `lbf-trace --procedure lbf_hot`: what a procedure's
+//!    probe pair costs per call, and so how often a procedure may be called before it costs a
+//!    process 3 % of its time.
 //!
 //! 4. Fixed cost: an MPI program that only starts and ends, 4 ranks, with each library,
 //!    untraced and under `lbf-trace` as users run it (`fixed_cost`).
@@ -123,6 +127,7 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
 
     user_space_cost(&tools, loop_cmd(vec![]), runs)?;
     polling(&tools, args.calls, runs)?;
+    procedure(&tools, args.calls, runs, empty)?;
 
     println!(
         "\nwhole runs (2 ranks; wall time reported by the ranks), {runs} runs each; \"empty\": \
@@ -309,6 +314,39 @@ fn user_space_cost(tools: &Tools, command: Vec<String>, runs: usize) -> Result<(
         "  lbf-trace's user space, capturing to a trace file: {:.0} ns of CPU per record \
          (least of {runs} runs; a call is an entry and an exit record)",
         fastest(&per_record)
+    );
+    Ok(())
+}
+
+/// A traced procedure called in a loop (`lbf-trace --procedure lbf_hot`): the cost its probe
+/// pair adds per call, against the empty pair's on an MPI function (`empty`, ns per call),
+/// and how often a procedure may be called before its probes cost 3 % of a process's time.
+fn procedure(tools: &Tools, calls: u64, runs: usize, empty: f64) -> Result<()> {
+    println!(
+        "\ntraced procedure: {calls} calls of a function doing almost nothing, {runs} runs each"
+    );
+    let mut traced = lbf_trace_prefix(tools);
+    traced.splice(1..1, ["--procedure".to_string(), "lbf_hot".to_string()]);
+    let configs = [
+        ("untraced", loop_command(tools, vec![], calls, "proc")),
+        (
+            "--procedure lbf_hot",
+            loop_command(tools, traced, calls, "proc"),
+        ),
+    ];
+    let best = fastest_loops(&configs, runs)?;
+    let n = calls as f64;
+    let added = (best[1] - best[0]) / n;
+    println!(
+        "  added by its probes: {added:8.1} ns per call ({:.2} x an empty uprobe+uretprobe \
+         pair's {empty:.1} ns)",
+        added / empty
+    );
+    println!(
+        "  so they stay under 3 % of a process's time while it calls the procedure at most \
+         {:.0} times a second (once every {:.1} µs)",
+        0.03e9 / added,
+        added / 0.03 / 1e3
     );
     Ok(())
 }

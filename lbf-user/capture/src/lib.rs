@@ -12,6 +12,7 @@ pub mod anomaly;
 pub mod gaps;
 pub mod ids;
 pub mod mpi;
+pub mod procedures;
 pub mod procfs;
 pub mod pvm;
 pub mod record_capture;

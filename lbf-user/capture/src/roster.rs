@@ -183,6 +183,14 @@ impl Roster {
         }
     }
 
+    /// A `ProcCpu` record (the CPU of a thread in traced procedures) of process `tgid`, if
+    /// it has joined.
+    pub fn procedure_cpu(&mut self, rec: &lbf_common::Record) {
+        if let Some(p) = self.procs.get_mut(&rec.tgid) {
+            p.timeline.procedures.observe(rec);
+        }
+    }
+
     /// Process `tgid`, if it has joined.
     pub fn get_mut(&mut self, tgid: u32) -> Option<&mut Proc> {
         let p = self.procs.get_mut(&tgid)?;
@@ -358,29 +366,31 @@ impl Roster {
         let stats = &mut p.stats;
         let lost = &mut self.lost_events;
         let standing = p.standing;
-        p.timeline.drain(all, |cpu_ns, item| match standing {
-            Standing::Member(id) => {
-                stats.cpu_ns += cpu_ns;
-                match item {
-                    Item::Event(kind) => {
-                        if matches!(kind, EventKind::RecvEnd { .. }) {
-                            stats.wait_ns += cpu_ns;
+        p.timeline
+            .drain(all, |cpu_ns, procedures, item| match standing {
+                Standing::Member(id) => {
+                    stats.cpu_ns += cpu_ns;
+                    match item {
+                        Item::Event(kind) => {
+                            if matches!(kind, EventKind::RecvEnd { .. }) {
+                                stats.wait_ns += cpu_ns;
+                            }
+                            let event = Event {
+                                proc: id,
+                                cpu_ns,
+                                kind,
+                            };
+                            sink.event_with_procedures(&event, procedures);
                         }
-                        sink.event(&Event {
-                            proc: id,
-                            cpu_ns,
-                            kind,
-                        });
-                    }
-                    Item::Stream(op) => {
-                        if op.role == Role::Recv {
-                            stats.wait_ns += cpu_ns;
+                        Item::Stream(op) => {
+                            if op.role == Role::Recv {
+                                stats.wait_ns += cpu_ns;
+                            }
+                            sink.stream_op(id, cpu_ns, &op);
                         }
-                        sink.stream_op(id, cpu_ns, &op);
                     }
                 }
-            }
-            Standing::Beyond => *lost += 1,
-        });
+                Standing::Beyond => *lost += 1,
+            });
     }
 }

@@ -12,7 +12,9 @@ use std::collections::VecDeque;
 
 use lbf_common::{Record, RecordKind};
 
-use lbf_model::event::EventKind;
+use lbf_model::event::{EventKind, ProcedureCpu};
+
+use crate::procedures::ProcedureShares;
 use lbf_model::stream::StreamOp;
 
 /// What a settled slot hands out.
@@ -28,6 +30,8 @@ pub enum Item {
 #[derive(Debug)]
 struct Slot {
     cpu_ns: u64,
+    /// The CPU in traced procedures among `cpu_ns`.
+    procedures: ProcedureCpu,
     items: Option<Vec<Item>>,
 }
 
@@ -39,6 +43,8 @@ pub struct Timeline {
     base: u64,
     /// CPU clock of each thread at this process's previous event.
     cpu_base: FxHashMap<u32, u64>,
+    /// The CPU its threads spent in traced procedures (`ProcCpu` records go here).
+    pub procedures: ProcedureShares,
 }
 
 /// A `poll`, `select` or `epoll_wait` (or a run of them) that the next receive continues: the
@@ -120,10 +126,10 @@ impl Timeline {
         wait.map(|w| w.exit_cpu)
     }
 
-    /// Hands out, in order as `(cpu_ns, item)`, the settled items at the front of the
-    /// queue, up to the first slot still open; with `all`, every item, an open slot as a
-    /// `Keepalive` carrying its CPU (the end of a capture).
-    pub fn drain(&mut self, all: bool, mut out: impl FnMut(u64, Item)) {
+    /// Hands out, in order as `(cpu_ns, procedure CPU, item)`, the settled items at the front
+    /// of the queue, up to the first slot still open; with `all`, every item, an open slot as
+    /// a `Keepalive` carrying its CPU (the end of a capture).
+    pub fn drain(&mut self, all: bool, mut out: impl FnMut(u64, &ProcedureCpu, Item)) {
         while self.queue.front().is_some_and(|s| all || s.items.is_some()) {
             let slot = self.queue.pop_front().expect("checked");
             self.base += 1;
@@ -131,7 +137,10 @@ impl Timeline {
                 .items
                 .unwrap_or_else(|| vec![Item::Event(EventKind::Keepalive)]);
             for (i, item) in items.into_iter().enumerate() {
-                out(if i == 0 { slot.cpu_ns } else { 0 }, item);
+                match i {
+                    0 => out(slot.cpu_ns, &slot.procedures, item),
+                    _ => out(0, &ProcedureCpu::NONE, item),
+                }
             }
         }
     }
@@ -151,11 +160,25 @@ impl Timeline {
         let base = self.cpu_base.entry(tid).or_insert(0);
         let cpu_ns = cpu_at.saturating_sub(*base);
         *base = (*base).max(cpu_at);
-        self.push_slot(cpu_ns, items)
+        let procedures = self.procedures.share(tid, cpu_at);
+        self.push_slot_with(cpu_ns, procedures, items)
     }
 
     fn push_slot(&mut self, cpu_ns: u64, items: Option<Vec<Item>>) -> u64 {
-        self.queue.push_back(Slot { cpu_ns, items });
+        self.push_slot_with(cpu_ns, ProcedureCpu::NONE, items)
+    }
+
+    fn push_slot_with(
+        &mut self,
+        cpu_ns: u64,
+        procedures: ProcedureCpu,
+        items: Option<Vec<Item>>,
+    ) -> u64 {
+        self.queue.push_back(Slot {
+            cpu_ns,
+            procedures,
+            items,
+        });
         self.base + self.queue.len() as u64 - 1
     }
 }

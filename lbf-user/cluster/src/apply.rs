@@ -439,6 +439,7 @@ mod tests {
                     })
                     .collect(),
                 source: None,
+                procedures: Vec::new(),
             },
             targets: vec![Target {
                 name: "one".into(),
@@ -449,6 +450,7 @@ mod tests {
                 }],
                 network: Network::default(),
                 spin: 0.0,
+                procedures: Vec::new(),
             }],
             merged_trace: None,
             report: None,

@@ -79,6 +79,7 @@ pub fn serve(config: ServeConfig, exit_when_done: bool) -> Result<()> {
             procs: config.procs.clone(),
             // Hosts may capture from different sources; the merged trace says none.
             source: None,
+            procedures: Vec::new(),
         },
         targets: config.targets.clone(),
         merged_trace: config.merged_trace.clone(),

@@ -293,7 +293,7 @@ impl StreamMatcher {
 
 /// Hands the settled events of `t` (`all`: every one) to `out` as events of `proc`.
 fn drain_into(t: &mut Timeline, proc: ProcId, all: bool, out: &mut Vec<Event>) {
-    t.drain(all, |cpu_ns, item| {
+    t.drain(all, |cpu_ns, _, item| {
         // The builder's timelines hold engine events only.
         if let Item::Event(kind) = item {
             out.push(Event { proc, cpu_ns, kind });

@@ -157,3 +157,37 @@ pub struct Event {
     /// What happened.
     pub kind: EventKind,
 }
+
+/// How many procedures one trace can follow ([`ProcedureCpu`] holds one share for each).
+pub const MAX_PROCEDURES: usize = 8;
+
+/// The CPU one process spent inside each traced procedure since its previous event, in
+/// nanoseconds: entry `i` is for the trace's procedure `i` (the header's `procedures`, in
+/// order). Each share is part of the event's `cpu_ns` (a procedure's time is the process's
+/// time); a procedure that calls itself, or another selected procedure, is counted once in
+/// each. All zero for a trace without procedures.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProcedureCpu(pub [u64; MAX_PROCEDURES]);
+
+impl ProcedureCpu {
+    /// No CPU in any procedure.
+    pub const NONE: ProcedureCpu = ProcedureCpu([0; MAX_PROCEDURES]);
+
+    /// The shares of the first `n` procedures, as a trace line lists them.
+    pub fn first(&self, n: usize) -> &[u64] {
+        &self.0[..n.min(MAX_PROCEDURES)]
+    }
+
+    /// Whether every share is 0.
+    pub fn is_none(&self) -> bool {
+        self.0 == [0; MAX_PROCEDURES]
+    }
+
+    /// Shares from a list (a trace line's `proc_ns`); `None` if it has more than
+    /// [`MAX_PROCEDURES`] entries.
+    pub fn from_slice(shares: &[u64]) -> Option<Self> {
+        let mut cpu = ProcedureCpu::NONE;
+        cpu.0.get_mut(..shares.len())?.copy_from_slice(shares);
+        Some(cpu)
+    }
+}

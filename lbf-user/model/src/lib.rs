@@ -49,6 +49,7 @@ pub mod config;
 pub mod engine;
 pub mod event;
 pub mod live;
+pub mod procedure;
 pub mod report;
 pub mod sink;
 pub mod source;

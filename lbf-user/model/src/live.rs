@@ -6,14 +6,18 @@
 //! the trace being written is worth more than the prediction, and the error is reported at
 //! the end.
 
-use crate::config::TargetArgs;
+use crate::config::{ProcedureArgs, TargetArgs};
 use crate::engine::{Engine, Prediction};
-use crate::event::{Event, ProcInfo};
+use crate::event::{Event, ProcInfo, ProcedureCpu};
 use crate::sink::EventSink;
 
 /// An [`EventSink`] that runs the engine on the captured events for the targets given.
 pub struct LivePredictor {
     targets: TargetArgs,
+    /// Targets that change traced procedures (`--move`, `--zero`, `--speedup`).
+    changes: ProcedureArgs,
+    /// The procedures the capture follows, in the order of the events' shares.
+    procedures: Vec<String>,
     procs: Vec<ProcInfo>,
     engine: Option<Engine>,
     /// Events pushed so far; the n-th event is `origin` n in engine errors.
@@ -25,8 +29,20 @@ pub struct LivePredictor {
 impl LivePredictor {
     /// Predicts `targets` (resolved once the capture has announced its processes).
     pub fn new(targets: TargetArgs) -> Self {
+        Self::with_procedures(targets, ProcedureArgs::default(), Vec::new())
+    }
+
+    /// Predicts `targets` and the procedure changes `changes` of the procedures the capture
+    /// follows (`procedures`, in the order of the events' shares).
+    pub fn with_procedures(
+        targets: TargetArgs,
+        changes: ProcedureArgs,
+        procedures: Vec<String>,
+    ) -> Self {
         LivePredictor {
             targets,
+            changes,
+            procedures,
             procs: Vec::new(),
             engine: None,
             pushed: 0,
@@ -77,7 +93,9 @@ impl LivePredictor {
                 .targets
                 .resolve(self.procs.len())
                 .map_err(|e| e.to_string())?;
-            let engine = Engine::for_procs(&self.procs, targets).map_err(|e| e.to_string())?;
+            let targets = self.changes.extend(targets, &self.procs);
+            let engine = Engine::for_procs_with_procedures(&self.procs, &self.procedures, targets)
+                .map_err(|e| e.to_string())?;
             self.engine = Some(engine);
         }
         Ok(self.engine.as_mut().expect("built above"))
@@ -90,14 +108,20 @@ impl EventSink for LivePredictor {
     }
 
     fn event(&mut self, event: &Event) {
+        self.event_with_procedures(event, &ProcedureCpu::NONE);
+    }
+
+    fn event_with_procedures(&mut self, event: &Event, procedures: &ProcedureCpu) {
         if self.failed.is_some() {
             return;
         }
         self.pushed += 1;
         let origin = self.pushed;
-        let result = self
-            .engine()
-            .and_then(|engine| engine.push(*event, origin).map_err(|e| e.to_string()));
+        let result = self.engine().and_then(|engine| {
+            engine
+                .push_with_procedures(*event, procedures, origin)
+                .map_err(|e| e.to_string())
+        });
         if let Err(why) = result {
             self.failed = Some(why);
         }

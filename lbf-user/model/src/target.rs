@@ -144,6 +144,9 @@ pub struct Target {
     /// process that polls as hard as a computing one; in between, one that yields the CPU now
     /// and then. Matters only on oversubscribed nodes.
     pub spin: f64,
+    /// Changes to traced procedures (moved, zeroed, sped up); empty for a plain placement and
+    /// network.
+    pub procedures: Vec<crate::procedure::ProcedureChange>,
 }
 
 /// The most nodes a target may have: a count given on a command line or in a file is checked

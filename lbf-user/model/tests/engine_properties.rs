@@ -3,14 +3,17 @@
 //! prediction equals a plain discrete-event processor-sharing simulation written here,
 //! separately, without virtual clocks, gating or any of the engine's data structures.
 //! Programs mix eager messages, messages sent by rendezvous (with and without an early
-//! `recv_post`, completed at once or later) and collectives.
+//! `recv_post`, completed at once or later) and collectives. Targets that change a traced
+//! procedure (move, zero, speed-up) are checked against the plain engine run on the trace
+//! rewritten by hand as the change says.
 
 use std::collections::HashMap;
 
 use proptest::prelude::*;
 
 use lbf_model::engine::Engine;
-use lbf_model::event::{CollOp, Event, EventKind};
+use lbf_model::event::{CollOp, Event, EventKind, ProcedureCpu};
+use lbf_model::procedure::{ProcedureAction, ProcedureChange};
 use lbf_model::target::{CommTable, Network, Node, Target};
 
 /// How a message of a random program is sent and received.
@@ -126,7 +129,7 @@ fn streams(n: usize, actions: &[Action], exit_cpu: &[u64]) -> Vec<Vec<Event>> {
 }
 
 /// Merges the streams in the order `choices` dictates (each picks among the non-empty ones).
-fn interleave(streams: &[Vec<Event>], choices: &[usize]) -> Vec<Event> {
+fn interleave<T: Copy>(streams: &[Vec<T>], choices: &[usize]) -> Vec<T> {
     let mut next = vec![0; streams.len()];
     let mut out = Vec::new();
     let mut c = choices.iter().cycle();
@@ -144,19 +147,8 @@ fn interleave(streams: &[Vec<Event>], choices: &[usize]) -> Vec<Event> {
 }
 
 fn predict(n: usize, targets: &[Target], events: &[Event], starts: &[f64]) -> Vec<f64> {
-    let mut engine = Engine::new(n, targets.to_vec()).unwrap();
-    for (p, &t) in starts.iter().enumerate() {
-        engine.set_start(p as u32, t);
-    }
-    for (i, e) in events.iter().enumerate() {
-        engine.push(*e, i as u64 + 1).unwrap();
-    }
-    engine
-        .finish()
-        .unwrap()
-        .into_iter()
-        .map(|p| p.predicted_seconds)
-        .collect()
+    let without: Vec<(Event, u64)> = events.iter().map(|e| (*e, 0)).collect();
+    predict_shared(n, targets, &without, starts)
 }
 
 /// The reference: an offline discrete-event simulation that keeps every process's remaining
@@ -531,6 +523,7 @@ fn target(n: usize) -> impl Strategy<Value = Target> {
                 nodes,
                 network: Network { local, remote },
                 spin,
+                procedures: Vec::new(),
             }
         })
 }
@@ -590,6 +583,7 @@ proptest! {
             nodes: (0..n as u32).map(|p| Node::new(vec![p])).collect(),
             network: Network::default(),
             spin: 0.0,
+            procedures: Vec::new(),
         };
         let got = predict(n, &[t], &interleave(&s, &order), &[])[0];
         let want = longest_path(n, &actions, &exit_cpu);
@@ -606,6 +600,7 @@ proptest! {
             nodes: vec![Node::new((0..n as u32).collect())],
             network: Network::default(),
             spin: 0.0,
+            procedures: Vec::new(),
         };
         let got = predict(n, &[t], &interleave(&s, &order), &[])[0];
         let want: f64 = s.iter().flatten().map(|e| match e.kind {
@@ -613,5 +608,206 @@ proptest! {
             _ => e.cpu_ns as f64 * 1e-9,
         }).sum();
         prop_assert!(close(got, want), "engine {} vs sum of work {}", got, want);
+    }
+}
+
+/// Whether the CPU on an event of this kind is waiting, not work.
+fn is_wait(kind: &EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } | EventKind::SendEnd { .. }
+    )
+}
+
+/// The share of procedure 0 in each event of `streams`: `quarters[i] / 4` of event `i`'s CPU,
+/// counting the events of all processes in order, made even so that half of it is whole
+/// nanoseconds.
+fn shares(streams: &[Vec<Event>], quarters: &[u64]) -> Vec<Vec<u64>> {
+    let mut q = quarters.iter().cycle();
+    streams
+        .iter()
+        .map(|s| {
+            s.iter()
+                .map(|e| (e.cpu_ns * (q.next().unwrap() % 5) / 4) & !1)
+                .collect()
+        })
+        .collect()
+}
+
+/// `streams` with `fraction` of each event's procedure CPU taken out of its work.
+fn sped_up(streams: &[Vec<Event>], shares: &[Vec<u64>], fraction: f64) -> Vec<Vec<Event>> {
+    streams
+        .iter()
+        .zip(shares)
+        .map(|(s, f)| {
+            s.iter()
+                .zip(f)
+                .map(|(e, &f)| match is_wait(&e.kind) {
+                    true => *e,
+                    false => Event {
+                        cpu_ns: e.cpu_ns - (f as f64 * fraction).round() as u64,
+                        ..*e
+                    },
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `streams` with the procedure moved, written out by hand: each interval ending at a send
+/// loses its procedure CPU, and the receiver computes it in a keepalive just before that
+/// message's `recv_end`.
+fn moved(streams: &[Vec<Event>], shares: &[Vec<u64>]) -> Vec<Vec<Event>> {
+    let mut out: Vec<Vec<Event>> = streams.to_vec();
+    let mut moved_in: HashMap<u64, u64> = HashMap::new();
+    for (p, s) in out.iter_mut().enumerate() {
+        let mut open: Vec<usize> = Vec::new();
+        for i in 0..s.len() {
+            match s[i].kind {
+                EventKind::Keepalive | EventKind::RecvStart | EventKind::RecvPost { .. } => {
+                    open.push(i)
+                }
+                EventKind::Send { msg, .. } => {
+                    open.push(i);
+                    let mut total = 0;
+                    for j in open.drain(..) {
+                        s[j].cpu_ns -= shares[p][j];
+                        total += shares[p][j];
+                    }
+                    moved_in.insert(msg, total);
+                }
+                _ => open.clear(),
+            }
+        }
+    }
+    for s in &mut out {
+        let mut with = Vec::with_capacity(s.len());
+        for e in s.iter() {
+            if let EventKind::RecvEnd { msg } = e.kind {
+                with.push(Event {
+                    proc: e.proc,
+                    cpu_ns: moved_in[&msg],
+                    kind: EventKind::Keepalive,
+                });
+            }
+            with.push(*e);
+        }
+        *s = with;
+    }
+    out
+}
+
+/// Merges streams with their shares in the order `choices` dictates, as [`interleave`] does.
+fn interleave_shared(
+    streams: &[Vec<Event>],
+    shares: &[Vec<u64>],
+    choices: &[usize],
+) -> Vec<(Event, u64)> {
+    let paired: Vec<Vec<(Event, u64)>> = streams
+        .iter()
+        .zip(shares)
+        .map(|(s, f)| s.iter().copied().zip(f.iter().copied()).collect())
+        .collect();
+    interleave(&paired, choices)
+}
+
+/// Predictions of `targets` for events carrying procedure 0's CPU (`"f"`).
+fn predict_shared(
+    n: usize,
+    targets: &[Target],
+    events: &[(Event, u64)],
+    starts: &[f64],
+) -> Vec<f64> {
+    let mut engine = Engine::with_procedures(n, &["f".to_string()], targets.to_vec()).unwrap();
+    for (p, &t) in starts.iter().enumerate() {
+        engine.set_start(p as u32, t);
+    }
+    for (i, (e, f)) in events.iter().enumerate() {
+        let shares = ProcedureCpu::from_slice(&[*f]).unwrap();
+        engine
+            .push_with_procedures(*e, &shares, i as u64 + 1)
+            .unwrap();
+    }
+    engine
+        .finish()
+        .unwrap()
+        .into_iter()
+        .map(|p| p.predicted_seconds)
+        .collect()
+}
+
+/// `target` with `action` applied to procedure `f`.
+fn changing(target: &Target, action: ProcedureAction) -> Target {
+    Target {
+        procedures: vec![ProcedureChange {
+            name: "f".into(),
+            action,
+        }],
+        ..target.clone()
+    }
+}
+
+fn every_move() -> ProcedureAction {
+    ProcedureAction::Move {
+        from: None,
+        to: None,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn procedure_changes_are_the_trace_rewritten_by_hand(
+        (n, actions, exit_cpu, targets, order_a, order_b, starts) in case(),
+        quarters in proptest::collection::vec(0u64..5, 1..64),
+    ) {
+        let s = streams(n, &actions, &exit_cpu);
+        let f = shares(&s, &quarters);
+        let t = &targets[0];
+        let changed = [
+            t.clone(),
+            changing(t, ProcedureAction::Zero),
+            changing(t, ProcedureAction::Speedup(f64::INFINITY)),
+            changing(t, ProcedureAction::Speedup(1.0)),
+            changing(t, ProcedureAction::Speedup(2.0)),
+            changing(t, every_move()),
+        ];
+        let a = predict_shared(n, &changed, &interleave_shared(&s, &f, &order_a), &starts);
+        let b = predict_shared(n, &changed, &interleave_shared(&s, &f, &order_b), &starts);
+        prop_assert_eq!(&a, &b, "interleavings disagree");
+        prop_assert_eq!(a[1], a[2], "zero differs from an infinite speed-up");
+        prop_assert_eq!(a[3], a[0], "a speed-up of 1 changes the prediction");
+        let by_hand = |rewritten: &[Vec<Event>]| {
+            predict(n, std::slice::from_ref(t), &interleave(rewritten, &order_a), &starts)[0]
+        };
+        let zero = by_hand(&sped_up(&s, &f, 1.0));
+        prop_assert!(close(a[1], zero), "zero {} vs rewritten {}", a[1], zero);
+        let twice = by_hand(&sped_up(&s, &f, 0.5));
+        prop_assert!(close(a[4], twice), "speed-up 2 {} vs rewritten {}", a[4], twice);
+        let mv = by_hand(&moved(&s, &f));
+        prop_assert!(close(a[5], mv), "move {} vs rewritten {}", a[5], mv);
+    }
+
+    #[test]
+    fn a_procedure_never_run_changes_nothing(
+        (n, actions, exit_cpu, targets, order, _, starts) in case(),
+    ) {
+        let s = streams(n, &actions, &exit_cpu);
+        let none: Vec<Vec<u64>> = s.iter().map(|s| vec![0; s.len()]).collect();
+        let t = &targets[0];
+        let to_first = ProcedureAction::Move { from: None, to: Some(vec![0]) };
+        let changed = [
+            t.clone(),
+            changing(t, ProcedureAction::Zero),
+            changing(t, ProcedureAction::Speedup(3.0)),
+            changing(t, every_move()),
+            changing(t, to_first),
+        ];
+        let got = predict_shared(n, &changed, &interleave_shared(&s, &none, &order), &starts);
+        for (change, g) in changed.iter().zip(&got) {
+            prop_assert_eq!(*g, got[0], "{:?} changed the prediction", change.procedures);
+        }
+        prop_assert_eq!(got[0], predict(n, std::slice::from_ref(t), &interleave(&s, &order), &starts)[0]);
     }
 }

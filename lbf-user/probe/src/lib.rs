@@ -29,6 +29,7 @@ mod dump;
 mod kernel_offsets;
 mod libraries;
 mod notices;
+pub mod procedures;
 pub mod procfs;
 pub mod pvm;
 mod reader;

@@ -579,6 +579,17 @@ impl Tracer {
         self.attach_uprobes(enter, path, points)
     }
 
+    /// Attaches the loaded uprobe program `name` at `points` of `path` (absolute), for all
+    /// processes (the kernel side keeps to the traced ones).
+    pub(super) fn attach_program_at(
+        &mut self,
+        name: &str,
+        path: &Path,
+        points: &[UProbeAttachPoint<'static>],
+    ) -> Result<()> {
+        self.attach_uprobes(name, path, points)
+    }
+
     /// Attaches the loaded uprobe program `name` at `points` of `path`, for all processes.
     fn attach_uprobes(
         &mut self,

@@ -14,9 +14,10 @@ use clap::Parser;
 use lbf::capture::mpi::Library;
 use lbf::capture::select::{self, Source};
 use lbf::capture::EventSink;
-use lbf::config::TargetArgs;
-use lbf::event::{Event, ProcInfo};
+use lbf::config::{ProcedureArgs, TargetArgs};
+use lbf::event::{Event, ProcInfo, ProcedureCpu};
 use lbf::predict_live::LivePredictor;
+use lbf::probe::procedures::{self as traced_procedures, ProcedureSpec};
 use lbf::probe::{self, HeldChild, InitWatch, JsonLinesSink, RecordSink, TracerOptions};
 use lbf::record::{CaptureSink, Recorder, Scope};
 use lbf::report::{add_teardown, loss_as_cause, table, warnings};
@@ -103,6 +104,20 @@ struct Cli {
     #[command(flatten)]
     targets: TargetArgs,
 
+    /// Follow the CPU spent inside this function: NAME (a function of the program or of a
+    /// library it links, static functions included where the binary keeps its symbol table;
+    /// a C++ or Rust path such as ns::work too), NAME@OBJECT where several objects define it
+    /// (OBJECT: a path or a file name such as spa or libfoo.so), or 0xADDRESS (in the program,
+    /// or 0xADDRESS@OBJECT). Repeatable, up to 8. Each event then carries the CPU its thread spent inside each
+    /// since the previous event (recursion counted once), for `lbf-gag predict --move`,
+    /// `--zero` and `--speedup`. Each call costs an entry and a return probe (some 2.2 us
+    /// here): see docs/probe-overhead.md for how often is too often.
+    #[arg(long = "procedure", value_name = "NAME[@OBJECT]")]
+    procedure: Vec<ProcedureSpec>,
+
+    #[command(flatten)]
+    changes: ProcedureArgs,
+
     /// Every SECONDS while the program runs, print how many events the capture has handed
     /// out and how many it holds (waiting for their messages or, see --procs, for every
     /// process to be known), and with targets how far each prediction has got.
@@ -172,6 +187,11 @@ Examples:
 
   # a server and its 3 clients over sockets: events (and predictions) flow while they run
   sudo lbf-trace -o spa.trace.jsonl --procs 4 --nodes 2 --interval 10 -- ./spa all tcp:127.0.0.1:7300 20 5
+
+  # the paper's SPA over MPI: follow its two service procedures, predict each moved to the
+  # clients and each made free, on the machine it ran on (1 node of 2 cores)
+  sudo lbf-trace -o spa.trace.jsonl --procedure servBusy1 --procedure servBusy2 \\
+      --nodes 1 --cores 2 --move servBusy1 --zero servBusy2 -- mpirun -np 4 ./spa_mpi
 
   # replay the trace later against other targets (no root needed)
   lbf-gag predict run.trace.jsonl --nodes 8 --cores 2
@@ -285,13 +305,17 @@ fn run(cli: Cli) -> Result<i32> {
         }
         None => Box::new(CountingSink),
     };
-    let live = (!cli.targets.is_empty()).then(|| LivePredictor::new(cli.targets.clone()));
+    let procedures = attach_procedures(&cli, recorder.tracer())?;
+    let live = (!cli.targets.is_empty() || !cli.changes.is_empty()).then(|| {
+        LivePredictor::with_procedures(cli.targets.clone(), cli.changes.clone(), procedures.clone())
+    });
     // The trace file first: an unwritable path is an error before anything runs.
     let file = match &cli.output {
         Some(path) => Some(TraceFile {
             path: path.clone(),
             source,
             procs: Vec::new(),
+            procedures: procedures.clone(),
             file: Some(File::create(path).with_context(|| {
                 format!(
                     "cannot write the trace {}: nothing was run; give -o a path in a writable \
@@ -828,12 +852,15 @@ impl EventSink for Outputs {
         }
     }
     fn event(&mut self, event: &Event) {
+        self.event_with_procedures(event, &ProcedureCpu::NONE);
+    }
+    fn event_with_procedures(&mut self, event: &Event, procedures: &ProcedureCpu) {
         self.events += 1;
         if let Some(f) = &mut self.file {
-            f.event(event);
+            f.event_with_procedures(event, procedures);
         }
         if let Some(l) = &mut self.live {
-            l.event(event);
+            l.event_with_procedures(event, procedures);
         }
     }
 }
@@ -846,6 +873,8 @@ struct TraceFile {
     /// Where the capture takes its events, for the header.
     source: Source,
     procs: Vec<ProcInfo>,
+    /// The procedures followed (`--procedure`), for the header.
+    procedures: Vec<String>,
     /// The file, created before the command ran, until the header is written into it.
     file: Option<File>,
     writer: Option<TraceWriter<File>>,
@@ -859,6 +888,7 @@ impl TraceFile {
             let header = Header {
                 procs: self.procs.clone(),
                 source: Some(self.source),
+                procedures: self.procedures.clone(),
             };
             let file = self.file.take().expect("created at the start, taken once");
             self.writer = Some(TraceWriter::new(file, &header)?);
@@ -895,12 +925,58 @@ impl EventSink for TraceFile {
         self.procs.push(info.clone());
     }
     fn event(&mut self, event: &Event) {
+        self.event_with_procedures(event, &ProcedureCpu::NONE);
+    }
+    fn event_with_procedures(&mut self, event: &Event, procedures: &ProcedureCpu) {
         if self.error.is_none() {
-            if let Err(e) = self.writer().and_then(|w| w.write_event(event)) {
+            let written = self
+                .writer()
+                .and_then(|w| w.write_event_with_procedures(event, procedures));
+            if let Err(e) = written {
                 self.error = Some(e);
             }
         }
     }
+}
+
+/// Finds and probes the procedures of --procedure (in the command's programs and libraries,
+/// or in what the processes of -p map); returns their names, in order, as the trace lists
+/// them.
+fn attach_procedures(cli: &Cli, tracer: &mut probe::Tracer) -> Result<Vec<String>> {
+    if cli.procedure.is_empty() {
+        return Ok(Vec::new());
+    }
+    if cli.procedure.len() > traced_procedures::MAX_PROCEDURES {
+        bail!(
+            "--procedure is given {} times; lbf-trace follows at most {}",
+            cli.procedure.len(),
+            traced_procedures::MAX_PROCEDURES
+        );
+    }
+    let objects = if cli.command.is_empty() {
+        traced_procedures::objects_of_pids(&cli.pids)
+    } else {
+        traced_procedures::objects_of_command(&cli.command)
+    };
+    let mut names: Vec<String> = Vec::new();
+    for (index, spec) in cli.procedure.iter().enumerate() {
+        let found = traced_procedures::find(spec, &objects)?;
+        let name = traced_procedures::trace_name(spec);
+        if names.contains(&name) {
+            bail!("--procedure {name} is given twice");
+        }
+        tracer.attach_procedure(index, &found)?;
+        if cli.verbose {
+            eprintln!(
+                "lbf-trace: procedure {name}: {} at offset {:#x} of {}",
+                found.symbol,
+                found.offset,
+                found.object.display()
+            );
+        }
+        names.push(name);
+    }
+    Ok(names)
 }
 
 /// This machine's name, for the trace header.

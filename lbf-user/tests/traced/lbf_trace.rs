@@ -211,3 +211,32 @@ pub(crate) fn check_trace_file(run: &TraceRun, expected_procs: usize) {
         );
     }
 }
+
+/// `lbf-gag predict TRACE --json ARGS` on one node of this machine's cores (`--nodes 1
+/// --cores C`, the placement a run here had) and `args`: each target's name and predicted
+/// seconds, in order.
+pub(crate) fn predict_on_this_machine(trace: &Path, args: &[&str]) -> Vec<(String, f64)> {
+    let cores = machine::cores().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_lbf-gag"))
+        .args(["predict", "--json", "--nodes", "1", "--cores", &cores])
+        .args(args)
+        .arg(trace)
+        .output()
+        .expect("running lbf-gag");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("lbf-gag's JSON line");
+            let target = v["target"].as_str().expect("a target").to_string();
+            (
+                target,
+                v["predicted_seconds"].as_f64().expect("a predicted time"),
+            )
+        })
+        .collect()
+}

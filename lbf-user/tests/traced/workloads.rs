@@ -93,3 +93,21 @@ pub(crate) fn parse_checks(output: &str) -> Vec<Check> {
         })
         .collect()
 }
+
+/// [`workload_built_by`] with the preprocessor definitions `defines` (`MOVED=1`): a variant
+/// of the workload built from the same source, named after them (`spa-MOVED=1`).
+pub(crate) fn workload_variant(
+    cc: &str,
+    family: &str,
+    name: &str,
+    defines: &[&str],
+    libs: &[&str],
+) -> PathBuf {
+    let defines: Vec<String> = defines.iter().map(|d| format!("-D{d}")).collect();
+    let args: Vec<&str> = defines
+        .iter()
+        .map(String::as_str)
+        .chain(libs.iter().copied())
+        .collect();
+    workload_built_by(cc, family, name, &args)
+}

@@ -7,13 +7,26 @@
  * - `paced`: MPI_Comm_rank too, with a 1 ms sleep after every 64 calls, so that a reader of
  *   the records gets the CPU to read them whatever else runs;
  * - `test`: MPI_Test on a receive that nothing answers until the loop is over, as a progress
- *   loop polls: every call finds nothing.
+ *   loop polls: every call finds nothing;
+ * - `proc`: lbf_hot, a function of the program itself that does almost nothing (for
+ *   `lbf-trace --procedure lbf_hot`: the cost of a traced procedure's probes per call; its
+ *   first instruction is a `push`, which the kernel emulates).
  * Every rank runs the loop; run it with one rank. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* Out of line, and keeping a value across a call, so that it starts by saving a register. */
+__attribute__((noinline)) static int lbf_leaf(int x) {
+    __asm__ volatile("");
+    return x + 1;
+}
+__attribute__((noinline)) int lbf_hot(int x) {
+    int a = lbf_leaf(x);
+    return a + lbf_leaf(a) + x;
+}
 
 static long long now_ns(void) {
     struct timespec ts;
@@ -25,6 +38,7 @@ int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 1000000;
     int test = argc > 2 && strcmp(argv[2], "test") == 0;
     int paced = argc > 2 && strcmp(argv[2], "paced") == 0;
+    int proc = argc > 2 && strcmp(argv[2], "proc") == 0;
     struct timespec pause = {0, 1000000};
     int rank, sum = 0, flag = 0, in = 0, out = 1;
     MPI_Request req;
@@ -36,6 +50,8 @@ int main(int argc, char **argv) {
         if (test) {
             MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
             sum += flag;
+        } else if (proc) {
+            sum += lbf_hot((int)i);
         } else {
             MPI_Comm_rank(MPI_COMM_WORLD, &rank);
             sum += rank;

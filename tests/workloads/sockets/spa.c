@@ -12,7 +12,12 @@
  * Usage: spa server ENDPOINT CLIENTS ITERS COMPUTE_MS
  *        spa client ENDPOINT ID ITERS COMPUTE_MS
  *        spa all ENDPOINT ITERS COMPUTE_MS     (forks the server and 3 clients)
- * ENDPOINT is tcp:HOST:PORT or unix:PATH (see sock_check.h). */
+ * ENDPOINT is tcp:HOST:PORT or unix:PATH (see sock_check.h).
+ *
+ * Built with -DMOVED=1 (or 2), servBusy1 (servBusy2) is moved from the server to the clients
+ * it serves: the server answers their requests at once, and each such client runs it after
+ * sending its request and before reading the reply (the procedure-LBF experiment's modified
+ * builds). With -DEMPTIED=1 (or 2), that procedure does nothing (critical-path zeroing). */
 #include <poll.h>
 #include <sys/wait.h>
 
@@ -24,8 +29,20 @@ struct header {
     int32_t client, class, seq, len;
 };
 
-static void servBusy1(double ms) { sc_compute(2 * ms); }
-static void servBusy2(double ms) { sc_compute(ms); }
+#ifndef MOVED
+#define MOVED 0
+#endif
+#ifndef EMPTIED
+#define EMPTIED 0
+#endif
+
+/* Kept out of line, under their own names, so that `lbf-trace --procedure` finds them. */
+__attribute__((noinline, noclone)) static void servBusy1(double ms) {
+    if (EMPTIED != 1) sc_compute(2 * ms);
+}
+__attribute__((noinline, noclone)) static void servBusy2(double ms) {
+    if (EMPTIED != 2) sc_compute(ms);
+}
 
 static void server(const char *endpoint, int clients, int iters, double ms) {
     sc_start();
@@ -47,10 +64,12 @@ static void server(const char *endpoint, int clients, int iters, double ms) {
             char req[REQ_PAYLOAD];
             if (!sc_recv(pfd[i].fd, &h, sizeof h)) sc_die("client left early");
             sc_recv(pfd[i].fd, req, (size_t)h.len);
-            if (h.class == 1)
-                servBusy1(ms);
-            else
-                servBusy2(ms);
+            if (h.class != MOVED) {
+                if (h.class == 1)
+                    servBusy1(ms);
+                else
+                    servBusy2(ms);
+            }
             struct header r = {h.client, h.class, h.seq, REPLY_PAYLOAD};
             sc_send(pfd[i].fd, &r, sizeof r, 0);
             sc_send(pfd[i].fd, payload, sizeof payload, 0);
@@ -75,6 +94,12 @@ static void client(const char *endpoint, int id, int iters, double ms) {
         memcpy(buf, &h, sizeof h);
         memset(buf + sizeof h, 'q', REQ_PAYLOAD);
         sc_send(fd, buf, sizeof buf, 0);
+        if (h.class == MOVED) {
+            if (h.class == 1)
+                servBusy1(ms);
+            else
+                servBusy2(ms);
+        }
         char reply[sizeof(struct header) + REPLY_PAYLOAD];
         sc_recv(fd, reply, sizeof reply);
     }

@@ -203,6 +203,11 @@ impl Capture {
                 }
             }
             Some(RecordKind::Lost) => self.lost.record(rec),
+            Some(RecordKind::ProcCpu) => {
+                if let Some(p) = self.procs.get_mut(&rec.tgid) {
+                    p.procedures.observe(rec);
+                }
+            }
             Some(RecordKind::Fork | RecordKind::Exec | RecordKind::Syscall) => {}
             // A pair item is split by the reader (`probe::reader`); never seen here.
             Some(RecordKind::CallPair) | None => {

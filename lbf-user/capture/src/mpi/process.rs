@@ -14,8 +14,9 @@ use super::call::{DerivedTypes, Entry};
 use super::eager::EagerLimits;
 use super::library::Abi;
 use super::matching::{CommId, RecvId};
+use crate::procedures::ProcedureShares;
 use crate::{EventSink, ProcStats};
-use lbf_model::event::{CollId, Event, EventKind, MsgId};
+use lbf_model::event::{CollId, Event, EventKind, MsgId, ProcedureCpu};
 
 /// A call entered and not yet returned.
 #[derive(Clone, Debug)]
@@ -62,6 +63,8 @@ pub struct LocalComm {
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     cpu_ns: u64,
+    /// The CPU in traced procedures among `cpu_ns`.
+    procedures: ProcedureCpu,
     kind: Option<EventKind>,
     /// Bytes of the matched message, for statistics.
     bytes: u64,
@@ -95,6 +98,8 @@ pub struct Process {
     pub mid_run: bool,
     /// Totals over the events handed to the sink.
     pub stats: ProcStats,
+    /// The CPU its threads spent in traced procedures (`ProcCpu` records go here).
+    pub procedures: ProcedureShares,
     /// CPU clock of each thread at this process's previous event.
     cpu_base: FxHashMap<u32, u64>,
     /// CPU clock of each thread when tracing began, for a process attached while running,
@@ -125,6 +130,7 @@ impl Process {
             exited: false,
             mid_run: false,
             stats: ProcStats::default(),
+            procedures: ProcedureShares::default(),
             cpu_base: FxHashMap::default(),
             attach_cpu: FxHashMap::default(),
             wait_start: None,
@@ -180,6 +186,8 @@ impl Process {
         let before = cpu_at.saturating_sub(*base);
         *base = (*base).max(cpu_at);
         self.stats.untimed_cpu_ns += before;
+        // Procedure CPU out of the model too.
+        let _ = self.procedures.share(tid, cpu_at);
     }
 
     /// Thread `tid`'s CPU clock read `cpu_at` when tracing began (the process was attached
@@ -261,17 +269,19 @@ impl Process {
         let Some(rank) = self.rank else { return };
         while let Some(&Slot {
             cpu_ns,
+            procedures,
             kind: Some(kind),
             bytes,
             ..
         }) = self.queue.front()
         {
             self.stats.count(cpu_ns, &kind, bytes);
-            sink.event(&Event {
+            let event = Event {
                 proc: rank,
                 cpu_ns,
                 kind,
-            });
+            };
+            sink.event_with_procedures(&event, &procedures);
             self.queue.pop_front();
             self.queue_base += 1;
         }
@@ -286,8 +296,10 @@ impl Process {
         let base = self.cpu_base(tid);
         let cpu_ns = cpu_at.saturating_sub(*base);
         *base = (*base).max(cpu_at);
+        let procedures = self.procedures.share(tid, cpu_at);
         self.queue.push_back(Slot {
             cpu_ns,
+            procedures,
             kind,
             bytes: 0,
             post: false,

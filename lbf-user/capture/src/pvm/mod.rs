@@ -378,6 +378,7 @@ impl PvmCapture {
             }
             Some(RecordKind::Attach) => self.roster.attached(rec.tgid, rec.tid, rec.cpu_ns),
             Some(RecordKind::Lost) => self.lost.record(rec),
+            Some(RecordKind::ProcCpu) => self.roster.procedure_cpu(rec),
             _ => {}
         }
         self.roster.hand_out(&mut self.clock, sink);

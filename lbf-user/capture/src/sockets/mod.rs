@@ -244,6 +244,7 @@ impl SocketCapture {
             }
             Some(RecordKind::Attach) => self.roster.attached(rec.tgid, rec.tid, rec.cpu_ns),
             Some(RecordKind::Lost) => self.lost.record(rec),
+            Some(RecordKind::ProcCpu) => self.roster.procedure_cpu(rec),
             Some(
                 RecordKind::CallEntry
                 | RecordKind::CallExit

@@ -76,6 +76,7 @@ impl Machine {
             nodes,
             network: self.network.clone(),
             spin: self.spin,
+            procedures: Vec::new(),
         }
     }
 }

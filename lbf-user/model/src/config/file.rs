@@ -1,5 +1,6 @@
 //! Target files: TOML describing nodes, their processes, and the network.
 
+use super::procedures::ProcedureFile;
 use super::{preset, validate, ConfigError};
 use crate::event::ProcId;
 use crate::target::{CommTable, Network, Node, Target};
@@ -15,6 +16,8 @@ struct TargetFile {
     spin: f64,
     node: Vec<NodeFile>,
     network: Option<NetworkFile>,
+    #[serde(default)]
+    procedure: Vec<ProcedureFile>,
 }
 
 /// One `[[node]]` table.
@@ -98,11 +101,18 @@ pub fn parse_target(
         })
         .collect();
     let name = file.name.unwrap_or_else(|| default_name.to_string());
+    let procedures = file
+        .procedure
+        .into_iter()
+        .map(|p| p.change(num_procs))
+        .collect::<Result<_, _>>()
+        .map_err(fail)?;
     let target = Target {
         name,
         nodes,
         network,
         spin: file.spin,
+        procedures,
     };
     validate(&target, num_procs).map_err(fail)?;
     Ok(target)

@@ -8,11 +8,13 @@
 mod cli;
 mod file;
 mod presets;
+mod procedures;
 mod short;
 
 pub use cli::{parse_preset, TargetArgs};
 pub use file::{load_target, parse_target, procs_placed};
 pub use presets::{preset, NetworkPreset, PRESETS};
+pub use procedures::{as_run, ProcedureArgs};
 pub use short::{short_form, Layout, ShortForm};
 
 use crate::target::Target;

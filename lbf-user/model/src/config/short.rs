@@ -85,6 +85,7 @@ pub fn short_form(form: &ShortForm, num_procs: usize) -> Result<Target, ConfigEr
             .collect(),
         network: form.network.network(),
         spin: form.spin,
+        procedures: Vec::new(),
     };
     validate(&target, num_procs)
         .map_err(|m| ConfigError::new("--nodes/--cores/--speed/--spin", m))?;

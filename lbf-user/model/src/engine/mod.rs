@@ -12,11 +12,13 @@ mod comm;
 mod min_tree;
 mod msgs;
 mod node;
+mod shaper;
 mod sim;
 mod streams;
 mod time;
 
-use crate::event::{Event, EventKind, ProcId, ProcInfo};
+use crate::event::{Event, EventKind, ProcId, ProcInfo, ProcedureCpu};
+use crate::procedure::ProcedureError;
 use crate::target::Target;
 
 /// Receives the predicted schedule of one target as it is computed, for timelines.
@@ -69,6 +71,13 @@ pub enum EngineError {
         target: String,
         /// What is wrong.
         reason: String,
+    },
+    /// A target changes a procedure the trace does not record, or one twice.
+    BadProcedure {
+        /// The target's name.
+        target: String,
+        /// What is wrong.
+        reason: ProcedureError,
     },
     /// An event names a process outside the trace's process list.
     UnknownProcess {
@@ -146,6 +155,9 @@ impl std::fmt::Display for EngineError {
             EngineError::BadTarget { target, reason } => {
                 write!(f, "target `{target}` is unusable: {reason}")
             }
+            EngineError::BadProcedure { target, reason } => {
+                write!(f, "target `{target}`: {reason}")
+            }
             EngineError::UnknownProcess { proc, origin } => write!(
                 f,
                 "event for process {proc}, which is not in the trace's process list{}",
@@ -211,6 +223,7 @@ impl std::error::Error for EngineError {}
 ///     nodes: vec![Node::new(vec![0, 1])],
 ///     network: Network::default(),
 ///     spin: 0.0,
+///     procedures: Vec::new(),
 /// };
 /// let mut engine = Engine::new(2, vec![both_on_one]).unwrap();
 /// for p in 0..2 {
@@ -221,22 +234,89 @@ impl std::error::Error for EngineError {}
 /// ```
 pub struct Engine {
     streams: streams::Streams,
+    /// The simulations of targets that change no procedure: they read `streams`.
     sims: Vec<sim::Sim>,
+    /// The targets that change procedures, each reading a stream of its own.
+    shaped: Vec<Shaped>,
+    /// Where each target, in the order given, is: `(false, i)` is `sims[i]`, `(true, i)`
+    /// `shaped[i]`.
+    order: Vec<(bool, usize)>,
+    /// Processes whose shaped streams grew in the current push (reused).
+    touched: Vec<usize>,
     /// The first error: the engine refuses further input after it.
     failed: Option<EngineError>,
 }
 
+/// A target that changes procedures: its simulation reads the events as its changes shape
+/// them (see `shaper.rs`).
+struct Shaped {
+    shaper: shaper::Shaper,
+    streams: streams::Streams,
+    sim: sim::Sim,
+}
+
+impl Shaped {
+    /// Absolute index of the first event of process `p` the simulation still needs.
+    fn consumed(&self, p: usize) -> u64 {
+        self.sim.held(p)
+    }
+
+    /// Feeds `touched`'s grown streams to the simulation.
+    fn run(&mut self, touched: &mut Vec<usize>) -> Result<(), EngineError> {
+        for p in touched.drain(..) {
+            self.sim.on_event(p, &self.streams).map_err(|e| *e)?;
+        }
+        Ok(())
+    }
+}
+
 impl Engine {
     /// An engine for a trace of `num_procs` processes (ids `0..num_procs`), evaluating every
-    /// target in one pass. Fails if a target does not place every process on exactly one node.
+    /// target in one pass. Fails if a target does not place every process on exactly one node,
+    /// or changes a procedure (the trace records none: see [`Engine::with_procedures`]).
     pub fn new(num_procs: usize, targets: Vec<Target>) -> Result<Self, EngineError> {
-        let sims = targets
-            .into_iter()
-            .map(|t| sim::Sim::new(num_procs, t))
-            .collect::<Result<_, _>>()?;
+        Engine::with_procedures(num_procs, &[], targets)
+    }
+
+    /// An engine for a trace of `num_procs` processes that records the CPU of the procedures
+    /// `procedures` (in the order its events list their shares, [`ProcedureCpu`]). Fails as
+    /// [`Engine::new`] does, and if a target changes a procedure not in `procedures` or one
+    /// twice.
+    pub fn with_procedures(
+        num_procs: usize,
+        procedures: &[String],
+        targets: Vec<Target>,
+    ) -> Result<Self, EngineError> {
+        let mut sims = Vec::new();
+        let mut shaped = Vec::new();
+        let mut order = Vec::with_capacity(targets.len());
+        for target in targets {
+            if target.procedures.is_empty() {
+                order.push((false, sims.len()));
+                sims.push(sim::Sim::new(num_procs, target)?);
+                continue;
+            }
+            let indices =
+                crate::procedure::resolve(&target.procedures, procedures).map_err(|reason| {
+                    EngineError::BadProcedure {
+                        target: target.name.clone(),
+                        reason,
+                    }
+                })?;
+            let shaper = shaper::Shaper::new(&target.procedures, &indices, num_procs);
+            order.push((true, shaped.len()));
+            shaped.push(Shaped {
+                shaper,
+                streams: streams::Streams::new(num_procs),
+                sim: sim::Sim::new(num_procs, target)?,
+            });
+        }
         Ok(Engine {
             streams: streams::Streams::new(num_procs),
             sims,
+            shaped,
+            order,
+            touched: Vec::new(),
             failed: None,
         })
     }
@@ -244,7 +324,17 @@ impl Engine {
     /// An engine for the processes `procs` (the trace header's list, ids `0..procs.len()`),
     /// starting each at its `start_ns`; see [`Engine::new`] and [`Engine::set_start`].
     pub fn for_procs(procs: &[ProcInfo], targets: Vec<Target>) -> Result<Self, EngineError> {
-        let mut engine = Engine::new(procs.len(), targets)?;
+        Engine::for_procs_with_procedures(procs, &[], targets)
+    }
+
+    /// [`Engine::for_procs`] for a trace that records `procedures` (see
+    /// [`Engine::with_procedures`]).
+    pub fn for_procs_with_procedures(
+        procs: &[ProcInfo],
+        procedures: &[String],
+        targets: Vec<Target>,
+    ) -> Result<Self, EngineError> {
+        let mut engine = Engine::with_procedures(procs.len(), procedures, targets)?;
         for p in procs.iter().filter(|p| p.start_ns > 0) {
             engine.set_start(p.id, p.start_ns as f64 * 1e-9);
         }
@@ -265,6 +355,9 @@ impl Engine {
         for sim in &mut self.sims {
             sim.set_start(proc as usize, seconds);
         }
+        for shaped in &mut self.shaped {
+            shaped.sim.set_start(proc as usize, seconds);
+        }
     }
 
     /// Records the predicted schedule of target number `target` into `sink`.
@@ -272,23 +365,42 @@ impl Engine {
     /// # Panics
     /// If there is no target number `target`.
     pub fn set_schedule_sink(&mut self, target: usize, sink: Box<dyn ScheduleSink>) {
-        self.sims[target].set_sink(sink);
+        match self.order[target] {
+            (false, i) => self.sims[i].set_sink(sink),
+            (true, i) => self.shaped[i].sim.set_sink(sink),
+        }
     }
 
     /// Feeds one event and advances every target as far as the events so far allow.
     /// `origin` is echoed in errors (a trace line number, a sequence number; 0 if none).
     pub fn push(&mut self, event: Event, origin: u64) -> Result<(), EngineError> {
+        self.push_with_procedures(event, &ProcedureCpu::NONE, origin)
+    }
+
+    /// [`Engine::push`] for an event that carries the CPU its process spent in each traced
+    /// procedure since its previous event (see [`Engine::with_procedures`]).
+    pub fn push_with_procedures(
+        &mut self,
+        event: Event,
+        shares: &ProcedureCpu,
+        origin: u64,
+    ) -> Result<(), EngineError> {
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
-        let result = self.push_inner(event, origin);
+        let result = self.push_inner(event, shares, origin);
         if let Err(e) = &result {
             self.failed = Some(e.clone());
         }
         result
     }
 
-    fn push_inner(&mut self, event: Event, origin: u64) -> Result<(), EngineError> {
+    fn push_inner(
+        &mut self,
+        event: Event,
+        shares: &ProcedureCpu,
+        origin: u64,
+    ) -> Result<(), EngineError> {
         let p = event.proc as usize;
         if p >= self.num_procs() {
             return Err(EngineError::UnknownProcess {
@@ -313,6 +425,21 @@ impl Engine {
         for sim in &mut self.sims {
             sim.on_event(p, &self.streams).map_err(|e| *e)?;
         }
+        for shaped in &mut self.shaped {
+            if shaped.streams.is_full(p) {
+                shaped.streams.trim(p, shaped.consumed(p));
+            }
+            // The shaper may release other processes' events, whose rings are trimmed only
+            // when they next receive one of their own: they grow meanwhile.
+            shaped.shaper.push(
+                &event,
+                shares,
+                origin,
+                &mut shaped.streams,
+                &mut self.touched,
+            );
+            shaped.run(&mut self.touched)?;
+        }
         Ok(())
     }
 
@@ -328,7 +455,13 @@ impl Engine {
 
     /// How far each target has got.
     pub fn progress(&self) -> Vec<Progress> {
-        self.sims.iter().map(sim::Sim::progress).collect()
+        self.order
+            .iter()
+            .map(|&(shaped, i)| match shaped {
+                false => self.sims[i].progress(),
+                true => self.shaped[i].sim.progress(),
+            })
+            .collect()
     }
 
     /// Events received but not yet consumed by every target (the engine's memory footprint).
@@ -343,7 +476,12 @@ impl Engine {
     pub fn queued_events_of(&self, proc: ProcId) -> usize {
         let p = proc as usize;
         if p < self.num_procs() {
-            (self.streams.end_of(p) - self.consumed(p)) as usize
+            let shaped: u64 = self
+                .shaped
+                .iter()
+                .map(|s| s.streams.end_of(p) - s.consumed(p))
+                .sum();
+            (self.streams.end_of(p) - self.consumed(p) + shaped) as usize
         } else {
             0
         }
@@ -357,18 +495,39 @@ impl Engine {
         let p = proc as usize;
         p < self.num_procs()
             && !self.streams.is_closed(p)
-            && self
+            && (self
                 .sims
                 .iter()
                 .any(|s| s.cursor(p) >= self.streams.end_of(p))
+                || self
+                    .shaped
+                    .iter()
+                    .any(|s| s.sim.cursor(p) >= s.streams.end_of(p)))
     }
 
     /// Ends the stream: every process must have exited. Returns one prediction per target,
     /// in the order the targets were given.
-    pub fn finish(self) -> Result<Vec<Prediction>, EngineError> {
+    pub fn finish(mut self) -> Result<Vec<Prediction>, EngineError> {
         if let Some(e) = self.failed {
             return Err(e);
         }
-        self.sims.into_iter().map(sim::Sim::finish).collect()
+        for shaped in &mut self.shaped {
+            shaped.shaper.flush(&mut shaped.streams, &mut self.touched);
+            shaped.run(&mut self.touched)?;
+        }
+        let mut sims: Vec<Option<sim::Sim>> = self.sims.into_iter().map(Some).collect();
+        let mut shaped: Vec<Option<sim::Sim>> =
+            self.shaped.into_iter().map(|s| Some(s.sim)).collect();
+        self.order
+            .iter()
+            .map(|&(is_shaped, i)| {
+                let slot = if is_shaped {
+                    &mut shaped[i]
+                } else {
+                    &mut sims[i]
+                };
+                slot.take().expect("each target once").finish()
+            })
+            .collect()
     }
 }

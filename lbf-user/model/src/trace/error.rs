@@ -45,6 +45,13 @@ pub enum TraceErrorKind {
         /// How many processes the header lists.
         procs: usize,
     },
+    /// An event's `proc_ns` lists another number of shares than the header lists procedures.
+    ProcedureCount {
+        /// How many shares the line lists.
+        listed: usize,
+        /// How many procedures the header lists.
+        procedures: usize,
+    },
     /// A line follows the summary, which must be the last line.
     /// A message's send, receive or post appears twice (`what`: `sent`, `received`,
     /// `posted`), the first time on `first_line`.
@@ -121,6 +128,11 @@ impl fmt::Display for TraceError {
                 f,
                 "process {proc} is not in the header, which lists {procs} processes (ids 0 to {})",
                 procs.saturating_sub(1)
+            ),
+            TraceErrorKind::ProcedureCount { listed, procedures } => write!(
+                f,
+                "\"proc_ns\" lists {listed} numbers, but the header lists {procedures} \
+                 procedures; it needs one number per procedure, in the header's order"
             ),
             TraceErrorKind::Repeated {
                 what,

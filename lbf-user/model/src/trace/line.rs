@@ -1,15 +1,15 @@
 //! Parsing one line of a trace (versions 1 and 2) into an event or the summary.
 
 use super::{flat, parse_op, Summary, TraceErrorKind};
-use crate::event::{Event, EventKind, ProcId};
+use crate::event::{Event, EventKind, ProcId, ProcedureCpu};
 use serde::Deserialize;
 use std::borrow::Cow;
 
 /// What one body line holds.
 #[derive(Debug, PartialEq)]
 pub(super) enum Record {
-    /// An event of one of the header's processes.
-    Event(Event),
+    /// An event of one of the header's processes, with its procedures' CPU.
+    Event(Event, ProcedureCpu),
     /// The closing summary.
     Summary(Summary),
 }
@@ -29,14 +29,22 @@ pub(super) struct RawLine<'a> {
     pub(super) op: Option<Cow<'a, str>>,
     pub(super) size: Option<u32>,
     pub(super) rendezvous: Option<bool>,
+    /// The CPU in each of the header's procedures (serde_json's path only: the fast path
+    /// leaves arrays to it).
+    pub(super) proc_ns: Option<Vec<u64>>,
     pub(super) summary: Option<Summary>,
     /// Only a header has it: a header in the body is a trace written twice into one file.
     #[serde(borrow)]
     pub(super) format: Option<Cow<'a, str>>,
 }
 
-/// Parses a non-blank body line of a trace whose header lists `procs` processes.
-pub(super) fn parse(text: &[u8], procs: usize) -> Result<Record, TraceErrorKind> {
+/// Parses a non-blank body line of a trace whose header lists `procs` processes and
+/// `procedures` procedures.
+pub(super) fn parse(
+    text: &[u8],
+    procs: usize,
+    procedures: usize,
+) -> Result<Record, TraceErrorKind> {
     let raw = match flat::parse(text) {
         Some(raw) => raw,
         None => serde_json::from_slice(text).map_err(bad_json)?,
@@ -63,11 +71,24 @@ pub(super) fn parse(text: &[u8], procs: usize) -> Result<Record, TraceErrorKind>
         return Err(TraceErrorKind::UnknownProcess { proc, procs });
     }
     let cpu_ns = need(raw.cpu_ns, "cpu_ns")?;
-    Ok(Record::Event(Event {
+    let shares = match &raw.proc_ns {
+        None => ProcedureCpu::NONE,
+        Some(list) if list.len() == procedures => {
+            ProcedureCpu::from_slice(list).expect("the header lists at most MAX_PROCEDURES")
+        }
+        Some(list) => {
+            return Err(TraceErrorKind::ProcedureCount {
+                listed: list.len(),
+                procedures,
+            })
+        }
+    };
+    let event = Event {
         proc: proc as ProcId,
         cpu_ns,
         kind,
-    }))
+    };
+    Ok(Record::Event(event, shares))
 }
 
 /// serde_json's message, its position within the one-line text given as a column.

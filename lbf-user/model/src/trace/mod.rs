@@ -22,7 +22,7 @@ pub use error::{TraceError, TraceErrorKind};
 pub use reader::TraceReader;
 pub use writer::TraceWriter;
 
-use crate::event::{CollOp, Event, EventKind, ProcId, ProcInfo};
+use crate::event::{CollOp, Event, EventKind, ProcId, ProcInfo, ProcedureCpu};
 use crate::source::Source;
 use serde::{Deserialize, Serialize};
 
@@ -44,6 +44,9 @@ pub struct Header {
     /// `None` when the trace does not say (written before traces said, or merged from
     /// several hosts' streams).
     pub source: Option<Source>,
+    /// The procedures whose CPU each event carries (`lbf-trace --procedure`), in the order of
+    /// [`LineEvent::procedures`]; empty when the capture followed none.
+    pub procedures: Vec<String>,
 }
 
 /// The closing line of a completed capture: how long the measured run took, and whether the
@@ -103,6 +106,8 @@ pub struct LineEvent {
     pub line: u64,
     /// The event.
     pub event: Event,
+    /// The CPU its process spent in each of the header's procedures since its previous event.
+    pub procedures: ProcedureCpu,
 }
 
 /// The value of an event's `k` field.

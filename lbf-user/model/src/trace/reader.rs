@@ -5,7 +5,7 @@ use super::rules::MessageRules;
 use super::{
     Header, LineEvent, Summary, TraceError, TraceErrorKind, FORMAT_NAME, READABLE_VERSIONS,
 };
-use crate::event::ProcInfo;
+use crate::event::{ProcInfo, MAX_PROCEDURES};
 use crate::source::Source;
 use serde::Deserialize;
 use std::fs::File;
@@ -38,6 +38,7 @@ struct RawHeader {
     version: Option<u64>,
     source: Option<String>,
     procs: Option<Vec<ProcInfo>>,
+    procedures: Option<Vec<String>>,
 }
 
 impl TraceReader<BufReader<File>> {
@@ -58,6 +59,7 @@ impl<R: BufRead> TraceReader<R> {
             header: Header {
                 procs: Vec::new(),
                 source: None,
+                procedures: Vec::new(),
             },
             summary: None,
             cut: None,
@@ -103,14 +105,15 @@ impl<R: BufRead> TraceReader<R> {
                 return Err(self.error(TraceErrorKind::AfterSummary { summary_line }));
             }
             let text = self.buf.trim_ascii_end();
-            match parse(text, self.header.procs.len()) {
-                Ok(Record::Event(event)) => {
+            match parse(text, self.header.procs.len(), self.header.procedures.len()) {
+                Ok(Record::Event(event, procedures)) => {
                     if let Err(kind) = self.rules.check(&event, self.line) {
                         return Err(self.error(kind));
                     }
                     return Ok(Some(LineEvent {
                         line: self.line,
                         event,
+                        procedures,
                     }));
                 }
                 Ok(Record::Summary(summary)) => self.summary = Some((self.line, summary)),
@@ -187,5 +190,25 @@ fn parse_header(text: &[u8]) -> Result<Header, TraceErrorKind> {
             )))
         }
     };
-    Ok(Header { procs, source })
+    let procedures = raw.procedures.unwrap_or_default();
+    if procedures.len() > MAX_PROCEDURES {
+        return Err(TraceErrorKind::BadHeader(format!(
+            "\"procedures\" lists {} procedures; a trace follows at most {MAX_PROCEDURES}",
+            procedures.len()
+        )));
+    }
+    if let Some((i, name)) = procedures
+        .iter()
+        .enumerate()
+        .find(|(i, name)| procedures[..*i].contains(name))
+    {
+        return Err(TraceErrorKind::BadHeader(format!(
+            "\"procedures\" lists `{name}` twice (the second time at index {i})"
+        )));
+    }
+    Ok(Header {
+        procs,
+        source,
+        procedures,
+    })
 }

@@ -40,6 +40,7 @@ pub fn header(config: &Config) -> Header {
     Header {
         procs,
         source: None,
+        procedures: Vec::new(),
     }
 }
 

@@ -1,7 +1,7 @@
 //! Reader and writer tests: round trips, and every error with its line number.
 
 use super::*;
-use crate::event::ProcId;
+use crate::event::{ProcId, ProcedureCpu};
 
 const HEADER: &str = r#"{"format":"lbf-trace","version":2,"procs":[{"id":0,"name":"rank0","host":"a"},{"id":1,"name":"rank1","host":"b"}]}"#;
 const HEADER_V1: &str = r#"{"format":"lbf-trace","version":1,"procs":[{"id":0,"name":"rank0","host":"a"},{"id":1,"name":"rank1","host":"b"}]}"#;
@@ -86,6 +86,7 @@ fn header() -> Header {
     Header {
         procs: vec![proc(0, "a"), proc(1, "b")],
         source: None,
+        procedures: Vec::new(),
     }
 }
 
@@ -184,7 +185,8 @@ fn extra_fields_and_blank_lines_are_ignored() {
         events,
         vec![LineEvent {
             line: 3,
-            event: ev(1, 3, EventKind::RecvEnd { msg: 4 })
+            event: ev(1, 3, EventKind::RecvEnd { msg: 4 }),
+            procedures: ProcedureCpu::NONE,
         }]
     );
 }
@@ -425,4 +427,59 @@ fn a_byte_order_mark_before_the_header_is_skipped() {
     let text = format!("\u{feff}{HEADER}\n{}\n", r#"{"p":0,"k":"exit","cpu_ns":0}"#);
     let (events, _) = read_all(&text).unwrap();
     assert_eq!(events.len(), 1);
+}
+
+/// The header's `procedures` and the events' `proc_ns`: written only where a procedure ran,
+/// read back in the header's order, absent (all zero) in traces without them.
+#[test]
+fn procedure_cpu_is_recorded_per_event() {
+    let with = Header {
+        procedures: vec!["servBusy1".into(), "servBusy2".into()],
+        ..header()
+    };
+    let mut writer = TraceWriter::new(Vec::new(), &with).unwrap();
+    let shares = ProcedureCpu::from_slice(&[700, 0]).unwrap();
+    let send = ev(0, 1000, EventKind::Keepalive);
+    writer.write_event_with_procedures(&send, &shares).unwrap();
+    writer
+        .write_event_with_procedures(&ev(0, 5, EventKind::Exit), &ProcedureCpu::NONE)
+        .unwrap();
+    let text = String::from_utf8(writer.finish(&Summary::default()).unwrap()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].ends_with(r#""procedures":["servBusy1","servBusy2"]}"#),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(
+        lines[1],
+        r#"{"p":0,"k":"keepalive","cpu_ns":1000,"proc_ns":[700,0]}"#
+    );
+    assert_eq!(lines[2], r#"{"p":0,"k":"exit","cpu_ns":5}"#);
+    let mut reader = TraceReader::new(text.as_bytes()).unwrap();
+    assert_eq!(reader.header(), &with);
+    let first = reader.next_event().unwrap().unwrap();
+    assert_eq!((first.event, first.procedures), (send, shares));
+    let second = reader.next_event().unwrap().unwrap();
+    assert_eq!(second.procedures, ProcedureCpu::NONE);
+    // A trace without procedures has no `procedures` in its header.
+    let plain = TraceWriter::new(Vec::new(), &header()).unwrap();
+    let plain = String::from_utf8(plain.finish(&Summary::default()).unwrap()).unwrap();
+    assert!(!plain.contains("procedures"), "{plain}");
+}
+
+#[test]
+fn proc_ns_must_match_the_header() {
+    let (line, message) = error(r#"{"p":0,"k":"exit","cpu_ns":5,"proc_ns":[1]}"#);
+    assert_eq!(line, 2);
+    assert!(
+        message.contains("\"proc_ns\" lists 1 numbers, but the header lists 0 procedures"),
+        "{message}"
+    );
+    let twice = r#"{"format":"lbf-trace","version":2,"procs":[{"id":0}],"procedures":["f","f"]}"#;
+    let err = TraceReader::new(twice.as_bytes())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("lists `f` twice"), "{err}");
 }

@@ -1,7 +1,7 @@
 //! Buffered writer of traces (the current version, [`super::FORMAT_VERSION`]).
 
 use super::{kind_name, op_name, Header, Summary, FORMAT_NAME, FORMAT_VERSION};
-use crate::event::{Event, EventKind, ProcInfo};
+use crate::event::{Event, EventKind, ProcInfo, ProcedureCpu};
 use crate::source::Source;
 use serde::Serialize;
 use std::fs::File;
@@ -20,6 +20,8 @@ use std::path::Path;
 /// [`flush`]: TraceWriter::flush
 pub struct TraceWriter<W: Write> {
     out: BufWriter<W>,
+    /// How many procedures the header lists: each event's `proc_ns` has as many entries.
+    procedures: usize,
     /// The line being formatted.
     line: Vec<u8>,
 }
@@ -32,6 +34,8 @@ struct HeaderLine<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     source: Option<Source>,
     procs: &'a [ProcInfo],
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    procedures: &'a [String],
 }
 
 /// The summary line.
@@ -56,18 +60,30 @@ impl<W: Write> TraceWriter<W> {
             version: FORMAT_VERSION,
             source: header.source,
             procs: &header.procs,
+            procedures: &header.procedures,
         };
         let mut text = serde_json::to_vec(&line)?;
         text.push(b'\n');
         out.write_all(&text)?;
         Ok(TraceWriter {
             out,
+            procedures: header.procedures.len(),
             line: Vec::with_capacity(256),
         })
     }
 
     /// Appends one event line.
     pub fn write_event(&mut self, event: &Event) -> io::Result<()> {
+        self.write_event_with_procedures(event, &ProcedureCpu::NONE)
+    }
+
+    /// Appends one event line with the CPU its process spent in each of the header's
+    /// procedures (written only when one is not 0).
+    pub fn write_event_with_procedures(
+        &mut self,
+        event: &Event,
+        shares: &ProcedureCpu,
+    ) -> io::Result<()> {
         self.line.clear();
         let out = &mut self.line;
         let kind = kind_name(&event.kind);
@@ -102,6 +118,15 @@ impl<W: Write> TraceWriter<W> {
             )?,
             EventKind::CollEnd { coll } => write!(out, r#","coll":{coll}"#)?,
             EventKind::RecvStart | EventKind::Keepalive | EventKind::Exit => {}
+        }
+        let listed = shares.first(self.procedures);
+        if listed.iter().any(|&ns| ns > 0) {
+            out.write_all(br#","proc_ns":["#)?;
+            for (i, ns) in listed.iter().enumerate() {
+                let comma = if i == 0 { "" } else { "," };
+                write!(out, "{comma}{ns}")?;
+            }
+            out.write_all(b"]")?;
         }
         out.write_all(b"}\n")?;
         self.out.write_all(&self.line)

@@ -7,11 +7,12 @@ mod advise;
 use anyhow::{Context, Result};
 use clap::{error::ErrorKind, CommandFactory, Parser, Subcommand};
 use lbf::capture::select::Source;
-use lbf::config::TargetArgs;
+use lbf::config::{ProcedureArgs, TargetArgs};
 use lbf::engine::{Engine, EngineError, Prediction};
 use lbf::net::builder::serve;
 use lbf::net::serve_config::ServeConfig;
 use lbf::net::tls::self_signed;
+use lbf::report::critical_path::{Profile, Recorder, TracedEvent};
 use lbf::report::{add_teardown, json_lines, loss_as_cause, table, warnings, Timeline};
 use lbf::target::Target;
 use lbf::trace::TraceReader;
@@ -90,9 +91,15 @@ struct Cert {
 /// A target is a placement of the trace's processes onto nodes plus a network. Give targets as
 /// TOML files (--target, repeatable; see docs/targets.md) and/or in the short form (--nodes
 /// with --cores, --layout, --speed, --network). Every target is evaluated in one pass.
+///
+/// A trace that followed procedures (lbf-trace --procedure NAME) also answers what-ifs about
+/// them: --move NAME, --zero NAME and --speedup NAME=S each add a target (the placement given
+/// with the procedure changed; without one, the placement the trace ran on), and target files
+/// may change procedures in their procedure tables (see docs/targets.md).
 #[derive(clap::Args)]
 #[command(
-    group = clap::ArgGroup::new("targets").required(true).multiple(true).args(["target", "nodes"]),
+    group = clap::ArgGroup::new("targets").required(true).multiple(true)
+        .args(["target", "nodes", "moves", "zeros", "speedups"]),
     after_help = AFTER_HELP,
 )]
 struct Predict {
@@ -101,6 +108,9 @@ struct Predict {
 
     #[command(flatten)]
     targets: TargetArgs,
+
+    #[command(flatten)]
+    procedures: ProcedureArgs,
 
     /// Print one JSON object per target and line instead of a table.
     #[arg(long)]
@@ -113,6 +123,13 @@ struct Predict {
     /// The target whose schedule --timeline writes (default: the first).
     #[arg(long, value_name = "NAME", requires = "timeline")]
     timeline_target: Option<String>,
+
+    /// After the table, each target's critical path: the share of its predicted time each
+    /// process computes on it, each traced procedure (of that), messages in flight, and
+    /// start-up. What makes up most of it is what to tune next. Keeps every target's
+    /// schedule in memory.
+    #[arg(long, conflicts_with = "timeline")]
+    critical_path: bool,
 }
 
 const AFTER_HELP: &str = "\
@@ -122,6 +139,11 @@ Examples:
 
   # 64 processes on 8 nodes of 4 cores over Gigabit Ethernet, as JSON
   lbf-gag predict run.trace.jsonl --nodes 8 --cores 4 --network gige --json
+
+  # a trace taken with lbf-trace --procedure servBusy1: servBusy1 moved from the server to
+  # the clients it answers, made free, made twice as fast, each on one node of 2 cores
+  lbf-gag predict spa.trace.jsonl --nodes 1 --cores 2 --move servBusy1 --zero servBusy1 \\
+      --speedup servBusy1=2
 
   # the predicted schedule of one target, to open in https://ui.perfetto.dev
   lbf-gag predict run.trace.jsonl --target two-nodes.toml --nodes 4 \\
@@ -194,6 +216,7 @@ fn predict(args: &Predict) -> Result<Complete> {
     let mut reader = TraceReader::open(&args.trace).with_context(|| trace.to_string())?;
     let header = reader.header().clone();
     let targets = args.targets.resolve(header.procs.len())?;
+    let targets = args.procedures.extend(targets, &header.procs);
     let timeline_index = timeline_index(args, &targets);
     let timeline = match (&args.timeline, timeline_index) {
         (Some(path), Some(i)) => Some(
@@ -202,17 +225,33 @@ fn predict(args: &Predict) -> Result<Complete> {
         ),
         _ => None,
     };
-    let mut engine = Engine::for_procs(&header.procs, targets)?;
+    let targets_kept = targets.clone();
+    let mut engine = Engine::for_procs_with_procedures(&header.procs, &header.procedures, targets)?;
     if let (Some(timeline), Some(i)) = (&timeline, timeline_index) {
         engine.set_schedule_sink(i, timeline.sink());
     }
+    let recorders: Vec<Recorder> = match args.critical_path {
+        true => (0..targets_kept.len())
+            .map(|i| {
+                let recorder = Recorder::new(header.procs.len());
+                engine.set_schedule_sink(i, recorder.sink());
+                recorder
+            })
+            .collect(),
+        false => Vec::new(),
+    };
+    let mut traced: Vec<Vec<TracedEvent>> = vec![Vec::new(); header.procs.len()];
     let inconsistent = || format!("{trace}: inconsistent trace (\"at N\" is line N)");
     // After an inconsistency the rest is read all the same: the summary says whether the
     // capture lost records, which is then the likely cause.
     let mut pushed = Ok(());
     while let Some(e) = reader.next_event().with_context(|| trace.to_string())? {
         if pushed.is_ok() {
-            pushed = engine.push(e.event, e.line);
+            pushed = engine.push_with_procedures(e.event, &e.procedures, e.line);
+        }
+        if args.critical_path {
+            let event = TracedEvent::new(&e.event.kind, e.event.cpu_ns, e.procedures);
+            traced[e.event.proc as usize].push(event);
         }
     }
     let loss = reader.summary().and_then(loss_as_cause);
@@ -260,6 +299,21 @@ fn predict(args: &Predict) -> Result<Complete> {
             .finish()
             .with_context(|| format!("cannot write the timeline {}", path.display()))?;
     }
+    let names: Vec<String> = header.procs.iter().map(|p| p.name.clone()).collect();
+    let profiles: Vec<String> = recorders
+        .iter()
+        .zip(&targets_kept)
+        .zip(&predictions)
+        .map(|((recorder, target), prediction)| {
+            let changes: Vec<_> = lbf::procedure::resolve(&target.procedures, &header.procedures)
+                .map(|indices| indices.into_iter().zip(target.procedures.clone()).collect())
+                .unwrap_or_default();
+            let total = prediction.predicted_seconds;
+            let procedures = header.procedures.len();
+            let profile = Profile::of(recorder, total, &traced, procedures, &changes);
+            profile.text(&target.name, &names, &header.procedures)
+        })
+        .collect();
     let summary = reader.summary().cloned();
     add_teardown(&mut predictions, summary.as_ref());
     for w in warnings(summary.as_ref()) {
@@ -275,6 +329,9 @@ fn predict(args: &Predict) -> Result<Complete> {
             println!("source: {}", source_label(source));
         }
         print!("{}", table(&predictions, summary.as_ref()));
+    }
+    for profile in profiles {
+        print!("\n{profile}");
     }
     Ok(if summary.is_some() {
         Complete::Yes

@@ -89,7 +89,7 @@ struct Cert {
 /// with --cores, --layout, --speed, --network). Every target is evaluated in one pass.
 #[derive(clap::Args)]
 #[command(
-    group = clap::ArgGroup::new("targets").required(true).multiple(true).args(["target", "nodes"]),
+    group = clap::ArgGroup::new("targets").required(true).multiple(true).args(["target", "nodes", "cluster"]),
     after_help = AFTER_HELP,
 )]
 struct Predict {

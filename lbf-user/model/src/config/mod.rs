@@ -6,14 +6,18 @@
 //! This module knows nothing of traces beyond their process count, nor of the engine.
 
 mod cli;
+mod cluster;
 mod file;
 mod presets;
 mod short;
+mod table;
 
 pub use cli::TargetArgs;
-pub use file::{load_target, parse_target, procs_placed};
+pub use cluster::{load_cluster, parse_cluster, Cluster, Host, Segment};
+pub use file::{load_target, load_target_on, parse_target, parse_target_on, procs_placed};
 pub use presets::{preset, NetworkPreset, PRESETS};
 pub use short::{short_form, Layout, ShortForm};
+pub use table::MAX_TABLE_POINTS;
 
 use crate::target::Target;
 use std::fmt;

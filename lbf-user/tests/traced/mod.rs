@@ -945,6 +945,8 @@ pub(crate) struct NetnsPair {
     pub names: [String; 2],
     /// Their addresses.
     pub addrs: [String; 2],
+    /// The veth ends, one in each namespace.
+    pub veths: [String; 2],
 }
 
 fn ip(args: &[&str]) {
@@ -962,6 +964,7 @@ impl NetnsPair {
         let pair = NetnsPair {
             names: names.clone(),
             addrs: addrs.clone(),
+            veths: veth.clone(),
         };
         for name in &names {
             ip(&["netns", "add", name]);
@@ -984,6 +987,33 @@ impl NetnsPair {
             ip(&["-n", &names[i], "link", "set", "lo", "up"]);
         }
         pair
+    }
+}
+
+impl NetnsPair {
+    /// Shapes both directions of the link with a token bucket (`tc qdisc ... tbf`) of `rate`
+    /// (tc's units, e.g. `100mbit`) and `burst` bytes, replacing any shaping before.
+    pub(crate) fn shape(&self, rate: &str, burst: u32) {
+        for i in 0..2 {
+            let status = Command::new("tc")
+                .args([
+                    "-n",
+                    &self.names[i],
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    &self.veths[i],
+                ])
+                .args(["root", "tbf", "rate", rate, "burst", &burst.to_string()])
+                .args(["latency", "100ms"])
+                .status()
+                .expect("running tc");
+            assert!(
+                status.success(),
+                "tc qdisc replace ... tbf rate {rate} on {}",
+                self.veths[i]
+            );
+        }
     }
 }
 

@@ -249,22 +249,41 @@ fn small_latencies(pair: &NetnsPair, latency: &Path, file: &Path) -> (f64, f64) 
     (median(&mut ours), median(&mut theirs))
 }
 
-/// A cgroup of this machine with `cpu.max` `quota` of 100 ms periods, removed on drop.
+/// A cgroup of this machine whose CPU quota is `quota_us` of every 100 ms period, removed
+/// on drop: `cpu.max` under cgroup v2, `cpu.cfs_quota_us` under v1's `cpu` controller (this
+/// machine kind mounts v1's).
 struct Cgroup(PathBuf);
 
 impl Cgroup {
     fn new(name: &str, quota_us: u32) -> Self {
-        let root = Path::new("/sys/fs/cgroup");
-        let controllers = std::fs::read_to_string(root.join("cgroup.subtree_control"))
-            .expect("cgroup v2 at /sys/fs/cgroup");
-        if !controllers.split_whitespace().any(|c| c == "cpu") {
-            std::fs::write(root.join("cgroup.subtree_control"), "+cpu")
-                .expect("enabling the cpu controller");
+        let v2 = Path::new("/sys/fs/cgroup");
+        let v1 = Path::new("/sys/fs/cgroup/cpu");
+        let leaf = format!("lbf-{name}-{}", std::process::id());
+        let has_cpu = |file: &Path| {
+            std::fs::read_to_string(file).is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu"))
+        };
+        if has_cpu(&v2.join("cgroup.controllers")) {
+            if !has_cpu(&v2.join("cgroup.subtree_control")) {
+                std::fs::write(v2.join("cgroup.subtree_control"), "+cpu")
+                    .expect("enabling the cpu controller");
+            }
+            let dir = v2.join(leaf);
+            std::fs::create_dir_all(&dir).expect("making the cgroup");
+            std::fs::write(dir.join("cpu.max"), format!("{quota_us} 100000")).expect("cpu.max");
+            Cgroup(dir)
+        } else if v1.join("cpu.cfs_quota_us").exists() {
+            let dir = v1.join(leaf);
+            std::fs::create_dir_all(&dir).expect("making the cgroup");
+            std::fs::write(dir.join("cpu.cfs_period_us"), "100000").expect("cpu.cfs_period_us");
+            std::fs::write(dir.join("cpu.cfs_quota_us"), quota_us.to_string())
+                .expect("cpu.cfs_quota_us");
+            Cgroup(dir)
+        } else {
+            panic!(
+                "no cgroup file system with the cpu controller (v2 at /sys/fs/cgroup, v1 at \
+                 /sys/fs/cgroup/cpu)"
+            );
         }
-        let dir = root.join(format!("lbf-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("making the cgroup");
-        std::fs::write(dir.join("cpu.max"), format!("{quota_us} 100000")).expect("cpu.max");
-        Cgroup(dir)
     }
 
     /// A shell command that joins this cgroup, then runs `command`.

@@ -8,10 +8,12 @@
 //! - `dram`: summing a 64 MiB array (larger than any cache here).
 //!
 //! Each is timed by the wall clock, in short chunks taken in turn over the whole measurement,
-//! so that what takes the CPU away from the host's processes (a cgroup's `cpu.max`, which
-//! throttles in periods of 100 ms by default, or other work) weighs on every benchmark alike
+//! so that what takes the CPU away from the host's processes (a cgroup's quota, `cpu.max` or
+//! v1's `cpu.cfs_quota_us`, which throttles in periods of 100 ms by default, or other work) weighs on every benchmark alike
 //! and a measurement of many periods averages it out. A benchmark's rate is its work over its
-//! wall time; the host's `speed` is the geometric mean of its rates over the reference's.
+//! wall time; the host's `speed` is the reference-seconds of work done (each benchmark's work
+//! over the reference's rate) per second of all the benchmarks' time: with equal time for
+//! each, the mean of the four rates over the reference's.
 //! The reference is [`REFERENCE`] (the project's development machine) or another host's
 //! measurement (`--reference`).
 
@@ -24,13 +26,19 @@ pub const BENCHMARKS: [&str; 4] = ["integer", "float", "cache", "dram"];
 
 /// Rates of the reference host, in operations per second for [`BENCHMARKS`]: measured on the
 /// project's development machine (2 vCPUs of a KVM guest, Debian 12) with
-/// `lbf-node calibrate --cpu` on an otherwise idle machine. Speed 1.0 is that machine.
-pub const REFERENCE: [f64; 4] = [4.0e8, 1.6e9, 8.0e9, 2.0e9];
+/// `taskset -c 0 lbf-node calibrate --cpu` on an otherwise idle machine (two runs: 5.96e8 and
+/// 6.07e8, 2.43e9 and 2.44e9, 1.11e11 and 1.12e11, 2.40e10 and 2.44e10). Speed 1.0 is that
+/// machine; a host file of another machine (`--reference`) makes it the reference instead.
+pub const REFERENCE: [f64; 4] = [6.0e8, 2.4e9, 1.1e11, 2.4e10];
 
 /// 64-bit words of the cache-sized array: 32 KiB.
 const CACHE_WORDS: usize = 4096;
 /// 64-bit words of the memory-sized array: 64 MiB.
 const DRAM_WORDS: usize = 8 << 20;
+/// 64-bit words of the memory-sized array summed at a time: 1 MiB.
+const DRAM_SLICE: usize = 128 << 10;
+/// How long each benchmark runs before the next takes over.
+const CHUNK: Duration = Duration::from_millis(2);
 
 /// What the measurement found.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,7 +53,7 @@ pub struct CpuReport {
     pub cores: u32,
     /// Operations per wall-clock second of each benchmark, one process running.
     pub rates: [f64; 4],
-    /// The rates over the reference's, geometric mean.
+    /// The rates over the reference's: reference-seconds of work per second.
     pub speed: f64,
     /// Wall time spent measuring.
     pub seconds: f64,
@@ -57,31 +65,39 @@ pub fn measure(duration: Duration, reference: &[f64; 4], progress: &mut Progress
     let mut cache = vec![1u64; CACHE_WORDS];
     let mut work = [0f64; 4];
     let mut wall = [0f64; 4];
+    // Filling the arrays took CPU: under a quota, wait for it to be paid back (the quota of
+    // a 100 ms period is spent by then) so that the measurement starts on a fresh period.
+    std::thread::sleep(Duration::from_millis(200));
     let start = Instant::now();
     let mut seed = 1u64;
-    // One chunk of each in turn, so that each sees the same share of any throttling.
+    let mut slice = 0;
+    // Chunks of CHUNK each in turn, so that each benchmark takes the same share of the time
+    // and of any throttling.
     while start.elapsed() < duration {
         let tenths = start.elapsed().as_secs_f64() * 10.0 / duration.as_secs_f64();
         progress.show(tenths as usize * 10, 100, "%");
         for (b, w) in work.iter_mut().enumerate() {
             let t = Instant::now();
-            *w += match b {
-                0 => integer(&mut seed),
-                1 => float(seed),
-                2 => sum(&mut cache, 64),
-                _ => sum(&mut dram, 1),
-            };
+            while t.elapsed() < CHUNK {
+                *w += match b {
+                    0 => integer(&mut seed),
+                    1 => float(seed),
+                    2 => sum(&mut cache, 16),
+                    _ => {
+                        // The next MiB of the large array, so that it streams from memory.
+                        slice = (slice + DRAM_SLICE) % DRAM_WORDS;
+                        sum(&mut dram[slice..slice + DRAM_SLICE], 1)
+                    }
+                };
+            }
             wall[b] += t.elapsed().as_secs_f64();
         }
     }
     progress.done();
     let rates: [f64; 4] = std::array::from_fn(|b| work[b] / wall[b]);
-    let speed = rates
-        .iter()
-        .zip(reference)
-        .map(|(r, f)| (r / f).ln())
-        .sum::<f64>()
-        / 4.0;
+    // Reference-seconds of work per second, over all the benchmarks' time.
+    let reference_seconds: f64 = work.iter().zip(reference).map(|(w, r)| w / r).sum();
+    let speed = reference_seconds / wall.iter().sum::<f64>();
     let cpus = affinity_cpus();
     let quota = cgroup_quota();
     let cores = match quota {
@@ -93,14 +109,14 @@ pub fn measure(duration: Duration, reference: &[f64; 4], progress: &mut Progress
         quota,
         cores,
         rates,
-        speed: speed.exp(),
+        speed,
         seconds: start.elapsed().as_secs_f64(),
     }
 }
 
-/// One chunk of the integer chain: returns the operations done.
+/// One unit of the integer chain: returns the operations done.
 fn integer(seed: &mut u64) -> f64 {
-    const N: u32 = 1 << 20;
+    const N: u32 = 1 << 14;
     let mut x = black_box(*seed);
     for _ in 0..N {
         x = x
@@ -112,9 +128,9 @@ fn integer(seed: &mut u64) -> f64 {
     f64::from(N)
 }
 
-/// One chunk of the floating-point chains: returns the multiply-adds done.
+/// One unit of the floating-point chains: returns the multiply-adds done.
 fn float(seed: u64) -> f64 {
-    const N: u32 = 1 << 20;
+    const N: u32 = 1 << 14;
     let k = black_box(0.999_999_9);
     let c = black_box(1e-7);
     let mut a = [seed as f64 * 1e-20, 1.0, 2.0, 3.0];
@@ -151,30 +167,74 @@ fn affinity_cpus() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
 }
 
-/// The tightest `cpu.max` of this process's cgroup (v2) and its parents, in CPUs.
+/// The tightest CPU quota of this process's cgroup and its parents, in CPUs: `cpu.max` under
+/// cgroup v2, `cpu.cfs_quota_us` over `cpu.cfs_period_us` under v1's `cpu` controller.
 fn cgroup_quota() -> Option<f64> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let mut dir = std::path::PathBuf::from("/sys/fs/cgroup").join(path.trim_start_matches('/'));
     let mut tightest: Option<f64> = None;
-    loop {
-        if let Ok(max) = std::fs::read_to_string(dir.join("cpu.max")) {
-            if let Some(q) = parse_cpu_max(&max) {
+    for (mount, v2) in cgroup_mounts(&mounts) {
+        let path = own.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            let ours = if v2 {
+                controllers.is_empty()
+            } else {
+                controllers.split(',').any(|c| c == "cpu")
+            };
+            ours.then_some(path)
+        });
+        let Some(path) = path else { continue };
+        let root = std::path::PathBuf::from(mount);
+        let mut dir = root.join(path.trim_start_matches('/'));
+        loop {
+            let quota = if v2 {
+                std::fs::read_to_string(dir.join("cpu.max"))
+                    .ok()
+                    .and_then(|t| parse_cpu_max(&t))
+            } else {
+                let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+                read("cpu.cfs_quota_us")
+                    .zip(read("cpu.cfs_period_us"))
+                    .and_then(|(q, p)| parse_cpu_max(&format!("{} {}", q.trim(), p.trim())))
+            };
+            if let Some(q) = quota {
                 tightest = Some(tightest.map_or(q, |t: f64| t.min(q)));
             }
-        }
-        if dir == std::path::Path::new("/sys/fs/cgroup") || !dir.pop() {
-            return tightest;
+            if dir == root || !dir.pop() {
+                break;
+            }
         }
     }
+    tightest
 }
 
-/// `cpu.max`'s "QUOTA PERIOD" in CPUs; `None` for "max".
+/// The cgroup file systems of `/proc/self/mountinfo` that can limit the CPU: each mount
+/// point, and whether it is cgroup v2 (else v1 with the `cpu` controller).
+fn cgroup_mounts(mountinfo: &str) -> Vec<(&str, bool)> {
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (before, after) = l.split_once(" - ")?;
+            let mount = before.split(' ').nth(4)?;
+            let mut f = after.split(' ');
+            match (f.next()?, f.nth(1)) {
+                ("cgroup2", _) => Some((mount, true)),
+                ("cgroup", Some(options)) if options.split(',').any(|o| o == "cpu") => {
+                    Some((mount, false))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// `cpu.max`'s "QUOTA PERIOD" in CPUs; `None` for "max" (or v1's quota -1).
 fn parse_cpu_max(text: &str) -> Option<f64> {
     let mut words = text.split_whitespace();
     let quota: f64 = words.next()?.parse().ok()?;
     let period: f64 = words.next()?.parse().ok()?;
-    (period > 0.0).then_some(quota / period)
+    (period > 0.0 && quota > 0.0).then_some(quota / period)
 }
 
 #[cfg(test)]
@@ -186,6 +246,18 @@ mod tests {
         assert_eq!(parse_cpu_max("50000 100000\n"), Some(0.5));
         assert_eq!(parse_cpu_max("max 100000\n"), None);
         assert_eq!(parse_cpu_max(""), None);
+        assert_eq!(parse_cpu_max("-1 100000"), None);
+        let mounts = "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n\
+                      32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
+                      33 31 0:30 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n\
+                      40 31 0:31 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            cgroup_mounts(mounts),
+            vec![
+                ("/sys/fs/cgroup/cpu", false),
+                ("/sys/fs/cgroup/unified", true)
+            ]
+        );
     }
 
     #[test]

@@ -108,8 +108,8 @@ pub fn cpu_listing(r: &CpuReport, reference: &str) -> String {
     };
     let _ = writeln!(
         s,
-        "cores = {}  ({} CPUs in the affinity{quota})\nspeed = {:.4}  (geometric mean over the \
-         reference, measured for {:.1} s)",
+        "cores = {}  ({} CPUs in the affinity{quota})\nspeed = {:.4}  (the reference's seconds \
+         of work per second, measured for {:.1} s)",
         r.cores, r.cpus, r.speed, r.seconds
     );
     s

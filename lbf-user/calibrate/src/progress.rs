@@ -43,20 +43,24 @@ impl Progress {
         if self.hidden || self.start.elapsed() < QUIET {
             return;
         }
-        self.shown = true;
         let width = 30;
         let filled = if total == 0 {
             width
         } else {
             done * width / total
         };
-        eprint!(
+        let line = format!(
             "\r{} [{}{}] {done}/{total} {now:<12}",
             self.what,
             "#".repeat(filled),
             ".".repeat(width - filled)
         );
-        let _ = std::io::stderr().flush();
+        if line != self.last {
+            self.shown = true;
+            eprint!("{line}");
+            let _ = std::io::stderr().flush();
+            self.last = line;
+        }
     }
 
     /// The calibration is over: ends the bar's line if it was shown.

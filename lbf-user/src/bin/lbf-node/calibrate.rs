@@ -25,10 +25,11 @@ use std::time::Duration;
 /// job), or both here with --local (the library's shared memory).
 ///
 /// CPU (--cpu): integer, floating-point and memory micro-benchmarks (32 KiB and 64 MiB
-/// arrays) for --seconds, timed by the wall clock; `speed` is the geometric mean of their
-/// rates over the reference host's (built in, or --reference FILE from another host's
-/// --cpu), `cores` the CPUs this process may use, fewer where its cgroup's cpu.max allows
-/// fewer. Inside a cgroup, the measurement is what a process of that cgroup gets.
+/// arrays) in turns of 2 ms for --seconds, timed by the wall clock; `speed` is how many
+/// seconds of that work the reference host (built in, or --reference FILE from another
+/// host's --cpu) would take per second here; `cores` the CPUs this process may use, fewer
+/// where its cgroup's quota (cpu.max, or v1's cpu.cfs_quota_us) allows fewer. Inside a
+/// cgroup, the measurement is what a process of that cgroup gets.
 #[derive(Parser)]
 #[command(name = "lbf-node calibrate", verbatim_doc_comment, after_help = AFTER_HELP)]
 #[command(group = ArgGroup::new("what").required(true).args(["listen", "peer", "local", "cpu"]))]

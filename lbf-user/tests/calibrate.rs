@@ -401,7 +401,10 @@ fn across(mpi: Mpi, pair: &NetnsPair, ssh: &Path) -> Vec<String> {
     );
     let ssh = ssh.display().to_string();
     let words: Vec<&str> = match mpi {
+        // Each "host" would bind its rank to its first core, the same core of this machine.
         Mpi::OpenMpi => vec![
+            "--bind-to",
+            "none",
             "--mca",
             "plm_rsh_agent",
             &ssh,

@@ -986,6 +986,22 @@ impl NetnsPair {
             ip(&["-n", &names[i], "link", "set", &veth[i], "up"]);
             ip(&["-n", &names[i], "link", "set", "lo", "up"]);
         }
+        // The ends report their carrier a moment later; until then a program that lists the
+        // interfaces that run (UCX, under MPICH) finds none.
+        for i in 0..2 {
+            wait_for(|| {
+                let out = Command::new("ip")
+                    .args(["-n", &names[i], "-o", "link", "show", "dev", &veth[i]])
+                    .output()
+                    .map_err(|e| e.to_string())?;
+                let line = String::from_utf8_lossy(&out.stdout).into_owned();
+                if line.contains("state UP") {
+                    Ok(())
+                } else {
+                    Err(format!("{} is not up: {line}", veth[i]))
+                }
+            });
+        }
         pair
     }
 }

@@ -11,6 +11,14 @@ use lbf_model::target::CommTable;
 /// Relative error every measured size must stay within: 2 %.
 pub const TOLERANCE: f64 = 0.02;
 
+/// A table's last two points in the search: how many points it has, and the point before
+/// the two (`None`: the two are all).
+#[derive(Clone, Copy, Debug)]
+struct Step {
+    count: usize,
+    before: Option<usize>,
+}
+
 /// The fewest of `measured` (`(bytes, seconds)`, sorted by bytes, bytes distinct) that, read
 /// as a table, give every measured size's time within `tolerance` (relative). An empty input
 /// gives an empty table.
@@ -34,31 +42,33 @@ pub fn fewest_points(measured: &[(f64, f64)], tolerance: f64) -> Vec<(f64, f64)>
     {
         return vec![measured[s]];
     }
-    // best[i][j]: fewest points of a table whose last two points are i < j, with its parent.
-    let mut best: Vec<Vec<Option<(usize, Option<usize>)>>> = vec![vec![None; n]; n];
-    for i in 0..n {
-        if !may_start(i) {
-            continue;
-        }
-        for j in i + 1..n {
-            if spans(i, j) {
-                best[i][j] = Some((2, None));
-            }
+    // best[i * n + j]: the fewest points of a table whose last two points are i < j.
+    let mut best: Vec<Option<Step>> = vec![None; n * n];
+    for i in (0..n).filter(|&i| may_start(i)) {
+        for j in (i + 1..n).filter(|&j| spans(i, j)) {
+            best[i * n + j] = Some(Step {
+                count: 2,
+                before: None,
+            });
         }
     }
     // Pairs in order of their second point: a pair's parents end where it starts.
     let mut answer: Option<(usize, usize, usize)> = None;
     for j in 1..n {
         for i in 0..j {
-            let Some((count, _)) = best[i][j] else {
+            let Some(Step { count, .. }) = best[i * n + j] else {
                 continue;
             };
             if may_end(i, j) && answer.is_none_or(|(c, _, _)| count < c) {
                 answer = Some((count, i, j));
             }
-            for k in j + 1..n {
-                if spans(j, k) && best[j][k].is_none_or(|(c, _)| count + 1 < c) {
-                    best[j][k] = Some((count + 1, Some(i)));
+            for k in (j + 1..n).filter(|&k| spans(j, k)) {
+                let next = &mut best[j * n + k];
+                if next.is_none_or(|s| count + 1 < s.count) {
+                    *next = Some(Step {
+                        count: count + 1,
+                        before: Some(i),
+                    });
                 }
             }
         }
@@ -71,8 +81,10 @@ pub fn fewest_points(measured: &[(f64, f64)], tolerance: f64) -> Vec<(f64, f64)>
     let mut chosen = vec![measured[j]];
     loop {
         chosen.push(measured[i]);
-        match best[i][j] {
-            Some((_, Some(h))) => (i, j) = (h, i),
+        match best[i * n + j] {
+            Some(Step {
+                before: Some(h), ..
+            }) => (i, j) = (h, i),
             _ => break,
         }
     }

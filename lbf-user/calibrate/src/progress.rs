@@ -44,11 +44,7 @@ impl Progress {
             return;
         }
         let width = 30;
-        let filled = if total == 0 {
-            width
-        } else {
-            done * width / total
-        };
+        let filled = (done * width).checked_div(total).unwrap_or(width);
         let line = format!(
             "\r{} [{}{}] {done}/{total} {now:<12}",
             self.what,

@@ -97,6 +97,87 @@ fn fig3_predicts_seven_units() {
     assert!(stderr(&out).is_empty(), "{}", stderr(&out));
 }
 
+/// Hosts a (2 cores) and b, one segment whose messages take 1 s.
+const LAB: &str = "[[host]]\nname = \"a\"\ncores = 2\n[[host]]\nname = \"b\"\n\
+                   [[network]]\nname = \"slow\"\nhosts = [\"a\", \"b\"]\ntable = [[0, 1.0]]\n";
+
+#[test]
+fn a_cluster_file_gives_hosts_by_name() {
+    // P1 and P2 on host a's two cores, P3 on b: P3's message leaves at 5 s and arrives at
+    // 6 s, P1 then computes 2 s more.
+    let trace = fig3(true);
+    let apart = "name = \"apart\"\n[[node]]\nhost = \"a\"\nprocs = [0, 1]\n\
+                 [[node]]\nhost = \"b\"\nprocs = [2]\n";
+    let files = [
+        ("t.jsonl", trace.as_str()),
+        ("lab.toml", LAB),
+        ("apart.toml", apart),
+    ];
+    let out = run(
+        "cluster",
+        &files,
+        &[
+            "predict",
+            "t.jsonl",
+            "--cluster",
+            "lab.toml",
+            "--target",
+            "apart.toml",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("apart"))
+        .expect("a row for apart");
+    assert!(row.contains("8.000 s"), "{text}");
+    // Alone, the cluster is the target: processes by cores, 0 and 1 on a, 2 on b.
+    let out = run(
+        "cluster-alone",
+        &files,
+        &["predict", "t.jsonl", "--cluster", "lab.toml"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("lab"))
+        .expect("a row for lab");
+    assert!(row.contains("8.000 s"), "{text}");
+    // A host the cluster does not have, and a host without a cluster file.
+    let elsewhere = apart.replace("\"b\"", "\"z\"");
+    let files = [
+        ("t.jsonl", trace.as_str()),
+        ("lab.toml", LAB),
+        ("apart.toml", &elsewhere),
+    ];
+    let out = run(
+        "cluster-unknown",
+        &files,
+        &[
+            "predict",
+            "t.jsonl",
+            "--cluster",
+            "lab.toml",
+            "--target",
+            "apart.toml",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let e = stderr(&out);
+    assert!(
+        e.contains("apart.toml") && e.contains("host \"z\" is not in cluster lab"),
+        "{e}"
+    );
+    let out = run(
+        "cluster-none",
+        &files,
+        &["predict", "t.jsonl", "--target", "apart.toml"],
+    );
+    assert!(stderr(&out).contains("--cluster FILE"), "{}", stderr(&out));
+}
+
 #[test]
 fn json_lines_for_files_and_short_forms() {
     let trace = fig3(true);

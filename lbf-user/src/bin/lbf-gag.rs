@@ -86,7 +86,9 @@ struct Cert {
 ///
 /// A target is a placement of the trace's processes onto nodes plus a network. Give targets as
 /// TOML files (--target, repeatable; see docs/targets.md) and/or in the short form (--nodes
-/// with --cores, --layout, --speed, --network). Every target is evaluated in one pass.
+/// with --cores, --layout, --speed, --network). A cluster file (--cluster) describes measured
+/// hosts and networks (lbf-node calibrate) that target files name; alone, it is the target.
+/// Every target is evaluated in one pass.
 #[derive(clap::Args)]
 #[command(
     group = clap::ArgGroup::new("targets").required(true).multiple(true).args(["target", "nodes", "cluster"]),
@@ -119,6 +121,9 @@ Examples:
 
   # 64 processes on 8 nodes of 4 cores over Gigabit Ethernet, as JSON
   lbf-gag predict run.trace.jsonl --nodes 8 --cores 4 --network gige --json
+
+  # on measured hosts: a cluster file, and a target placing nodes on its hosts by name
+  lbf-gag predict run.trace.jsonl --cluster lab.toml --target apart.toml
 
   # the predicted schedule of one target, to open in https://ui.perfetto.dev
   lbf-gag predict run.trace.jsonl --target two-nodes.toml --nodes 4 \\

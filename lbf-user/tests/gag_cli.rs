@@ -179,6 +179,53 @@ fn a_cluster_file_gives_hosts_by_name() {
 }
 
 #[test]
+fn a_programs_speed_is_its_compute_cpu_ratio() {
+    // The same events with every CPU time doubled: a host half as fast. Waits (recv_end) do
+    // not count, whatever they hold.
+    let slow = FIG3
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let cpu = v["cpu_ns"].as_u64().unwrap() * 2;
+            l.replace(
+                &format!("\"cpu_ns\":{}", v["cpu_ns"]),
+                &format!("\"cpu_ns\":{cpu}"),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let slow = format!("{HEADER3}\n{slow}\n{SUMMARY}");
+    let fast = fig3(true).replace(
+        r#""k":"recv_end","cpu_ns":0"#,
+        r#""k":"recv_end","cpu_ns":999000000000"#,
+    );
+    let files = [("fast.jsonl", fast.as_str()), ("slow.jsonl", slow.as_str())];
+    let out = run(
+        "speed",
+        &files,
+        &["speed", "--reference", "fast.jsonl", "slow.jsonl"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).ends_with("speed = 0.5000\n"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(
+        "speed-procs",
+        &[
+            ("one.jsonl", HEADER3),
+            (
+                "two.jsonl",
+                r#"{"format":"lbf-trace","version":1,"procs":[{"id":0}]}"#,
+            ),
+        ],
+        &["speed", "--reference", "one.jsonl", "two.jsonl"],
+    );
+    assert!(stderr(&out).contains("has 3 processes"), "{}", stderr(&out));
+}
+
+#[test]
 fn json_lines_for_files_and_short_forms() {
     let trace = fig3(true);
     let out = run(

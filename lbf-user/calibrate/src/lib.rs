@@ -6,6 +6,7 @@
 //! - [`mpi`]: the same through an MPI library, by a bundled ping-pong run by `mpirun`.
 //! - [`fit`]: the fewest table points that reproduce the measured times within 2 %.
 //! - [`cpu`]: the host's cores and speed from integer, floating-point and memory benchmarks.
+//! - [`program`]: a program's own speed on two hosts, from its traces on both.
 //! - [`output`]: what the measurements print and the TOML files they write.
 //!
 //! `lbf-node calibrate` is the command; `docs/targets.md` says how to use its files.
@@ -15,4 +16,5 @@ pub mod fit;
 pub mod mpi;
 pub mod output;
 pub mod pingpong;
+pub mod program;
 pub mod progress;

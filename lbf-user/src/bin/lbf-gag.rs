@@ -29,8 +29,27 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Predict(Predict),
+    Speed(Speed),
     Serve(Serve),
     Cert(Cert),
+}
+
+/// A program's own speed on one host relative to another, from its traces on both.
+///
+/// The ratio of the compute CPU (every event's CPU but what blocking calls spent waiting)
+/// of the trace taken on the reference host to that of the trace taken on the other: above
+/// 1, the other host runs this program's compute faster. Both traces must have the same
+/// processes. CPU time does not show a cgroup's quota: `lbf-node calibrate --cpu` measures
+/// what a host's processes get. Use the figure as a node's or a cluster host's `speed`.
+#[derive(clap::Args)]
+#[command(after_help = "Example:\n  lbf-gag speed --reference on-a.trace.jsonl on-b.trace.jsonl")]
+struct Speed {
+    /// The trace taken on the reference host (speed 1).
+    #[arg(long, value_name = "TRACE")]
+    reference: PathBuf,
+
+    /// The trace of the same program taken on the host to rate.
+    trace: PathBuf,
 }
 
 /// Run the central GAG builder of cluster mode: node daemons (lbf-node) stream events to it
@@ -145,6 +164,7 @@ fn main() -> ExitCode {
             ServeConfig::load(&args.config).and_then(|config| serve(config, args.exit_when_done))
         }
         Command::Cert(args) => cert(&args),
+        Command::Speed(args) => speed(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -156,6 +176,18 @@ fn main() -> ExitCode {
 }
 
 /// Writes the builder's certificate and key.
+fn speed(args: &Speed) -> Result<()> {
+    let s = lbf::calibrate::program::compare(&args.reference, &args.trace)
+        .map_err(anyhow::Error::msg)?;
+    println!("process  reference CPU (s)  this CPU (s)  speed");
+    for (p, (a, b)) in s.reference.iter().zip(&s.other).enumerate() {
+        let ratio = if *b > 0.0 { a / b } else { f64::NAN };
+        println!("{p:>7}  {a:>17.6}  {b:>12.6}  {ratio:.4}");
+    }
+    println!("speed = {:.4}", s.speed);
+    Ok(())
+}
+
 fn cert(args: &Cert) -> Result<()> {
     let (cert, key) = self_signed(&args.names)?;
     let cert_path = args.out.with_extension("pem");

@@ -211,8 +211,13 @@ pub(crate) fn main(args: Vec<String>) -> Result<()> {
         mpi::measure(&run, &plan, &dir, &mut progress).context("the MPI ping-pong")?
     } else if let Some(peer) = &cli.peer {
         let mut progress = Progress::new(&format!("TCP ping-pong with {peer}"));
-        pingpong::measure(peer.as_str(), &plan, &mut progress)
-            .with_context(|| format!("the TCP ping-pong with {peer}"))?
+        pingpong::measure(peer.as_str(), &plan, &mut progress).with_context(|| {
+            format!(
+                "the TCP ping-pong with {peer} (tried for {} s: is `lbf-node calibrate --listen` \
+                 answering there?)",
+                pingpong::CONNECT_PATIENCE.as_secs()
+            )
+        })?
     } else {
         let mut progress = Progress::new("TCP ping-pong on the loopback");
         pingpong::measure_local(&plan, &mut progress).context("the loopback ping-pong")?

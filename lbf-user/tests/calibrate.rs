@@ -11,7 +11,9 @@ use std::process::Command;
 use std::time::Instant;
 
 use traced::machine::{self, machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
-use traced::{lbf_trace, read_trace, timed, workload, workload_built_by, Mpi, NetnsPair, BUSY};
+use traced::{
+    lbf_trace, parse_checks, read_trace, timed, workload, workload_built_by, Mpi, NetnsPair, BUSY,
+};
 
 /// Relative error allowed between a measured table and the shaping, at 64 KiB and above.
 const RATE_TOLERANCE: f64 = 0.05;
@@ -371,21 +373,26 @@ fn a_cgroups_cpu_max_is_its_speed() {
     }
 }
 
-/// An `ssh` for mpirun that runs the command in the network namespace holding the host's
+/// An `ssh` for mpirun that runs the command in the namespace of `pair` that has the host's
 /// address: how an MPI job spans two namespaces.
-fn netns_ssh(dir: &Path) -> PathBuf {
-    let path = dir.join("netns-ssh");
+fn netns_ssh(dir: &Path, pair: &NetnsPair) -> PathBuf {
+    let path = dir.join(format!("netns-ssh-{}", std::process::id()));
+    let cases: String = (0..2)
+        .map(|i| format!("  {}) ns={} ;;\n", pair.addrs[i], pair.names[i]))
+        .collect();
     std::fs::write(
         &path,
-        r#"#!/bin/sh
+        format!(
+            r#"#!/bin/sh
 # Usage (as ssh): netns-ssh [options] HOST COMMAND...
 while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done
 host=$1; shift
-for ns in $(ip netns list | cut -d' ' -f1); do
-  if ip -n "$ns" -o addr show | grep -q "inet $host/"; then exec ip netns exec "$ns" sh -c "$*"; fi
-done
-echo "netns-ssh: no network namespace has $host" >&2; exit 1
-"#,
+case "$host" in
+{cases}  *) echo "netns-ssh: no network namespace has $host" >&2; exit 1 ;;
+esac
+exec ip netns exec "$ns" sh -c "$*"
+"#
+        ),
     )
     .expect("writing netns-ssh");
     run(Command::new("chmod").arg("+x").arg(&path));
@@ -447,8 +454,11 @@ fn job(mpi: Mpi, pair: &NetnsPair, ssh: &Path, program: &Path, args: &str) -> St
         ),
         Mpi::Mpich => format!("mpirun.mpich -n 2 -hosts {hosts}"),
     };
+    // A job's processes now and then take minutes to exit after their work is done (seen
+    // with MPICH across two namespaces, 1 run in 8 to 20): its process group is killed after
+    // 30 s, which the runs measured here (1 to 5 s) never reach otherwise.
     format!(
-        "ip netns exec {} {launch} {} {} {args}",
+        "timeout -k 5 30 ip netns exec {} {launch} {} {} {args}",
         pair.names[0],
         across(mpi, pair, ssh).join(" "),
         program.display()
@@ -459,7 +469,22 @@ fn job(mpi: Mpi, pair: &NetnsPair, ssh: &Path, program: &Path, args: &str) -> St
 /// to the last exit (what a prediction from it covers, less the launcher's start-up).
 fn traced_job(label: &str, command: &str) -> (PathBuf, f64) {
     let run = lbf_trace(label, &["--source", "mpi", "--", "sh", "-c", command]);
-    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    // Killed after its ranks had done their work and said so (see `job`), a run still
+    // measures what a prediction covers: the teardown is taken out.
+    let finished = parse_checks(&run.stdout).len() == 2;
+    assert!(
+        run.code == 0 || finished,
+        "exit status {}:\n{}\n{}",
+        run.code,
+        run.stdout,
+        run.stderr
+    );
+    if run.code != 0 {
+        eprintln!(
+            "{label}: the job was killed in its teardown (exit status {})",
+            run.code
+        );
+    }
     let (procs, _, summary) = read_trace(&run.trace);
     let first = procs.iter().map(|p| p.start_ns).min().unwrap_or(0) as f64 * 1e-9;
     (
@@ -500,11 +525,14 @@ fn nf_on_a_shaped_link(mpi: Mpi) {
         return;
     }
     let dir = scratch(&format!("nf-{}", mpi.name()));
-    let ssh = netns_ssh(&dir);
+
     let program = workload_built_by(&format!("mpicc.{}", mpi.name()), "mpi", "pingpong", &[]);
-    // 20 rounds of 4 sizes (8 B to 200 kB), 10 ms of compute before each exchange.
-    let args = "20 10";
+    // 10 rounds of 4 sizes (8 B to 200 kB), 10 ms of compute before each exchange: about
+    // 0.8 s on the shaped link, half of it messages. Short, because the check takes 10 traced
+    // runs at most and a loaded machine stretches each.
+    let args = "10 10";
     let pair = NetnsPair::new(72);
+    let ssh = netns_ssh(&dir, &pair);
     let command = job(mpi, &pair, &ssh, &program, args);
     let label = format!("nf-{}", mpi.name());
     let (fast, fast_seconds) = traced_job(&format!("{label}-fast"), &command);

@@ -986,19 +986,25 @@ impl NetnsPair {
             ip(&["-n", &names[i], "link", "set", &veth[i], "up"]);
             ip(&["-n", &names[i], "link", "set", "lo", "up"]);
         }
-        // The ends report their carrier a moment later; until then a program that lists the
-        // interfaces that run (UCX, under MPICH) finds none.
+        // The ends report their carrier a moment later, and their IPv6 link-local addresses
+        // stay tentative for a second or two (duplicate address detection); until both are
+        // done, UCX (under MPICH) finds no usable interface.
         for i in 0..2 {
             wait_for(|| {
-                let out = Command::new("ip")
-                    .args(["-n", &names[i], "-o", "link", "show", "dev", &veth[i]])
-                    .output()
-                    .map_err(|e| e.to_string())?;
-                let line = String::from_utf8_lossy(&out.stdout).into_owned();
-                if line.contains("state UP") {
+                let show = |what: &[&str]| {
+                    Command::new("ip")
+                        .args(["-n", &names[i], "-o"])
+                        .args(what)
+                        .args(["dev", &veth[i]])
+                        .output()
+                        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                        .map_err(|e| e.to_string())
+                };
+                let (link, addrs) = (show(&["link", "show"])?, show(&["addr", "show"])?);
+                if link.contains("state UP") && !addrs.contains("tentative") {
                     Ok(())
                 } else {
-                    Err(format!("{} is not up: {line}", veth[i]))
+                    Err(format!("{} is not ready: {link}{addrs}", veth[i]))
                 }
             });
         }

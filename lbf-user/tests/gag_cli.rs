@@ -108,68 +108,42 @@ fn a_cluster_file_gives_hosts_by_name() {
     let trace = fig3(true);
     let apart = "name = \"apart\"\n[[node]]\nhost = \"a\"\nprocs = [0, 1]\n\
                  [[node]]\nhost = \"b\"\nprocs = [2]\n";
-    let files = [
-        ("t.jsonl", trace.as_str()),
-        ("lab.toml", LAB),
-        ("apart.toml", apart),
-    ];
-    let out = run(
-        "cluster",
-        &files,
-        &[
-            "predict",
-            "t.jsonl",
-            "--cluster",
-            "lab.toml",
-            "--target",
-            "apart.toml",
-        ],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let text = stdout(&out);
-    let row = text
-        .lines()
-        .find(|l| l.starts_with("apart"))
-        .expect("a row for apart");
-    assert!(row.contains("8.000 s"), "{text}");
+    // lbf-gag predict on the trace, the cluster and `target` as apart.toml, with `args`.
+    let on_lab = |test: &str, target: &str, args: &[&str]| {
+        let files = [
+            ("t.jsonl", trace.as_str()),
+            ("lab.toml", LAB),
+            ("apart.toml", target),
+        ];
+        let mut all = vec!["predict", "t.jsonl", "--cluster", "lab.toml"];
+        all.extend(args);
+        run(test, &files, &all)
+    };
+    // The table's row for `target`.
+    let row = |out: &Output, target: &str| {
+        assert!(out.status.success(), "{}", stderr(out));
+        let text = stdout(out);
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(target))
+            .map(str::to_string);
+        row.unwrap_or_else(|| panic!("no row for {target}: {text}"))
+    };
+    let out = on_lab("cluster", apart, &["--target", "apart.toml"]);
+    assert!(row(&out, "apart").contains("8.000 s"), "{}", stdout(&out));
     // Alone, the cluster is the target: processes by cores, 0 and 1 on a, 2 on b.
-    let out = run(
-        "cluster-alone",
-        &files,
-        &["predict", "t.jsonl", "--cluster", "lab.toml"],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let text = stdout(&out);
-    let row = text
-        .lines()
-        .find(|l| l.starts_with("lab"))
-        .expect("a row for lab");
-    assert!(row.contains("8.000 s"), "{text}");
+    let out = on_lab("cluster-alone", apart, &[]);
+    assert!(row(&out, "lab").contains("8.000 s"), "{}", stdout(&out));
     // A host the cluster does not have, and a host without a cluster file.
     let elsewhere = apart.replace("\"b\"", "\"z\"");
-    let files = [
-        ("t.jsonl", trace.as_str()),
-        ("lab.toml", LAB),
-        ("apart.toml", &elsewhere),
-    ];
-    let out = run(
-        "cluster-unknown",
-        &files,
-        &[
-            "predict",
-            "t.jsonl",
-            "--cluster",
-            "lab.toml",
-            "--target",
-            "apart.toml",
-        ],
-    );
+    let out = on_lab("cluster-unknown", &elsewhere, &["--target", "apart.toml"]);
     assert_eq!(out.status.code(), Some(1));
     let e = stderr(&out);
     assert!(
         e.contains("apart.toml") && e.contains("host \"z\" is not in cluster lab"),
         "{e}"
     );
+    let files = [("t.jsonl", trace.as_str()), ("apart.toml", apart)];
     let out = run(
         "cluster-none",
         &files,

@@ -10,6 +10,7 @@
 //! [`trace`] reads and writes the same [`event`]s to files, so the engine can replay a capture
 //! offline. The engine knows nothing of eBPF, MPI or files.
 
+pub use lbf_calibrate as calibrate;
 pub use lbf_capture as capture;
 pub use lbf_cluster as net;
 pub use lbf_probe as probe;

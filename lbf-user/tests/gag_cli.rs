@@ -97,6 +97,108 @@ fn fig3_predicts_seven_units() {
     assert!(stderr(&out).is_empty(), "{}", stderr(&out));
 }
 
+/// Hosts a (2 cores) and b, one segment whose messages take 1 s.
+const LAB: &str = "[[host]]\nname = \"a\"\ncores = 2\n[[host]]\nname = \"b\"\n\
+                   [[network]]\nname = \"slow\"\nhosts = [\"a\", \"b\"]\ntable = [[0, 1.0]]\n";
+
+#[test]
+fn a_cluster_file_gives_hosts_by_name() {
+    // P1 and P2 on host a's two cores, P3 on b: P3's message leaves at 5 s and arrives at
+    // 6 s, P1 then computes 2 s more.
+    let trace = fig3(true);
+    let apart = "name = \"apart\"\n[[node]]\nhost = \"a\"\nprocs = [0, 1]\n\
+                 [[node]]\nhost = \"b\"\nprocs = [2]\n";
+    // lbf-gag predict on the trace, the cluster and `target` as apart.toml, with `args`.
+    let on_lab = |test: &str, target: &str, args: &[&str]| {
+        let files = [
+            ("t.jsonl", trace.as_str()),
+            ("lab.toml", LAB),
+            ("apart.toml", target),
+        ];
+        let mut all = vec!["predict", "t.jsonl", "--cluster", "lab.toml"];
+        all.extend(args);
+        run(test, &files, &all)
+    };
+    // The table's row for `target`.
+    let row = |out: &Output, target: &str| {
+        assert!(out.status.success(), "{}", stderr(out));
+        let text = stdout(out);
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(target))
+            .map(str::to_string);
+        row.unwrap_or_else(|| panic!("no row for {target}: {text}"))
+    };
+    let out = on_lab("cluster", apart, &["--target", "apart.toml"]);
+    assert!(row(&out, "apart").contains("8.000 s"), "{}", stdout(&out));
+    // Alone, the cluster is the target: processes by cores, 0 and 1 on a, 2 on b.
+    let out = on_lab("cluster-alone", apart, &[]);
+    assert!(row(&out, "lab").contains("8.000 s"), "{}", stdout(&out));
+    // A host the cluster does not have, and a host without a cluster file.
+    let elsewhere = apart.replace("\"b\"", "\"z\"");
+    let out = on_lab("cluster-unknown", &elsewhere, &["--target", "apart.toml"]);
+    assert_eq!(out.status.code(), Some(1));
+    let e = stderr(&out);
+    assert!(
+        e.contains("apart.toml") && e.contains("host \"z\" is not in cluster lab"),
+        "{e}"
+    );
+    let files = [("t.jsonl", trace.as_str()), ("apart.toml", apart)];
+    let out = run(
+        "cluster-none",
+        &files,
+        &["predict", "t.jsonl", "--target", "apart.toml"],
+    );
+    assert!(stderr(&out).contains("--cluster FILE"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_programs_speed_is_its_compute_cpu_ratio() {
+    // The same events with every CPU time doubled: a host half as fast. Waits (recv_end) do
+    // not count, whatever they hold.
+    let slow = FIG3
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let cpu = v["cpu_ns"].as_u64().unwrap() * 2;
+            l.replace(
+                &format!("\"cpu_ns\":{}", v["cpu_ns"]),
+                &format!("\"cpu_ns\":{cpu}"),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let slow = format!("{HEADER3}\n{slow}\n{SUMMARY}");
+    let fast = fig3(true).replace(
+        r#""k":"recv_end","cpu_ns":0"#,
+        r#""k":"recv_end","cpu_ns":999000000000"#,
+    );
+    let files = [("fast.jsonl", fast.as_str()), ("slow.jsonl", slow.as_str())];
+    let out = run(
+        "speed",
+        &files,
+        &["speed", "--reference", "fast.jsonl", "slow.jsonl"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).ends_with("speed = 0.5000\n"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(
+        "speed-procs",
+        &[
+            ("one.jsonl", HEADER3),
+            (
+                "two.jsonl",
+                r#"{"format":"lbf-trace","version":1,"procs":[{"id":0}]}"#,
+            ),
+        ],
+        &["speed", "--reference", "one.jsonl", "two.jsonl"],
+    );
+    assert!(stderr(&out).contains("has 3 processes"), "{}", stderr(&out));
+}
+
 #[test]
 fn json_lines_for_files_and_short_forms() {
     let trace = fig3(true);

@@ -178,6 +178,9 @@ Examples:
   LBF_NODE_TOKEN=$(cat a.token) lbf-node --builder 127.0.0.1:7400 --ca builder.pem --node a \\
       --procs 0,1 --replay run.trace.jsonl --spool-dir /tmp/spool-a --wait-results
 
+Calibration (lbf-node calibrate --help): measures this host's network tables and CPU for
+targets and cluster files, e.g. `lbf-node calibrate --peer b:7300 -o net.toml`.
+
 Exit status: 0 when every batch is acknowledged, 1 on an error (refused by the builder,
 source failed), 3 when events were lost (all that was kept is acknowledged). Events lost are logged and reported to the builder; see docs/cluster.md.";
 
@@ -249,7 +252,24 @@ extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::Relaxed);
 }
 
+#[path = "lbf-node/calibrate.rs"]
+mod calibrate;
+
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("calibrate") {
+        let words = [format!("{} calibrate", args[0])]
+            .into_iter()
+            .chain(args[2..].iter().cloned())
+            .collect();
+        return match calibrate::main(words) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("lbf-node calibrate: error: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match run(Cli::parse()) {
         Ok(0) => ExitCode::SUCCESS,
         Ok(_lost) => ExitCode::from(3),

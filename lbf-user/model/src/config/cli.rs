@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use super::PRESETS;
 use super::{
-    load_target, preset, procs_placed, short_form, ConfigError, Layout, NetworkPreset, ShortForm,
+    load_cluster, load_target_on, preset, procs_placed, short_form, ConfigError, Layout,
+    NetworkPreset, ShortForm,
 };
 use crate::target::Target;
 
@@ -17,6 +18,12 @@ pub struct TargetArgs {
     /// A target file (TOML, see docs/targets.md); repeat for several targets.
     #[arg(long, value_name = "FILE")]
     pub target: Vec<PathBuf>,
+
+    /// A cluster file (TOML, see docs/targets.md): the hosts and networks target files name
+    /// (`[[node]] host = "b"`). Given without --target or --nodes, the whole cluster is the
+    /// target: every host a node, processes in blocks by its cores.
+    #[arg(long, value_name = "FILE")]
+    pub cluster: Option<PathBuf>,
 
     /// Short form: put all processes on this many identical nodes.
     #[arg(long, value_name = "N", help_heading = "Short-form target")]
@@ -77,7 +84,7 @@ pub struct TargetArgs {
 impl TargetArgs {
     /// Whether no target was given.
     pub fn is_empty(&self) -> bool {
-        self.target.is_empty() && self.nodes.is_none()
+        self.target.is_empty() && self.nodes.is_none() && self.cluster.is_none()
     }
 
     /// How many processes the target files place, if any is given (the short form places
@@ -106,13 +113,26 @@ impl TargetArgs {
     }
 
     /// The targets for a trace of `num_procs` processes: the files in order, then the short
-    /// form.
+    /// form; or the cluster file's whole cluster when it comes alone. What the cluster's
+    /// figures lose in the engine's model is printed on stderr as notes.
     pub fn resolve(&self, num_procs: usize) -> Result<Vec<Target>, ConfigError> {
-        let mut targets = self
-            .target
-            .iter()
-            .map(|path| load_target(path, num_procs))
-            .collect::<Result<Vec<_>, _>>()?;
+        let cluster = self.cluster.as_deref().map(load_cluster).transpose()?;
+        let mut notes = Vec::new();
+        let mut targets = Vec::with_capacity(self.target.len() + 1);
+        for path in &self.target {
+            let (target, n) = load_target_on(path, num_procs, cluster.as_ref())?;
+            targets.push(target);
+            notes.extend(n);
+        }
+        if let (Some(cluster), true) = (&cluster, self.target.is_empty() && self.nodes.is_none()) {
+            let (target, n) = cluster.target(num_procs)?;
+            targets.push(target);
+            notes.extend(n);
+        }
+        notes.dedup();
+        for note in notes {
+            eprintln!("note: {note}");
+        }
         if let Some(nodes) = self.nodes {
             let form = ShortForm {
                 nodes,

@@ -1,6 +1,8 @@
 //! Target files: TOML describing nodes, their processes, and the network.
 
+use super::cluster::Cluster;
 use super::procedures::ProcedureFile;
+use super::table::comm_table;
 use super::{preset, validate, ConfigError};
 use crate::event::ProcId;
 use crate::target::{CommTable, Network, Node, Target};
@@ -25,18 +27,10 @@ struct TargetFile {
 #[serde(deny_unknown_fields)]
 struct NodeFile {
     procs: Vec<ProcId>,
-    #[serde(default = "one_core")]
-    cores: u32,
-    #[serde(default = "unit_speed")]
-    speed: f64,
-}
-
-fn one_core() -> u32 {
-    1
-}
-
-fn unit_speed() -> f64 {
-    1.0
+    /// A host of the cluster file, whose cores, speed and tables the node takes.
+    host: Option<String>,
+    cores: Option<u32>,
+    speed: Option<f64>,
 }
 
 /// The `[network]` table: a preset, tables, or a preset with a table overriding one of its own.
@@ -51,12 +45,22 @@ struct NetworkFile {
 /// Reads the target file at `path` for a trace of `num_procs` processes. The target is named
 /// by the file's `name`, or else by the file's stem (`two-nodes.toml` gives `two-nodes`).
 pub fn load_target(path: &Path, num_procs: usize) -> Result<Target, ConfigError> {
+    load_target_on(path, num_procs, None).map(|(target, _)| target)
+}
+
+/// [`load_target`] for a target whose nodes may name hosts of `cluster`
+/// ([`parse_target_on`]); also returns the cluster's notes on what the model leaves out.
+pub fn load_target_on(
+    path: &Path,
+    num_procs: usize,
+    cluster: Option<&Cluster>,
+) -> Result<(Target, Vec<String>), ConfigError> {
     let (text, source) = read(path)?;
     let stem = path
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    parse_target(&text, &stem, num_procs).map_err(|e| ConfigError { source, ..e })
+    parse_target_on(&text, &stem, num_procs, cluster).map_err(|e| ConfigError { source, ..e })
 }
 
 /// How many processes the target file at `path` places: one more than the largest process
@@ -85,19 +89,39 @@ pub fn parse_target(
     default_name: &str,
     num_procs: usize,
 ) -> Result<Target, ConfigError> {
+    parse_target_on(text, default_name, num_procs, None).map(|(target, _)| target)
+}
+
+/// [`parse_target`] for a target whose nodes may name hosts of `cluster`: a node with
+/// `host = "b"` takes host b's cores and speed (unless it gives its own), and without a
+/// `[network]` table the target takes the cluster's tables for its hosts
+/// ([`Cluster::network_for`], whose notes are returned). With host names, every node names
+/// a host, each a different one.
+pub fn parse_target_on(
+    text: &str,
+    default_name: &str,
+    num_procs: usize,
+    cluster: Option<&Cluster>,
+) -> Result<(Target, Vec<String>), ConfigError> {
     let fail = |message: String| ConfigError::new("target", message);
     let file: TargetFile = toml::from_str(text).map_err(|e| fail(e.to_string()))?;
-    let network = match file.network {
-        None => Network::default(),
-        Some(net) => network(net).map_err(fail)?,
+    let hosts = node_hosts(&file.node, cluster).map_err(fail)?;
+    let (network, notes) = match (file.network, &hosts, cluster) {
+        (Some(net), _, _) => (network(net).map_err(fail)?, Vec::new()),
+        (None, Some(hosts), Some(cluster)) => cluster.network_for(hosts).map_err(fail)?,
+        (None, _, _) => (Network::default(), Vec::new()),
     };
     let nodes = file
         .node
         .into_iter()
-        .map(|n| Node {
-            procs: n.procs,
-            cores: n.cores,
-            speed: n.speed,
+        .enumerate()
+        .map(|(i, n)| {
+            let host = hosts.as_ref().zip(cluster).map(|(h, c)| &c.hosts[h[i]]);
+            Node {
+                procs: n.procs,
+                cores: n.cores.or(host.map(|h| h.cores)).unwrap_or(1),
+                speed: n.speed.or(host.map(|h| h.speed)).unwrap_or(1.0),
+            }
         })
         .collect();
     let name = file.name.unwrap_or_else(|| default_name.to_string());
@@ -115,7 +139,40 @@ pub fn parse_target(
         procedures,
     };
     validate(&target, num_procs).map_err(fail)?;
-    Ok(target)
+    Ok((target, notes))
+}
+
+/// The cluster hosts of the nodes, in node order, if any node names one: then every node
+/// names a different host of `cluster`.
+fn node_hosts(nodes: &[NodeFile], cluster: Option<&Cluster>) -> Result<Option<Vec<usize>>, String> {
+    let Some(named) = nodes.iter().position(|n| n.host.is_some()) else {
+        return Ok(None);
+    };
+    let Some(cluster) = cluster else {
+        return Err(format!(
+            "node {named} is on host \"{}\", but no cluster file says what that host is: give \
+             one (--cluster FILE)",
+            nodes[named].host.as_deref().unwrap_or_default()
+        ));
+    };
+    let mut hosts: Vec<usize> = Vec::with_capacity(nodes.len());
+    for (i, n) in nodes.iter().enumerate() {
+        let Some(name) = &n.host else {
+            return Err(format!(
+                "node {i} names no host, and node {named} does: with a cluster, every node is \
+                 on a host (the network between nodes is the cluster's)"
+            ));
+        };
+        let host = cluster.host(name).map_err(|e| format!("node {i}: {e}"))?;
+        if let Some(j) = hosts.iter().position(|&h| h == host) {
+            return Err(format!(
+                "nodes {j} and {i} are both on host \"{name}\": put their processes in one \
+                 [[node]]"
+            ));
+        }
+        hosts.push(host);
+    }
+    Ok(Some(hosts))
 }
 
 /// The network a `[network]` table describes: the preset's, with any given table replacing
@@ -129,22 +186,7 @@ fn network(net: NetworkFile) -> Result<Network, String> {
     };
     let table = |points: Option<Vec<Vec<f64>>>, which: &str, default: CommTable| match points {
         None => Ok(default),
-        Some(points) => {
-            let pairs = points
-                .iter()
-                .enumerate()
-                .map(|(i, p)| match p[..] {
-                    [bytes, seconds] => Ok((bytes, seconds)),
-                    _ => Err(format!(
-                        "[network] {which}: point {} has {} numbers; each point is [bytes, \
-                         seconds]",
-                        i + 1,
-                        p.len()
-                    )),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            CommTable::new(pairs).map_err(|e| format!("[network] {which}: {e}"))
-        }
+        Some(points) => comm_table(&points, &format!("[network] {which}")),
     };
     Ok(Network {
         local: table(net.local, "local", base.local)?,
@@ -314,5 +356,45 @@ mod tests {
             "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn nodes_on_cluster_hosts_take_their_figures() {
+        let cluster = crate::config::parse_cluster(
+            "[[host]]\nname = \"a\"\ncores = 2\nspeed = 0.5\nlocal = [[0, 1e-6]]\n\
+             [[host]]\nname = \"b\"\nlocal = [[0, 1e-6]]\n\
+             [[network]]\nname = \"n\"\nhosts = [\"a\", \"b\"]\ntable = [[0, 5e-5]]\n",
+            "lab",
+        )
+        .unwrap();
+        let on = |text: &str| parse_target_on(text, "t", 3, Some(&cluster));
+        let (t, notes) =
+            on("[[node]]\nprocs = [0, 1]\nhost = \"a\"\n[[node]]\nprocs = [2]\nhost = \"b\"\ncores = 3\n")
+                .unwrap();
+        assert!(notes.is_empty(), "{notes:?}");
+        assert_eq!((t.nodes[0].cores, t.nodes[0].speed), (2, 0.5));
+        assert_eq!((t.nodes[1].cores, t.nodes[1].speed), (3, 1.0));
+        assert_eq!(t.network.remote.seconds(100), 5e-5);
+        assert_eq!(t.network.local.seconds(100), 1e-6);
+        let e = on("[[node]]\nprocs = [0, 1, 2]\nhost = \"z\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("node 0: host \"z\" is not in cluster lab (its hosts: a, b)"),
+            "{e}"
+        );
+        let e = on("[[node]]\nprocs = [0]\nhost = \"a\"\n[[node]]\nprocs = [1, 2]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("node 1 names no host"), "{e}");
+        let e = on("[[node]]\nprocs = [0]\nhost = \"a\"\n[[node]]\nprocs = [1, 2]\nhost = \"a\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nodes 0 and 1 are both on host \"a\""), "{e}");
+        let e = err("[[node]]\nprocs = [0]\nhost = \"a\"\n", 1);
+        assert!(
+            e.contains("no cluster file") && e.contains("--cluster"),
+            "{e}"
+        );
     }
 }

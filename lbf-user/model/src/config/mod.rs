@@ -6,16 +6,20 @@
 //! This module knows nothing of traces beyond their process count, nor of the engine.
 
 mod cli;
+mod cluster;
 mod file;
 mod presets;
 mod procedures;
 mod short;
+mod table;
 
 pub use cli::{parse_preset, TargetArgs};
-pub use file::{load_target, parse_target, procs_placed};
+pub use cluster::{load_cluster, parse_cluster, Cluster, Host, Segment};
+pub use file::{load_target, load_target_on, parse_target, parse_target_on, procs_placed};
 pub use presets::{preset, NetworkPreset, PRESETS};
 pub use procedures::{as_run, ProcedureArgs};
 pub use short::{short_form, Layout, ShortForm};
+pub use table::MAX_TABLE_POINTS;
 
 use crate::target::Target;
 use std::fmt;

@@ -33,8 +33,27 @@ struct Cli {
 enum Command {
     Predict(Predict),
     Advise(advise::Advise),
+    Speed(Speed),
     Serve(Serve),
     Cert(Cert),
+}
+
+/// A program's own speed on one host relative to another, from its traces on both.
+///
+/// The ratio of the compute CPU (every event's CPU but what blocking calls spent waiting)
+/// of the trace taken on the reference host to that of the trace taken on the other: above
+/// 1, the other host runs this program's compute faster. Both traces must have the same
+/// processes. CPU time does not show a cgroup's quota: `lbf-node calibrate --cpu` measures
+/// what a host's processes get. Use the figure as a node's or a cluster host's `speed`.
+#[derive(clap::Args)]
+#[command(after_help = "Example:\n  lbf-gag speed --reference on-a.trace.jsonl on-b.trace.jsonl")]
+struct Speed {
+    /// The trace taken on the reference host (speed 1).
+    #[arg(long, value_name = "TRACE")]
+    reference: PathBuf,
+
+    /// The trace of the same program taken on the host to rate.
+    trace: PathBuf,
 }
 
 /// Run the central GAG builder of cluster mode: node daemons (lbf-node) stream events to it
@@ -90,7 +109,9 @@ struct Cert {
 ///
 /// A target is a placement of the trace's processes onto nodes plus a network. Give targets as
 /// TOML files (--target, repeatable; see docs/targets.md) and/or in the short form (--nodes
-/// with --cores, --layout, --speed, --network). Every target is evaluated in one pass.
+/// with --cores, --layout, --speed, --network). A cluster file (--cluster) describes measured
+/// hosts and networks (lbf-node calibrate) that target files name; alone, it is the target.
+/// Every target is evaluated in one pass.
 ///
 /// A trace that followed procedures (lbf-trace --procedure NAME) also answers what-ifs about
 /// them: --move NAME, --zero NAME and --speedup NAME=S each add a target (the placement given
@@ -99,7 +120,7 @@ struct Cert {
 #[derive(clap::Args)]
 #[command(
     group = clap::ArgGroup::new("targets").required(true).multiple(true)
-        .args(["target", "nodes", "moves", "zeros", "speedups"]),
+        .args(["target", "nodes", "cluster", "moves", "zeros", "speedups"]),
     after_help = AFTER_HELP,
 )]
 struct Predict {
@@ -145,6 +166,9 @@ Examples:
   lbf-gag predict spa.trace.jsonl --nodes 1 --cores 2 --move servBusy1 --zero servBusy1 \\
       --speedup servBusy1=2
 
+  # on measured hosts: a cluster file, and a target placing nodes on its hosts by name
+  lbf-gag predict run.trace.jsonl --cluster lab.toml --target apart.toml
+
   # the predicted schedule of one target, to open in https://ui.perfetto.dev
   lbf-gag predict run.trace.jsonl --target two-nodes.toml --nodes 4 \\
       --timeline schedule.json --timeline-target two-nodes
@@ -166,6 +190,7 @@ fn main() -> ExitCode {
         }
         Command::Cert(args) => cert(&args),
         Command::Advise(args) => advise::advise(&args),
+        Command::Speed(args) => speed(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -177,6 +202,18 @@ fn main() -> ExitCode {
 }
 
 /// Writes the builder's certificate and key.
+fn speed(args: &Speed) -> Result<()> {
+    let s = lbf::calibrate::program::compare(&args.reference, &args.trace)
+        .map_err(anyhow::Error::msg)?;
+    println!("process  reference CPU (s)  this CPU (s)  speed");
+    for (p, (a, b)) in s.reference.iter().zip(&s.other).enumerate() {
+        let ratio = if *b > 0.0 { a / b } else { f64::NAN };
+        println!("{p:>7}  {a:>17.6}  {b:>12.6}  {ratio:.4}");
+    }
+    println!("speed = {:.4}", s.speed);
+    Ok(())
+}
+
 fn cert(args: &Cert) -> Result<()> {
     let (cert, key) = self_signed(&args.names)?;
     let cert_path = args.out.with_extension("pem");

@@ -1,0 +1,273 @@
+//! A host's CPU characterisation: how many cores its processes get and how fast one of them
+//! runs, from four micro-benchmarks (ChronosMix's machine characterisation, reduced to what
+//! the engine's `cores` and `speed` can use).
+//!
+//! - `integer`: a chain of 64-bit multiplies, adds, shifts and xors (one dependent chain);
+//! - `float`: four independent chains of double-precision multiply-adds;
+//! - `cache`: summing a 32 KiB array (it stays in the first-level cache);
+//! - `dram`: summing a 64 MiB array (larger than any cache here).
+//!
+//! Each is timed by the wall clock, in short chunks taken in turn over the whole measurement,
+//! so that what takes the CPU away from the host's processes (a cgroup's quota, `cpu.max` or
+//! v1's `cpu.cfs_quota_us`, which throttles in periods of 100 ms by default, or other work) weighs on every benchmark alike
+//! and a measurement of many periods averages it out. A benchmark's rate is its work over its
+//! wall time; the host's `speed` is the reference-seconds of work done (each benchmark's work
+//! over the reference's rate) per second of all the benchmarks' time: with equal time for
+//! each, the mean of the four rates over the reference's.
+//! The reference is [`REFERENCE`] (the project's development machine) or another host's
+//! measurement (`--reference`).
+
+use crate::progress::Progress;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// The benchmarks' names, in the order of every rate array here.
+pub const BENCHMARKS: [&str; 4] = ["integer", "float", "cache", "dram"];
+
+/// Rates of the reference host, in operations per second for [`BENCHMARKS`]: measured on the
+/// project's development machine (2 vCPUs of a KVM guest, Debian 12) with
+/// `taskset -c 0 lbf-node calibrate --cpu` on an otherwise idle machine (two runs: 5.96e8 and
+/// 6.07e8, 2.43e9 and 2.44e9, 1.11e11 and 1.12e11, 2.40e10 and 2.44e10). Speed 1.0 is that
+/// machine; a host file of another machine (`--reference`) makes it the reference instead.
+pub const REFERENCE: [f64; 4] = [6.0e8, 2.4e9, 1.1e11, 2.4e10];
+
+/// 64-bit words of the cache-sized array: 32 KiB.
+const CACHE_WORDS: usize = 4096;
+/// 64-bit words of the memory-sized array: 64 MiB.
+const DRAM_WORDS: usize = 8 << 20;
+/// 64-bit words of the memory-sized array summed at a time: 1 MiB.
+const DRAM_SLICE: usize = 128 << 10;
+/// How long each benchmark runs before the next takes over.
+const CHUNK: Duration = Duration::from_millis(2);
+
+/// What the measurement found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CpuReport {
+    /// The CPUs this process may run on (its affinity).
+    pub cpus: u32,
+    /// The CPU its cgroups allow, in CPUs (`cpu.max` quota over period, the tightest of its
+    /// cgroup and their parents), if any limits it.
+    pub quota: Option<f64>,
+    /// The cores a node of this host has: the CPUs, fewer where the quota allows fewer
+    /// (rounded up).
+    pub cores: u32,
+    /// Operations per wall-clock second of each benchmark, one process running.
+    pub rates: [f64; 4],
+    /// The rates over the reference's: reference-seconds of work per second.
+    pub speed: f64,
+    /// Wall time spent measuring.
+    pub seconds: f64,
+}
+
+/// Runs the benchmarks for about `duration` and rates them against `reference`.
+pub fn measure(duration: Duration, reference: &[f64; 4], progress: &mut Progress) -> CpuReport {
+    let mut dram = vec![1u64; DRAM_WORDS];
+    let mut cache = vec![1u64; CACHE_WORDS];
+    let mut work = [0f64; 4];
+    let mut wall = [0f64; 4];
+    // Filling the arrays took CPU: under a quota, wait for it to be paid back (the quota of
+    // a 100 ms period is spent by then) so that the measurement starts on a fresh period.
+    std::thread::sleep(Duration::from_millis(200));
+    let start = Instant::now();
+    let mut seed = 1u64;
+    let mut slice = 0;
+    // Chunks of CHUNK each in turn, so that each benchmark takes the same share of the time
+    // and of any throttling.
+    while start.elapsed() < duration {
+        let tenths = start.elapsed().as_secs_f64() * 10.0 / duration.as_secs_f64();
+        progress.show(tenths as usize * 10, 100, "%");
+        for (b, w) in work.iter_mut().enumerate() {
+            let t = Instant::now();
+            while t.elapsed() < CHUNK {
+                *w += match b {
+                    0 => integer(&mut seed),
+                    1 => float(seed),
+                    2 => sum(&mut cache, 16),
+                    _ => {
+                        // The next MiB of the large array, so that it streams from memory.
+                        slice = (slice + DRAM_SLICE) % DRAM_WORDS;
+                        sum(&mut dram[slice..slice + DRAM_SLICE], 1)
+                    }
+                };
+            }
+            wall[b] += t.elapsed().as_secs_f64();
+        }
+    }
+    progress.done();
+    let rates: [f64; 4] = std::array::from_fn(|b| work[b] / wall[b]);
+    // Reference-seconds of work per second, over all the benchmarks' time.
+    let reference_seconds: f64 = work.iter().zip(reference).map(|(w, r)| w / r).sum();
+    let speed = reference_seconds / wall.iter().sum::<f64>();
+    let cpus = affinity_cpus();
+    let quota = cgroup_quota();
+    let cores = match quota {
+        Some(q) => (q.ceil() as u32).clamp(1, cpus),
+        None => cpus,
+    };
+    CpuReport {
+        cpus,
+        quota,
+        cores,
+        rates,
+        speed,
+        seconds: start.elapsed().as_secs_f64(),
+    }
+}
+
+/// One unit of the integer chain: returns the operations done.
+fn integer(seed: &mut u64) -> f64 {
+    const N: u32 = 1 << 14;
+    let mut x = black_box(*seed);
+    for _ in 0..N {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        x ^= x >> 29;
+    }
+    *seed = black_box(x);
+    f64::from(N)
+}
+
+/// One unit of the floating-point chains: returns the multiply-adds done.
+fn float(seed: u64) -> f64 {
+    const N: u32 = 1 << 14;
+    let k = black_box(0.999_999_9);
+    let c = black_box(1e-7);
+    let mut a = [seed as f64 * 1e-20, 1.0, 2.0, 3.0];
+    for _ in 0..N {
+        for v in &mut a {
+            *v = *v * k + c;
+        }
+    }
+    black_box(a);
+    f64::from(N) * 4.0
+}
+
+/// Sums `data` `passes` times (touching each word): returns the bytes read.
+fn sum(data: &mut [u64], passes: u32) -> f64 {
+    let mut total = 0u64;
+    for _ in 0..passes {
+        for &w in black_box(&*data) {
+            total = total.wrapping_add(w);
+        }
+    }
+    data[0] = black_box(total) & 1;
+    data.len() as f64 * 8.0 * f64::from(passes)
+}
+
+/// The CPUs this process may run on.
+fn affinity_cpus() -> u32 {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+            return libc::CPU_COUNT(&set).max(1) as u32;
+        }
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
+}
+
+/// The tightest CPU quota of this process's cgroup and its parents, in CPUs: `cpu.max` under
+/// cgroup v2, `cpu.cfs_quota_us` over `cpu.cfs_period_us` under v1's `cpu` controller.
+fn cgroup_quota() -> Option<f64> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mut tightest: Option<f64> = None;
+    for (mount, v2) in cgroup_mounts(&mounts) {
+        let path = own.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            let ours = if v2 {
+                controllers.is_empty()
+            } else {
+                controllers.split(',').any(|c| c == "cpu")
+            };
+            ours.then_some(path)
+        });
+        let Some(path) = path else { continue };
+        let root = std::path::PathBuf::from(mount);
+        let mut dir = root.join(path.trim_start_matches('/'));
+        loop {
+            let quota = if v2 {
+                std::fs::read_to_string(dir.join("cpu.max"))
+                    .ok()
+                    .and_then(|t| parse_cpu_max(&t))
+            } else {
+                let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
+                read("cpu.cfs_quota_us")
+                    .zip(read("cpu.cfs_period_us"))
+                    .and_then(|(q, p)| parse_cpu_max(&format!("{} {}", q.trim(), p.trim())))
+            };
+            if let Some(q) = quota {
+                tightest = Some(tightest.map_or(q, |t: f64| t.min(q)));
+            }
+            if dir == root || !dir.pop() {
+                break;
+            }
+        }
+    }
+    tightest
+}
+
+/// The cgroup file systems of `/proc/self/mountinfo` that can limit the CPU: each mount
+/// point, and whether it is cgroup v2 (else v1 with the `cpu` controller).
+fn cgroup_mounts(mountinfo: &str) -> Vec<(&str, bool)> {
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let (before, after) = l.split_once(" - ")?;
+            let mount = before.split(' ').nth(4)?;
+            let mut f = after.split(' ');
+            match (f.next()?, f.nth(1)) {
+                ("cgroup2", _) => Some((mount, true)),
+                ("cgroup", Some(options)) if options.split(',').any(|o| o == "cpu") => {
+                    Some((mount, false))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// `cpu.max`'s "QUOTA PERIOD" in CPUs; `None` for "max" (or v1's quota -1).
+fn parse_cpu_max(text: &str) -> Option<f64> {
+    let mut words = text.split_whitespace();
+    let quota: f64 = words.next()?.parse().ok()?;
+    let period: f64 = words.next()?.parse().ok()?;
+    (period > 0.0 && quota > 0.0).then_some(quota / period)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_max_reads_as_cpus() {
+        assert_eq!(parse_cpu_max("50000 100000\n"), Some(0.5));
+        assert_eq!(parse_cpu_max("max 100000\n"), None);
+        assert_eq!(parse_cpu_max(""), None);
+        assert_eq!(parse_cpu_max("-1 100000"), None);
+        let mounts = "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n\
+                      32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
+                      33 31 0:30 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n\
+                      40 31 0:31 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            cgroup_mounts(mounts),
+            vec![
+                ("/sys/fs/cgroup/cpu", false),
+                ("/sys/fs/cgroup/unified", true)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_short_measurement_rates_every_benchmark() {
+        let r = measure(
+            Duration::from_millis(200),
+            &REFERENCE,
+            &mut Progress::hidden(),
+        );
+        assert!(r.rates.iter().all(|&x| x > 0.0), "{r:?}");
+        assert!(r.speed > 0.0 && r.cores >= 1 && r.cores <= r.cpus, "{r:?}");
+    }
+}

@@ -27,6 +27,15 @@ impl Node {
         }
     }
 
+    /// A node of `cores` and `speed` with no process yet, to place processes on.
+    pub fn idle(cores: u32, speed: f64) -> Self {
+        Node {
+            procs: Vec::new(),
+            cores,
+            speed,
+        }
+    }
+
     /// Rate at which each of `runnable` processes progresses, in CPU-seconds per second:
     /// `speed * min(1, cores / runnable)` (processor sharing with an infinitely small quantum).
     pub fn rate(&self, runnable: usize) -> f64 {

@@ -60,11 +60,7 @@ impl Machine {
         let mut nodes: Vec<Node> = self
             .hosts
             .iter()
-            .map(|h| Node {
-                procs: Vec::new(),
-                cores: h.cores,
-                speed: h.speed,
-            })
+            .map(|h| Node::idle(h.cores, h.speed))
             .collect();
         for (p, &h) in placement.iter().enumerate() {
             nodes[h].procs.push(p as ProcId);

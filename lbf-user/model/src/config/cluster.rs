@@ -280,11 +280,7 @@ impl Cluster {
         let mut nodes: Vec<Node> = self
             .hosts
             .iter()
-            .map(|h| Node {
-                procs: Vec::new(),
-                cores: h.cores,
-                speed: h.speed,
-            })
+            .map(|h| Node::idle(h.cores, h.speed))
             .collect();
         let mut first_core = Vec::with_capacity(self.hosts.len());
         let mut sum = 0;

@@ -163,7 +163,7 @@ pub struct Tracer {
 }
 
 /// Detaching the probes waits for the kernel (an RCU grace period per uprobe link), so the
-/// last references to them are left to a detached process ([`hold_in_background`]): this
+/// last references to them are left to a detached process (`hold_in_background`): this
 /// process's own closes return at once, and a user's command line does not wait for the
 /// kernel's clean-up. Where no process can be made, the links are closed side by side on
 /// threads.

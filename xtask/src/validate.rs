@@ -4,8 +4,10 @@
 //! `lbf-trace` in each of two configurations: every rank on CPU 0 (a one-core "node") and on
 //! CPUs 0-1 (a two-core node). Each trace predicts both configurations. The prediction for
 //! the configuration it ran in checks the model; the one for the other configuration is the
-//! "what if" the tool is for. Each row compares the median prediction with the median of the
-//! measured runs of that configuration, and shows their spread: where the runs themselves
+//! "what if" the tool is for. Each row compares the median prediction with the median of as
+//! many untraced runs of the target configuration (alternated with the traced ones), shows
+//! their spread, and the traced runs' time over the untraced (`traced`: what tracing cost
+//! that run; with `--span` the traced runs' spans are the reference instead): where the runs themselves
 //! spread wider than +-5 %, a prediction inside their range counts as met. The last lines give
 //! the median and worst absolute error per library, against the targets of docs/engine.md
 //! (median 3 %, worst 8 %).
@@ -99,10 +101,12 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
                 println!("{workload:<17} {mpi:<8} (hpcc is built for Open MPI only)");
                 continue;
             };
-            // Traces by configuration, and what each measured.
+            // Traces by configuration, what each traced run measured, and the untraced runs'
+            // times (alternated with the traced ones): what a prediction is for.
             let mut traces: Vec<Vec<(PathBuf, f64)>> = Vec::new();
+            let mut untraced: Vec<Vec<f64>> = Vec::new();
             for (label, cpus, _) in CONFIGS {
-                let mut runs = Vec::new();
+                let (mut runs, mut plain) = (Vec::new(), Vec::new());
                 for i in 0..args.runs {
                     let trace = out.join(format!(
                         "{workload}-{mpi}-{}-{i}.jsonl",
@@ -111,8 +115,10 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
                     job.trace(&bin, cpus, args.np, &trace)?;
                     let untimed = if args.span { untimed(&trace)? } else { 0.0 };
                     runs.push((trace.clone(), measured(&trace)? - untimed));
+                    plain.push(job.untraced(cpus, args.np)?);
                 }
                 traces.push(runs);
+                untraced.push(plain);
             }
             for (from, runs) in traces.iter().enumerate() {
                 for (to, target) in targets.iter().enumerate() {
@@ -121,8 +127,10 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
                         let untimed = if args.span { untimed(trace)? } else { 0.0 };
                         predicted.push(predict(&bin, trace, target)? - untimed);
                     }
-                    let measured: Vec<f64> = traces[to].iter().map(|&(_, m)| m).collect();
-                    let row = Row::new(workload, mpi, from, to, &measured, &predicted);
+                    let traced: Vec<f64> = traces[to].iter().map(|&(_, m)| m).collect();
+                    let measured = if args.span { &traced } else { &untraced[to] };
+                    let overhead = median(&traced) / median(&untraced[to]);
+                    let row = Row::new(workload, mpi, from, to, measured, &predicted, overhead);
                     row.print();
                     rows.push(row);
                 }
@@ -178,6 +186,16 @@ impl Job {
         }))
     }
 
+    /// The wall seconds of one untraced run of `np` ranks on `cpus`.
+    fn untraced(&self, cpus: &str, np: u32) -> Result<f64> {
+        let mut cmd = vec!["taskset".to_string(), "-c".into(), cpus.into()];
+        cmd.extend(launcher(&self.mpi, np, false)?);
+        cmd.extend(self.program.iter().cloned());
+        let start = std::time::Instant::now();
+        run_cmd_in(&cmd, &self.dir)?;
+        Ok(start.elapsed().as_secs_f64())
+    }
+
     /// One run of `np` ranks on `cpus` under `bin`'s lbf-trace, writing `trace`.
     fn trace(&self, bin: &Path, cpus: &str, np: u32, trace: &Path) -> Result<()> {
         let mut cmd = vec![
@@ -212,6 +230,8 @@ struct Row {
     /// inside the measured range where that spreads wider than [`SPREAD`].
     inside_spread: bool,
     mpi: String,
+    /// The traced runs' median time over the untraced runs' (the target configuration's).
+    overhead: f64,
 }
 
 impl Row {
@@ -222,6 +242,7 @@ impl Row {
         to: usize,
         measured: &[f64],
         predicted: &[f64],
+        overhead: f64,
     ) -> Row {
         let m = median(measured);
         let (lo, hi) = (
@@ -240,13 +261,14 @@ impl Row {
             error: (p - m) / m,
             inside_spread: spread > SPREAD && (lo..=hi).contains(&p),
             mpi: mpi.to_string(),
+            overhead,
         }
     }
 
     fn print(&self) {
         let (m, lo, hi) = self.measured;
         println!(
-            "{} {:>9.3} s [{:.3}-{:.3}] {:>8.3} s {:>+7.1}%{}  {:>5}",
+            "{} {:>9.3} s [{:.3}-{:.3}] {:>8.3} s {:>+7.1}%{} {:>7.2}x  {:>5}",
             self.label,
             m,
             lo,
@@ -254,6 +276,7 @@ impl Row {
             self.predicted,
             100.0 * self.error,
             if self.inside_spread { "*" } else { " " },
+            self.overhead,
             load_average()
         );
     }

@@ -476,30 +476,18 @@ mod tests {
         let mut msg = 0;
         for _ in 0..rounds {
             for (a, b) in [(0, 2), (1, 3)] {
-                msg += 1;
-                e.push(ev(
-                    a,
-                    1_000_000,
-                    EventKind::Send {
+                // The request after 1 ms of work on both sides, then the reply.
+                for (from, to, cpu_ns) in [(a, b, 1_000_000), (b, a, 0)] {
+                    msg += 1;
+                    let send = EventKind::Send {
                         msg,
                         bytes,
                         rendezvous: false,
-                    },
-                ));
-                e.push(ev(b, 1_000_000, EventKind::RecvStart));
-                e.push(ev(b, 0, EventKind::RecvEnd { msg }));
-                msg += 1;
-                e.push(ev(
-                    b,
-                    0,
-                    EventKind::Send {
-                        msg,
-                        bytes,
-                        rendezvous: false,
-                    },
-                ));
-                e.push(ev(a, 0, EventKind::RecvStart));
-                e.push(ev(a, 0, EventKind::RecvEnd { msg }));
+                    };
+                    e.push(ev(from, cpu_ns, send));
+                    e.push(ev(to, cpu_ns, EventKind::RecvStart));
+                    e.push(ev(to, 0, EventKind::RecvEnd { msg }));
+                }
             }
         }
         for p in 0..4 {

@@ -715,6 +715,44 @@ fn advise_keeps_communicating_pairs_together_and_writes_run_files() {
     assert!(stderr(&bad).contains("--hosts and --cores must be at least 1"));
 }
 
+/// `advise --cluster` places on the cluster file's hosts, by their names, over its network.
+#[test]
+fn advise_uses_a_cluster_files_hosts() {
+    let trace = two_pairs_trace();
+    let lab = "[[host]]\nname = \"fast\"\ncores = 2\nspeed = 2.0\n\
+               [[host]]\nname = \"slow\"\ncores = 2\n\
+               [[network]]\nname = \"lan\"\nhosts = [\"fast\", \"slow\"]\n\
+               table = [[0, 0.01]]\n";
+    let out = run(
+        "advise-cluster",
+        &[("t.jsonl", &trace), ("lab.toml", lab)],
+        &[
+            "advise",
+            "t.jsonl",
+            "--cluster",
+            "lab.toml",
+            "--budget",
+            "2",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let best: serde_json::Value =
+        serde_json::from_str(stdout(&out).lines().next().unwrap()).unwrap();
+    let host = |p: &str| best["placement"][p].as_str().unwrap().to_string();
+    assert_eq!(host("0"), host("2"), "{best}");
+    assert_eq!(host("1"), host("3"), "{best}");
+    assert!(["fast", "slow"].contains(&host("0").as_str()), "{best}");
+    assert_ne!(host("0"), host("1"), "one pair on each host: {best}");
+
+    let both = run(
+        "advise-cluster-and-cores",
+        &[("t.jsonl", &trace), ("lab.toml", lab)],
+        &["advise", "t.jsonl", "--cluster", "lab.toml", "--cores", "4"],
+    );
+    assert_eq!(both.status.code(), Some(2), "{}", stderr(&both));
+}
+
 /// The paper's Fig. 1 as a trace that followed procedure F: S computes 5 s, 3 of them in F,
 /// and sends to R, which computed 1 s and waits, then computes 1 s.
 const FIG1: &str = r#"{"format":"lbf-trace","version":2,"procs":[{"id":0,"name":"S","host":"a"},{"id":1,"name":"R","host":"b"}],"procedures":["F"]}

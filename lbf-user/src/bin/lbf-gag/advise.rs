@@ -11,7 +11,7 @@ use lbf::advise::hostfiles::{
 };
 use lbf::advise::master_worker::recognise;
 use lbf::advise::search::{search, Host, Machine, Progress, Scored, SearchOptions};
-use lbf::config::NetworkPreset;
+use lbf::config::{load_cluster, NetworkPreset};
 use lbf::event::Event;
 use lbf::trace::TraceReader;
 
@@ -24,14 +24,23 @@ use lbf::trace::TraceReader;
 /// the best time for each number of hosts used; --write DIR writes the best as files to run
 /// and predict it with.
 #[derive(clap::Args)]
-#[command(after_help = ADVISE_HELP)]
+#[command(
+    after_help = ADVISE_HELP,
+    group = clap::ArgGroup::new("machine").required(true).args(["hosts", "cluster"]),
+)]
 pub(crate) struct Advise {
     /// The trace (see docs/trace-format.md).
     trace: PathBuf,
 
     /// Hosts the program may use (identical: --cores and --speed each).
     #[arg(long, value_name = "N")]
-    hosts: u32,
+    hosts: Option<u32>,
+
+    /// The hosts of a cluster file instead (measured with `lbf-node calibrate`; see
+    /// docs/targets.md): their names, cores and speeds, and the network between them (the
+    /// slowest of its tables where they differ, with a note).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["cores", "speed", "network"])]
+    cluster: Option<PathBuf>,
 
     /// Cores per host.
     #[arg(long, default_value_t = 1)]
@@ -73,6 +82,9 @@ Examples:
   # 16 processes, 4 hosts of 4 cores over Gigabit Ethernet: the best placements in 30 s
   lbf-gag advise run.trace.jsonl --hosts 4 --cores 4 --network gige
 
+  # on measured hosts (lbf-node calibrate), by their names
+  lbf-gag advise run.trace.jsonl --cluster lab.toml
+
   # the best placement as files to run it with, found within 5 s
   lbf-gag advise run.trace.jsonl --hosts 8 --cores 2 --budget 5 --write advised/
   mpirun.openmpi --rankfile advised/rankfile -np 16 ./app
@@ -81,19 +93,8 @@ The predicted times are the engine's, as `predict` gives them for one target eac
 
 /// Runs `lbf-gag advise`.
 pub(crate) fn advise(args: &Advise) -> Result<()> {
-    if args.hosts == 0 || args.cores == 0 {
-        bail!("--hosts and --cores must be at least 1");
-    }
-    if args.hosts > lbf::target::MAX_NODES {
-        bail!(
-            "--hosts {} is more than lbf's limit of {}",
-            args.hosts,
-            lbf::target::MAX_NODES
-        );
-    }
-    let valid = args.speed > 0.0 && args.speed.is_finite() && (0.0..=1.0).contains(&args.spin);
-    if !valid {
-        bail!("--speed must be positive and --spin between 0 and 1");
+    if !(0.0..=1.0).contains(&args.spin) {
+        bail!("--spin must be between 0 and 1");
     }
     let trace = args.trace.display();
     let mut reader = TraceReader::open(&args.trace).with_context(|| trace.to_string())?;
@@ -102,17 +103,7 @@ pub(crate) fn advise(args: &Advise) -> Result<()> {
     while let Some(e) = reader.next_event().with_context(|| trace.to_string())? {
         events.push(e.event);
     }
-    let machine = Machine {
-        hosts: (0..args.hosts)
-            .map(|h| Host {
-                name: format!("host{h}"),
-                cores: args.cores,
-                speed: args.speed,
-            })
-            .collect(),
-        network: args.network.network(),
-        spin: args.spin,
-    };
+    let machine = machine(args)?;
     let options = SearchOptions {
         budget: Duration::from_secs_f64(args.budget.max(0.0)),
         keep: args.top.max(1),
@@ -151,6 +142,57 @@ pub(crate) fn advise(args: &Advise) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The hosts `args` name: `--hosts` identical ones, or a cluster file's.
+fn machine(args: &Advise) -> Result<Machine> {
+    if let Some(path) = &args.cluster {
+        let cluster = load_cluster(path)?;
+        let all: Vec<usize> = (0..cluster.hosts.len()).collect();
+        let (network, notes) = cluster
+            .network_for(&all)
+            .map_err(|e| anyhow::anyhow!("--cluster {}: {e}", path.display()))?;
+        for note in notes {
+            eprintln!("note: --cluster {}: {note}", path.display());
+        }
+        return Ok(Machine {
+            hosts: cluster
+                .hosts
+                .iter()
+                .map(|h| Host {
+                    name: h.name.clone(),
+                    cores: h.cores,
+                    speed: h.speed,
+                })
+                .collect(),
+            network,
+            spin: args.spin,
+        });
+    }
+    let hosts = args.hosts.unwrap_or(1);
+    if hosts == 0 || args.cores == 0 {
+        bail!("--hosts and --cores must be at least 1");
+    }
+    if hosts > lbf::target::MAX_NODES {
+        bail!(
+            "--hosts {hosts} is more than lbf's limit of {}",
+            lbf::target::MAX_NODES
+        );
+    }
+    if !(args.speed > 0.0 && args.speed.is_finite()) {
+        bail!("--speed must be positive");
+    }
+    Ok(Machine {
+        hosts: (0..hosts)
+            .map(|h| Host {
+                name: format!("host{h}"),
+                cores: args.cores,
+                speed: args.speed,
+            })
+            .collect(),
+        network: args.network.network(),
+        spin: args.spin,
+    })
 }
 
 /// A progress line on stderr, rewritten in place.

@@ -66,30 +66,20 @@ install_bpf_linker() {
     LLVM_PREFIX=$shim cargo +nightly install --locked bpf-linker --no-default-features --features "llvm-$major"
 }
 
-# The test runner (scripts/test.sh): on this machine kind already; built once otherwise.
-install_nextest() {
-    if cargo nextest --version >/dev/null 2>&1; then
-        log "cargo-nextest present"
+# A cargo subcommand `cargo NAME`, built once (crate cargo-NAME) unless present; TIME says
+# how long building it takes.
+install_cargo_subcommand() {
+    local name=$1 time=$2
+    if cargo "$name" --version >/dev/null 2>&1; then
+        log "cargo-$name present"
     else
-        log "building cargo-nextest; takes a few minutes"
-        cargo install --locked cargo-nextest
+        log "building cargo-$name; takes $time"
+        cargo install --locked "cargo-$name"
     fi
 }
 
+# The test runner (scripts/test.sh): on this machine kind already.
+install_cargo_subcommand nextest "a few minutes"
 # The fuzzer driver (scripts/test.sh runs the parsers' fuzz targets briefly).
-install_cargo_fuzz() {
-    if cargo fuzz --version >/dev/null 2>&1; then
-        log "cargo-fuzz present"
-    else
-        log "building cargo-fuzz; takes a minute or two"
-        cargo install --locked cargo-fuzz
-    fi
-}
-
-need_root
-install_apt
-install_rust_src
-install_bpf_linker
-install_nextest
-install_cargo_fuzz
+install_cargo_subcommand fuzz "a minute or two"
 log "done"

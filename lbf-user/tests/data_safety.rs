@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use traced::{can_trace, workload_built_by};
+use traced::{can_trace, predict_here, workload_built_by};
 
 #[test]
 fn an_unwritable_output_is_an_error_before_the_command_runs() {
@@ -46,15 +46,10 @@ fn ring_and_trace(name: &str) -> (PathBuf, PathBuf) {
     (ring, trace)
 }
 
-/// `lbf-gag predict` of `trace` for one node of 2 cores, with `args`: its output, stdout
-/// and stderr.
-fn predict_on_two_cores(trace: &Path, args: &[&str]) -> (Output, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_lbf-gag"))
-        .args(["predict", "--nodes", "1", "--cores", "2"])
-        .args(args)
-        .arg(trace)
-        .output()
-        .expect("running lbf-gag");
+/// `lbf-gag predict` of `trace` for one node of this machine's cores (where it ran), with
+/// `args`: its output, stdout and stderr.
+fn predict_as_run(trace: &Path, args: &[&str]) -> (Output, String, String) {
+    let out = predict_here(trace, args);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     (out, stdout, stderr)
@@ -98,7 +93,7 @@ fn a_killed_capture_leaves_a_trace_that_predicts_what_it_has() {
         .status();
     let written = std::fs::read(&trace).expect("reading the trace");
     assert!(written.len() > 1000, "only {} bytes written", written.len());
-    let (out, stdout, stderr) = predict_on_two_cores(&trace, &["--json"]);
+    let (out, stdout, stderr) = predict_as_run(&trace, &["--json"]);
     assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
     assert!(stderr.contains("cut short"), "{stderr}");
     let line: serde_json::Value =
@@ -152,7 +147,7 @@ fn a_tiny_ring_buffer_loses_records_and_says_where() {
             "{g} in a run of {measured} s"
         );
     }
-    let (out, stdout, stderr) = predict_on_two_cores(&trace, &[]);
+    let (out, stdout, stderr) = predict_as_run(&trace, &[]);
     let (p, records) = (&gaps[0]["p"], &gaps[0]["records"]);
     match out.status.code() {
         Some(1) => {

@@ -103,7 +103,9 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
             };
             // Traces by configuration, what each traced run measured, and the untraced runs'
             // times (alternated with the traced ones): what a prediction is for.
-            let mut traces: Vec<Vec<(PathBuf, f64)>> = Vec::new();
+            // Each traced run: its trace, its measured time, and (with --span) the seconds no
+            // model predicts, read once.
+            let mut traces: Vec<Vec<(PathBuf, f64, f64)>> = Vec::new();
             let mut untraced: Vec<Vec<f64>> = Vec::new();
             for (label, cpus, _) in CONFIGS {
                 let (mut runs, mut plain) = (Vec::new(), Vec::new());
@@ -114,7 +116,7 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
                     ));
                     job.trace(&bin, cpus, args.np, &trace)?;
                     let untimed = if args.span { untimed(&trace)? } else { 0.0 };
-                    runs.push((trace.clone(), measured(&trace)? - untimed));
+                    runs.push((trace.clone(), measured(&trace)? - untimed, untimed));
                     plain.push(job.untraced(cpus, args.np)?);
                 }
                 traces.push(runs);
@@ -123,11 +125,10 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
             for (from, runs) in traces.iter().enumerate() {
                 for (to, target) in targets.iter().enumerate() {
                     let mut predicted = Vec::new();
-                    for (trace, _) in runs {
-                        let untimed = if args.span { untimed(trace)? } else { 0.0 };
+                    for (trace, _, untimed) in runs {
                         predicted.push(predict(&bin, trace, target)? - untimed);
                     }
-                    let traced: Vec<f64> = traces[to].iter().map(|&(_, m)| m).collect();
+                    let traced: Vec<f64> = traces[to].iter().map(|&(_, m, _)| m).collect();
                     let measured = if args.span { &traced } else { &untraced[to] };
                     let overhead = median(&traced) / median(&untraced[to]);
                     let row = Row::new(workload, mpi, from, to, measured, &predicted, overhead);

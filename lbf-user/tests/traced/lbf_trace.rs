@@ -212,17 +212,24 @@ pub(crate) fn check_trace_file(run: &TraceRun, expected_procs: usize) {
     }
 }
 
-/// `lbf-gag predict TRACE --json ARGS` on one node of this machine's cores (`--nodes 1
-/// --cores C`, the placement a run here had) and `args`: each target's name and predicted
-/// seconds, in order.
-pub(crate) fn predict_on_this_machine(trace: &Path, args: &[&str]) -> Vec<(String, f64)> {
+/// `lbf-gag predict TRACE ARGS` on one node of this machine's cores (`--nodes 1 --cores C`,
+/// the placement a run here had): its output, whatever its exit status.
+pub(crate) fn predict_here(trace: &Path, args: &[&str]) -> std::process::Output {
     let cores = machine::cores().to_string();
-    let out = Command::new(env!("CARGO_BIN_EXE_lbf-gag"))
-        .args(["predict", "--json", "--nodes", "1", "--cores", &cores])
+    Command::new(env!("CARGO_BIN_EXE_lbf-gag"))
+        .args(["predict", "--nodes", "1", "--cores", &cores])
         .args(args)
         .arg(trace)
         .output()
-        .expect("running lbf-gag");
+        .expect("running lbf-gag")
+}
+
+/// [`predict_here`] with `--json`, which must succeed: each target's name and predicted
+/// seconds, in order.
+pub(crate) fn predict_on_this_machine(trace: &Path, args: &[&str]) -> Vec<(String, f64)> {
+    let mut json = vec!["--json"];
+    json.extend(args);
+    let out = predict_here(trace, &json);
     assert!(
         out.status.success(),
         "{}",

@@ -15,9 +15,10 @@
 //! Workloads: the C programs of tests/workloads/mpi (iterations and milliseconds of
 //! computation per iteration), its Fortran ones (`fortran_bindings`, `fortran_f77`:
 //! iterations), and Debian's `hpcc` (HPC Challenge, Open MPI only, with Debian's example
-//! input). Waiting ranks are predicted to poll (spin 1) with MPICH, which polls flat out, and
-//! not to (spin 0) with Open MPI, which yields while it polls when it has more ranks than the
-//! machine has cores (docs/targets.md). Needs root and 2 CPUs; prints numbers and asserts
+//! input). Targets use the scheduler-aware node model (time slices of one 4 ms tick): waiting
+//! ranks poll, keeping their core (`wait = "spin"`), with MPICH, which polls flat out, and give
+//! it up (`wait = "yield"`) with Open MPI, which yields while it polls when it has more ranks
+//! than the machine has cores (docs/targets.md). Needs root and 2 CPUs; prints numbers and asserts
 //! nothing. The machine should be otherwise idle (the load average is printed per row).
 
 use std::path::{Path, PathBuf};
@@ -94,8 +95,8 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
     let mut rows = Vec::new();
     for mpi in &args.mpi {
         let progs = build_workloads(root, mpi)?;
-        let spin = if mpi == "mpich" { 1.0 } else { 0.0 };
-        let targets = write_targets(&out, args.np, mpi, spin)?;
+        let wait = if mpi == "mpich" { "spin" } else { "yield" };
+        let targets = write_targets(&out, args.np, mpi, wait)?;
         for workload in &args.workloads {
             let Some(job) = Job::new(workload, mpi, &progs, args)? else {
                 println!("{workload:<17} {mpi:<8} (hpcc is built for Open MPI only)");
@@ -333,9 +334,10 @@ fn median(xs: &[f64]) -> f64 {
     }
 }
 
-/// Writes one target file per configuration for `np` processes of `mpi`, waiting ranks
-/// loading their node as `spin` says; returns their paths, in [`CONFIGS`] order.
-fn write_targets(dir: &Path, np: u32, mpi: &str, spin: f64) -> Result<Vec<PathBuf>> {
+/// Writes one target file per configuration for `np` processes of `mpi`, under the
+/// scheduler-aware model with waiting ranks doing what `wait` says; returns their paths, in
+/// [`CONFIGS`] order.
+fn write_targets(dir: &Path, np: u32, mpi: &str, wait: &str) -> Result<Vec<PathBuf>> {
     let procs: Vec<u32> = (0..np).collect();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     CONFIGS
@@ -343,7 +345,7 @@ fn write_targets(dir: &Path, np: u32, mpi: &str, spin: f64) -> Result<Vec<PathBu
         .map(|&(label, _, cores)| {
             let path = dir.join(format!("{}-{mpi}.toml", label.replace(' ', "")));
             let text = format!(
-                "name = \"{label} spin {spin}\"\nspin = {spin}\n\
+                "name = \"{label} {wait}\"\n[scheduler]\nwait = \"{wait}\"\n\
                  [[node]]\nprocs = {procs:?}\ncores = {cores}\n"
             );
             std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;

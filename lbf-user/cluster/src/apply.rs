@@ -450,6 +450,7 @@ mod tests {
                 }],
                 network: Network::default(),
                 spin: 0.0,
+                scheduler: None,
                 procedures: Vec::new(),
             }],
             merged_trace: None,

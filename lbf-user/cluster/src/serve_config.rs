@@ -144,6 +144,7 @@ impl ServeConfig {
                 speed: s.speed,
                 network: preset(&s.network)?,
                 spin: 0.0,
+                scheduler: None,
             };
             targets.push(short_form(&form, procs.len())?);
         }

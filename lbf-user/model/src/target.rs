@@ -153,9 +153,68 @@ pub struct Target {
     /// process that polls as hard as a computing one; in between, one that yields the CPU now
     /// and then. Matters only on oversubscribed nodes.
     pub spin: f64,
+    /// The scheduler-aware node model, if the target asks for it: cores handed out in time
+    /// slices instead of shared continuously (see [`Scheduler`]). `None` is the paper's
+    /// model, processor sharing with an infinitely small quantum, with `spin` as the load of
+    /// waiting processes.
+    pub scheduler: Option<Scheduler>,
     /// Changes to traced procedures (moved, zeroed, sped up); empty for a plain placement and
     /// network.
     pub procedures: Vec<crate::procedure::ProcedureChange>,
+}
+
+/// How an operating system's scheduler hands out an oversubscribed node's cores: in slices,
+/// to processes that keep a core until their slice ends or they give it up. Waiting
+/// processes that poll then hold a core while they wait, and a message handed between two
+/// processes sharing a core waits for the scheduler. `docs/engine.md` defines the model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scheduler {
+    /// Length of a time slice, in seconds: how long a process keeps a core that others are
+    /// queued for. Linux preempts at its timer tick, 4 ms with `CONFIG_HZ=250`.
+    pub slice: f64,
+    /// What a waiting process does with its core.
+    pub wait: Wait,
+}
+
+impl Scheduler {
+    /// The default slice: one timer tick of a Linux kernel built with `CONFIG_HZ=250`.
+    pub const DEFAULT_SLICE: f64 = 0.004;
+}
+
+/// What a waiting process does with its core under the [`Scheduler`] model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Wait {
+    /// It polls, keeping its core until its slice ends (MPICH's default; Open MPI with no
+    /// more processes than cores).
+    Spin,
+    /// It gives its core up at once, to the next process queued for it, and queues again
+    /// when its wait is answered (Open MPI on an oversubscribed node, which yields while it
+    /// polls; a process blocked in the kernel).
+    Yield,
+}
+
+impl std::str::FromStr for Wait {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "spin" => Ok(Wait::Spin),
+            "yield" => Ok(Wait::Yield),
+            _ => Err(format!(
+                "unknown wait \"{s}\": \"spin\" (a waiting process polls, holding its core) or \
+                 \"yield\" (it gives its core up)"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Wait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Wait::Spin => "spin",
+            Wait::Yield => "yield",
+        })
+    }
 }
 
 /// The most nodes a target may have: a count given on a command line or in a file is checked
@@ -172,6 +231,10 @@ pub const MAX_PROCS: usize = 1 << 20;
 pub enum PlacementError {
     /// `spin` is outside 0..=1.
     Spin(f64),
+    /// Both a fluid `spin` and a [`Scheduler`], whose wait replaces it.
+    SpinWithScheduler,
+    /// The scheduler's slice is not a positive number of seconds.
+    Slice(f64),
     /// Node `node` has no cores.
     NoCores {
         /// The node's index.
@@ -213,6 +276,16 @@ impl std::fmt::Display for PlacementError {
                 f,
                 "spin is {spin}; it must be between 0 (waiting uses no CPU) and 1 (waiting polls \
                  as hard as computing)"
+            ),
+            PlacementError::SpinWithScheduler => write!(
+                f,
+                "the target gives both spin and a scheduler; with a scheduler, its wait (spin or \
+                 yield) says what waiting processes do: leave spin out"
+            ),
+            PlacementError::Slice(slice) => write!(
+                f,
+                "the scheduler's slice is {slice} s; it must be a positive number of seconds \
+                 (Linux: one timer tick, 0.004 with CONFIG_HZ=250)"
             ),
             PlacementError::NoCores { node } => {
                 write!(f, "node {node} has 0 cores; give it at least 1")
@@ -259,11 +332,19 @@ impl std::error::Error for PlacementError {}
 
 impl Target {
     /// The node of each process `0..num_procs`, checking what the engine relies on: spin in
-    /// 0..=1, every node with a core and a positive, finite speed, every process on exactly
+    /// 0..=1 (and 0 with a scheduler, whose slice is positive), every node with a core and a positive, finite speed, every process on exactly
     /// one node.
     pub fn placement(&self, num_procs: usize) -> Result<Vec<usize>, PlacementError> {
         if !(0.0..=1.0).contains(&self.spin) {
             return Err(PlacementError::Spin(self.spin));
+        }
+        if let Some(scheduler) = &self.scheduler {
+            if self.spin != 0.0 {
+                return Err(PlacementError::SpinWithScheduler);
+            }
+            if !(scheduler.slice.is_finite() && scheduler.slice > 0.0) {
+                return Err(PlacementError::Slice(scheduler.slice));
+            }
         }
         let mut node_of = vec![usize::MAX; num_procs];
         for (n, node) in self.nodes.iter().enumerate() {

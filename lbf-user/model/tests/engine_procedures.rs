@@ -33,6 +33,7 @@ fn target(nodes: Vec<Vec<ProcId>>, action: Option<ProcedureAction>) -> Target {
         nodes: nodes.into_iter().map(Node::new).collect(),
         network: Network::default(),
         spin: 0.0,
+        scheduler: None,
         procedures: action
             .into_iter()
             .map(|action| ProcedureChange {

@@ -24,6 +24,7 @@ fn target(name: &str, nodes: Vec<Vec<ProcId>>) -> Target {
         nodes: nodes.into_iter().map(Node::new).collect(),
         network: Network::default(),
         spin: 0.0,
+        scheduler: None,
         procedures: Vec::new(),
     }
 }

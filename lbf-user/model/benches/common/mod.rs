@@ -34,6 +34,7 @@ pub(crate) fn targets() -> Vec<Target> {
             speed: 1.0,
             network,
             spin: 0.0,
+            scheduler: None,
         };
         short_form(&form, PROCS as usize).expect("a valid short form")
     })

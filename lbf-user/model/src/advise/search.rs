@@ -72,6 +72,7 @@ impl Machine {
             nodes,
             network: self.network.clone(),
             spin: self.spin,
+            scheduler: None,
             procedures: Vec::new(),
         }
     }

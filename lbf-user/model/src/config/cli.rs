@@ -8,7 +8,7 @@ use super::{
     load_cluster, load_target_on, preset, procs_placed, short_form, ConfigError, Layout,
     NetworkPreset, ShortForm,
 };
-use crate::target::Target;
+use crate::target::{Scheduler, Target, Wait};
 
 /// Targets given on the command line: files (`--target`, repeatable) and one short form
 /// (`--nodes` with `--cores`, `--layout`, `--speed`, `--spin`, `--network`). Flatten it into a
@@ -67,6 +67,33 @@ pub struct TargetArgs {
         help_heading = "Short-form target"
     )]
     pub spin: f64,
+
+    /// Short form: model the operating system's scheduler on oversubscribed nodes. Cores are
+    /// handed out in time slices (--slice) instead of shared continuously, and a waiting
+    /// process either keeps its core, polling, until its slice ends (`spin`: MPICH; Open MPI
+    /// with no more ranks than cores) or gives it up at once (`yield`: Open MPI with more
+    /// ranks than cores). A message handed between two processes sharing a core then waits
+    /// for the scheduler, as it does. Replaces --spin. See docs/engine.md.
+    #[arg(
+        long,
+        value_name = "WAIT",
+        value_enum,
+        requires = "nodes",
+        conflicts_with = "spin",
+        help_heading = "Short-form target"
+    )]
+    pub scheduler: Option<Wait>,
+
+    /// Short form: with --scheduler, the length of a time slice in seconds (Linux preempts at
+    /// its timer tick: 0.004 with CONFIG_HZ=250, 0.001 with 1000).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = Scheduler::DEFAULT_SLICE,
+        requires = "scheduler",
+        help_heading = "Short-form target"
+    )]
+    pub slice: f64,
 
     /// Short form: network preset (zero, shm, gige, 10gige, ib-edr, ib-hdr).
     #[arg(
@@ -141,6 +168,10 @@ impl TargetArgs {
                 speed: self.speed,
                 network: self.network,
                 spin: self.spin,
+                scheduler: self.scheduler.map(|wait| Scheduler {
+                    slice: self.slice,
+                    wait,
+                }),
             };
             targets.push(short_form(&form, num_procs)?);
         }

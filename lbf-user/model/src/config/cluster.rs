@@ -300,6 +300,7 @@ impl Cluster {
             nodes,
             network,
             spin: 0.0,
+            scheduler: None,
             procedures: Vec::new(),
         };
         validate(&target, num_procs).map_err(fail)?;

@@ -5,7 +5,7 @@ use super::procedures::ProcedureFile;
 use super::table::comm_table;
 use super::{preset, validate, ConfigError};
 use crate::event::ProcId;
-use crate::target::{CommTable, Network, Node, Target};
+use crate::target::{CommTable, Network, Node, Scheduler, Target};
 use serde::Deserialize;
 use std::path::Path;
 
@@ -16,10 +16,31 @@ struct TargetFile {
     name: Option<String>,
     #[serde(default)]
     spin: f64,
+    scheduler: Option<SchedulerFile>,
     node: Vec<NodeFile>,
     network: Option<NetworkFile>,
     #[serde(default)]
     procedure: Vec<ProcedureFile>,
+}
+
+/// The `[scheduler]` table: the scheduler-aware node model ([`Scheduler`]).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SchedulerFile {
+    /// Seconds; [`Scheduler::DEFAULT_SLICE`] if absent.
+    slice: Option<f64>,
+    /// `"spin"` or `"yield"`.
+    wait: String,
+}
+
+impl SchedulerFile {
+    /// The scheduler this table describes, or what is wrong with it.
+    fn scheduler(&self) -> Result<Scheduler, String> {
+        Ok(Scheduler {
+            slice: self.slice.unwrap_or(Scheduler::DEFAULT_SLICE),
+            wait: self.wait.parse().map_err(|e| format!("[scheduler] {e}"))?,
+        })
+    }
 }
 
 /// One `[[node]]` table.
@@ -136,6 +157,12 @@ pub fn parse_target_on(
         nodes,
         network,
         spin: file.spin,
+        scheduler: file
+            .scheduler
+            .as_ref()
+            .map(SchedulerFile::scheduler)
+            .transpose()
+            .map_err(fail)?,
         procedures,
     };
     validate(&target, num_procs).map_err(fail)?;
@@ -240,6 +267,25 @@ mod tests {
         assert_eq!(t.nodes[1], Node::new(vec![2]));
         assert_eq!(t.network.local.points(), &[(0.0, 1e-6), (1048576.0, 2e-4)]);
         assert_eq!(t.network.remote.seconds(65536), 6e-4);
+    }
+
+    #[test]
+    fn the_scheduler_table_selects_time_slices() {
+        let t = parse_target("[scheduler]\nwait = \"spin\"\n[[node]]\nprocs = [0]\n", "s", 1);
+        let want = Scheduler {
+            slice: Scheduler::DEFAULT_SLICE,
+            wait: crate::target::Wait::Spin,
+        };
+        assert_eq!(t.unwrap().scheduler, Some(want));
+        let text = "[scheduler]\nwait = \"yield\"\nslice = 0.001\n[[node]]\nprocs = [0]\n";
+        let t = parse_target(text, "s", 1).unwrap();
+        assert_eq!(t.scheduler.unwrap().slice, 0.001);
+        let e = err("[scheduler]\nwait = \"poll\"\n[[node]]\nprocs = [0]\n", 1);
+        assert!(e.contains("unknown wait \"poll\""), "{e}");
+        let e = err("spin = 1\n[scheduler]\nwait = \"spin\"\n[[node]]\nprocs = [0]\n", 1);
+        assert!(e.contains("leave spin out"), "{e}");
+        let e = err("[scheduler]\nwait = \"spin\"\nslice = 0\n[[node]]\nprocs = [0]\n", 1);
+        assert!(e.contains("slice is 0 s"), "{e}");
     }
 
     #[test]

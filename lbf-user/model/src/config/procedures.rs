@@ -174,6 +174,7 @@ pub fn as_run(procs: &[ProcInfo]) -> Target {
         nodes,
         network: Network::default(),
         spin: 0.0,
+        scheduler: None,
         procedures: Vec::new(),
     }
 }

@@ -1,7 +1,7 @@
 //! The command line's short form for common placements: `--nodes 4 --cores 2 --layout block`.
 
 use super::{validate, ConfigError, NetworkPreset};
-use crate::target::{Node, Target, MAX_NODES};
+use crate::target::{Node, Scheduler, Target, MAX_NODES};
 
 /// How the short form spreads processes over nodes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -27,6 +27,8 @@ pub struct ShortForm {
     pub network: &'static NetworkPreset,
     /// Load of a waiting process on its node, 0 to 1 (see [`Target::spin`]).
     pub spin: f64,
+    /// The scheduler-aware node model, if asked for (see [`Target::scheduler`]).
+    pub scheduler: Option<Scheduler>,
 }
 
 /// The target `form` describes for a trace of `num_procs` processes, named after the form,
@@ -70,9 +72,14 @@ pub fn short_form(form: &ShortForm, num_procs: usize) -> Result<Target, ConfigEr
     } else {
         format!(" spin {}", form.spin)
     };
+    let scheduler = match form.scheduler {
+        None => String::new(),
+        Some(s) if s.slice == Scheduler::DEFAULT_SLICE => format!(" scheduler {}", s.wait),
+        Some(s) => format!(" scheduler {} slice {}", s.wait, s.slice),
+    };
     let target = Target {
         name: format!(
-            "{}x{} {layout} {}{speed}{spin}",
+            "{}x{} {layout} {}{speed}{spin}{scheduler}",
             form.nodes, form.cores, form.network.name
         ),
         nodes: procs
@@ -85,10 +92,11 @@ pub fn short_form(form: &ShortForm, num_procs: usize) -> Result<Target, ConfigEr
             .collect(),
         network: form.network.network(),
         spin: form.spin,
+        scheduler: form.scheduler,
         procedures: Vec::new(),
     };
     validate(&target, num_procs)
-        .map_err(|m| ConfigError::new("--nodes/--cores/--speed/--spin", m))?;
+        .map_err(|m| ConfigError::new("--nodes/--cores/--speed/--spin/--scheduler", m))?;
     Ok(target)
 }
 
@@ -104,6 +112,7 @@ mod tests {
             layout,
             speed: 1.0,
             spin: 0.0,
+            scheduler: None,
             network: preset("gige").unwrap(),
         }
     }

@@ -12,8 +12,10 @@ mod comm;
 mod min_tree;
 mod msgs;
 mod node;
+mod node_model;
 mod shaper;
 mod sim;
+mod slices;
 mod streams;
 mod time;
 
@@ -223,6 +225,7 @@ impl std::error::Error for EngineError {}
 ///     nodes: vec![Node::new(vec![0, 1])],
 ///     network: Network::default(),
 ///     spin: 0.0,
+///     scheduler: None,
 ///     procedures: Vec::new(),
 /// };
 /// let mut engine = Engine::new(2, vec![both_on_one]).unwrap();

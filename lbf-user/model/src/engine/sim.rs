@@ -31,7 +31,7 @@ use super::collective::{self, Collective};
 use super::comm::CachedNetwork;
 use super::min_tree::MinTree;
 use super::msgs::{Msg, MsgTable};
-use super::node::NodeState;
+use super::node_model::NodeModel;
 use super::streams::{Queued, Streams};
 use super::time::TimeKey;
 use super::{EngineError, Prediction, Progress, ScheduleSink};
@@ -47,6 +47,9 @@ pub(super) type SimResult<T> = Result<T, Box<EngineError>>;
 enum State {
     /// Its next event has not arrived.
     Starved,
+    /// Its next event has arrived while other processes were starved: it goes on once none
+    /// is (see [`Sim::resume`]).
+    Resumed,
     /// Its first event is known but it starts later (see [`Sim::set_start`]).
     NotStarted,
     /// Doing the CPU work before its current event.
@@ -80,8 +83,10 @@ struct Proc {
     node: usize,
     /// Whether it is alone on its node (see [`Sim::runs_ahead`]).
     alone: bool,
-    /// Its slot on its node (see [`NodeState::join`]).
+    /// Its slot on its node (see [`NodeModel::join`]).
     slot: usize,
+    /// When it last starved, in the order of the simulation's steps (see [`Sim::resume`]).
+    starved_at: u64,
 }
 
 /// The simulation of one target.
@@ -90,7 +95,7 @@ pub(super) struct Sim {
     network: CachedNetwork,
     /// The target's spin weight: the load a waiting process puts on its node.
     spin: f64,
-    nodes: Vec<NodeState>,
+    nodes: Vec<NodeModel>,
     /// Next work completion time of each node, up to date except for the nodes in `dirty`.
     /// A step brings its process's node up to date once it is over (see [`Sim::refresh`]);
     /// changes to other nodes go through `dirty`.
@@ -118,6 +123,10 @@ pub(super) struct Sim {
     procs: Vec<Proc>,
     /// Live processes whose next event has not arrived.
     starved: usize,
+    /// How many times processes have starved: orders [`Proc::starved_at`].
+    starvations: u64,
+    /// Processes whose next event arrived while others were starved (see [`Sim::resume`]).
+    resumed: Vec<usize>,
     /// Processes not yet exited.
     live: usize,
     msgs: MsgTable,
@@ -144,7 +153,11 @@ impl Sim {
         let node_of = target
             .placement(num_procs)
             .map_err(|e| bad(e.to_string()))?;
-        let nodes: Vec<NodeState> = target.nodes.iter().map(NodeState::new).collect();
+        let nodes: Vec<NodeModel> = target
+            .nodes
+            .iter()
+            .map(|node| NodeModel::new(node, target.scheduler.as_ref()))
+            .collect();
         let mut procs: Vec<Proc> = node_of
             .iter()
             .map(|&node| Proc {
@@ -156,10 +169,14 @@ impl Sim {
                 node,
                 alone: target.nodes[node].procs.len() == 1,
                 slot: 0,
+                starved_at: 0,
             })
             .collect();
-        for (p, slot) in nodes.iter().flat_map(NodeState::slots) {
+        for (p, slot) in nodes.iter().flat_map(NodeModel::slots) {
             procs[p as usize].slot = slot;
+        }
+        for (p, proc) in procs.iter_mut().enumerate() {
+            proc.starved_at = p as u64;
         }
         let network = CachedNetwork::new(target.network);
         // Below the horizon, adding the smallest delay between nodes to a time changes it:
@@ -183,6 +200,8 @@ impl Sim {
             end: 0.0,
             procs,
             starved: num_procs,
+            starvations: num_procs as u64,
+            resumed: Vec::new(),
             live: num_procs,
             msgs: MsgTable::new(),
             sends: FxHashMap::default(),
@@ -214,7 +233,7 @@ impl Sim {
         let proc = &self.procs[p];
         match proc.state {
             State::Computing | State::WaitMsg | State::WaitColl => proc.cursor - 1,
-            State::Starved | State::NotStarted | State::Exited => proc.cursor,
+            State::Starved | State::Resumed | State::NotStarted | State::Exited => proc.cursor,
         }
     }
 
@@ -238,18 +257,56 @@ impl Sim {
     }
 
     /// [`Sim::on_event`] for a starved `p`.
+    ///
+    /// The global order stopped when the first of the starved processes starved: `now` is
+    /// when it did. Processes whose events arrive while others are still starved go on once
+    /// none is, in the order in which they starved, which is the order of the steps that
+    /// took them there: so they reach their node in the same order whatever the order in
+    /// which their events arrive, as a node that hands out time slices needs.
     #[inline(never)]
     fn resume(&mut self, p: usize, streams: &Streams) -> SimResult<()> {
         self.starved -= 1;
         let since = self.procs[p].wait_since;
         if self.runs_ahead(p, since) {
             self.ready.push((p, since));
-        } else {
-            // The global order stopped when `p` starved: `now` is when it did.
+        } else if self.starved == 0 && self.resumed.is_empty() {
             self.advance_proc(p, streams)?;
             self.refresh(self.procs[p].node);
+        } else {
+            let proc = &mut self.procs[p];
+            proc.state = State::Resumed;
+            // Its last event is the one that arrived, for errors.
+            if let Some(q) = streams.get(p, proc.cursor) {
+                proc.last_origin = q.origin;
+            }
+            self.resumed.push(p);
+        }
+        if self.starved == 0 && !self.resumed.is_empty() {
+            self.go_on_resumed(streams)?;
         }
         self.run(streams)
+    }
+
+    /// The resumed processes go on, in the order in which they starved, until one starves
+    /// again: it keeps its place, before the others, as it would have gone on to the end of
+    /// its turn had its events been there.
+    #[cold]
+    fn go_on_resumed(&mut self, streams: &Streams) -> SimResult<()> {
+        let mut resumed = std::mem::take(&mut self.resumed);
+        resumed.sort_unstable_by_key(|&q| Reverse(self.procs[q].starved_at));
+        while let Some(q) = resumed.pop() {
+            let turn = self.procs[q].starved_at;
+            self.advance_proc(q, streams)?;
+            self.refresh(self.procs[q].node);
+            if self.starved > 0 {
+                if self.procs[q].state == State::Starved {
+                    self.procs[q].starved_at = turn;
+                }
+                break;
+            }
+        }
+        self.resumed = resumed;
+        Ok(())
     }
 
     /// Whether process `p` runs ahead of the global order from time `t` on.
@@ -346,26 +403,46 @@ impl Sim {
         Ok(())
     }
 
-    /// The process on node `n` that finishes its work first reaches its event at time `t`.
+    /// Node `n` takes its next step at time `t`: the process that finishes its work first
+    /// reaches its event, or (on a sliced node) a process goes on after its answered wait, or
+    /// a slice ends.
     fn finish_work(&mut self, t: f64, n: usize, streams: &Streams) -> SimResult<()> {
         self.now = t;
         self.close_slices(n);
-        let p = self.nodes[n].pop_finished(t) as usize;
-        if self.reach(p, self.current(p, streams))? {
-            self.advance_proc(p, streams)?;
+        if let Some(p) = self.nodes[n].pop_finished(t) {
+            let p = p as usize;
+            if matches!(self.procs[p].state, State::WaitMsg | State::WaitColl) {
+                self.end_wait(p, streams)?;
+            } else if self.reach(p, self.current(p, streams))? {
+                self.advance_proc(p, streams)?;
+            }
         }
         self.refresh(n);
         Ok(())
     }
 
     /// A timer of waiting process `p` fires at time `t`: its message has arrived or its
-    /// collective has ended.
+    /// collective has ended. It goes on now, or on a sliced node when it holds a core.
     fn wake(&mut self, t: f64, p: usize, streams: &Streams) -> SimResult<()> {
         self.now = t;
         if self.procs[p].state == State::NotStarted {
             self.procs[p].start = t;
             return self.advance_proc(p, streams);
         }
+        let Proc { node: n, slot, .. } = self.procs[p];
+        if self.nodes[n].is_sliced() {
+            self.close_slices(n);
+            if !self.nodes[n].answer(t, slot) {
+                self.mark_dirty(n);
+                return Ok(());
+            }
+        }
+        self.end_wait(p, streams)
+    }
+
+    /// Waiting process `p`, whose wait was answered, goes on now.
+    fn end_wait(&mut self, p: usize, streams: &Streams) -> SimResult<()> {
+        let t = self.now;
         self.stop_polling(p);
         let current = self.current(p, streams);
         match current.kind {
@@ -393,6 +470,8 @@ impl Sim {
             let Some(q) = streams.get(p, proc.cursor) else {
                 proc.state = State::Starved;
                 proc.wait_since = self.now;
+                proc.starved_at = self.starvations;
+                self.starvations += 1;
                 self.starved += 1;
                 return Ok(());
             };
@@ -531,6 +610,12 @@ impl Sim {
     /// Process `p` exits now.
     #[cold]
     fn exit(&mut self, p: usize) {
+        let Proc { node: n, slot, .. } = self.procs[p];
+        if self.nodes[n].is_sliced() {
+            self.close_slices(n);
+            self.nodes[n].leave(self.now, slot);
+            self.mark_dirty(n);
+        }
         self.procs[p].state = State::Exited;
         self.live -= 1;
         self.end = self.end.max(self.now);
@@ -625,11 +710,18 @@ impl Sim {
         }
     }
 
-    /// Process `p` starts waiting now; if waiting processes poll, it loads its node.
+    /// Process `p` starts waiting now; if waiting processes poll, it loads its node (on a
+    /// sliced node, the node's scheduler says what it does with its core).
     #[inline]
     fn start_wait(&mut self, p: usize, state: State) {
         self.procs[p].state = state;
         self.procs[p].wait_since = self.now;
+        let Proc { node: n, slot, .. } = self.procs[p];
+        if self.nodes[n].is_sliced() {
+            self.close_slices(n);
+            self.nodes[n].start_wait(self.now, slot);
+            self.mark_dirty(n);
+        }
         self.change_polling(p, self.spin);
     }
 

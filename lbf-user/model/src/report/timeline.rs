@@ -192,6 +192,7 @@ mod tests {
             nodes: vec![Node::new(vec![0]), Node::new(vec![1])],
             network: Network::default(),
             spin: 0.0,
+            scheduler: None,
             procedures: Vec::new(),
         }
     }

@@ -268,6 +268,7 @@ mod tests {
                 remote: CommTable::new(vec![(0.0, 0.1), (1000.0, 1.1)]).unwrap(),
             },
             spin: 0.0,
+            scheduler: None,
             procedures: Vec::new(),
         }
     }

@@ -271,7 +271,11 @@ mod tests {
 
     #[test]
     fn the_scheduler_table_selects_time_slices() {
-        let t = parse_target("[scheduler]\nwait = \"spin\"\n[[node]]\nprocs = [0]\n", "s", 1);
+        let t = parse_target(
+            "[scheduler]\nwait = \"spin\"\n[[node]]\nprocs = [0]\n",
+            "s",
+            1,
+        );
         let want = Scheduler {
             slice: Scheduler::DEFAULT_SLICE,
             wait: crate::target::Wait::Spin,
@@ -282,9 +286,15 @@ mod tests {
         assert_eq!(t.scheduler.unwrap().slice, 0.001);
         let e = err("[scheduler]\nwait = \"poll\"\n[[node]]\nprocs = [0]\n", 1);
         assert!(e.contains("unknown wait \"poll\""), "{e}");
-        let e = err("spin = 1\n[scheduler]\nwait = \"spin\"\n[[node]]\nprocs = [0]\n", 1);
+        let e = err(
+            "spin = 1\n[scheduler]\nwait = \"spin\"\n[[node]]\nprocs = [0]\n",
+            1,
+        );
         assert!(e.contains("leave spin out"), "{e}");
-        let e = err("[scheduler]\nwait = \"spin\"\nslice = 0\n[[node]]\nprocs = [0]\n", 1);
+        let e = err(
+            "[scheduler]\nwait = \"spin\"\nslice = 0\n[[node]]\nprocs = [0]\n",
+            1,
+        );
         assert!(e.contains("slice is 0 s"), "{e}");
     }
 

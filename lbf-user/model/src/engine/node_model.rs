@@ -50,7 +50,7 @@ impl NodeModel {
     pub(super) fn join(&mut self, now: f64, slot: usize, work: f64) {
         match self {
             NodeModel::Fluid(n) => n.join(now, slot, work),
-            NodeModel::Sliced(n) => n.join(now, slot, work),
+            NodeModel::Sliced(n) => sliced_join(n, now, slot, work),
         }
     }
 
@@ -59,7 +59,7 @@ impl NodeModel {
     pub(super) fn next_finish(&mut self) -> Option<f64> {
         match self {
             NodeModel::Fluid(n) => n.next_finish(),
-            NodeModel::Sliced(n) => n.next_finish(),
+            NodeModel::Sliced(n) => sliced_next_finish(n),
         }
     }
 
@@ -69,7 +69,7 @@ impl NodeModel {
     pub(super) fn pop_finished(&mut self, now: f64) -> Option<ProcId> {
         match self {
             NodeModel::Fluid(n) => Some(n.pop_finished(now)),
-            NodeModel::Sliced(n) => n.pop_finished(now),
+            NodeModel::Sliced(n) => sliced_pop_finished(n, now),
         }
     }
 
@@ -136,4 +136,28 @@ impl NodeModel {
             NodeModel::Sliced(n) => n.working().collect(),
         }
     }
+}
+
+// The sliced node's steps, out of line: the fluid node's are the hot path, and inlined these
+// made every step's code larger.
+
+/// [`SlicedNode::join`], out of line.
+#[cold]
+#[inline(never)]
+fn sliced_join(n: &mut SlicedNode, now: f64, slot: usize, work: f64) {
+    n.join(now, slot, work);
+}
+
+/// [`SlicedNode::next_finish`], out of line.
+#[cold]
+#[inline(never)]
+fn sliced_next_finish(n: &SlicedNode) -> Option<f64> {
+    n.next_finish()
+}
+
+/// [`SlicedNode::pop_finished`], out of line.
+#[cold]
+#[inline(never)]
+fn sliced_pop_finished(n: &mut SlicedNode, now: f64) -> Option<ProcId> {
+    n.pop_finished(now)
 }

@@ -85,8 +85,6 @@ struct Proc {
     alone: bool,
     /// Its slot on its node (see [`NodeModel::join`]).
     slot: usize,
-    /// When it last starved, in the order of the simulation's steps (see [`Sim::resume`]).
-    starved_at: u64,
 }
 
 /// The simulation of one target.
@@ -123,7 +121,10 @@ pub(super) struct Sim {
     procs: Vec<Proc>,
     /// Live processes whose next event has not arrived.
     starved: usize,
-    /// How many times processes have starved: orders [`Proc::starved_at`].
+    /// Per process: when it last starved, in the order of the simulation's steps (see
+    /// [`Sim::resume`]). Apart from [`Proc`], which the hot paths read.
+    starved_at: Vec<u64>,
+    /// How many times processes have starved: orders `starved_at`.
     starvations: u64,
     /// Processes whose next event arrived while others were starved (see [`Sim::resume`]).
     resumed: Vec<usize>,
@@ -169,14 +170,10 @@ impl Sim {
                 node,
                 alone: target.nodes[node].procs.len() == 1,
                 slot: 0,
-                starved_at: 0,
             })
             .collect();
         for (p, slot) in nodes.iter().flat_map(NodeModel::slots) {
             procs[p as usize].slot = slot;
-        }
-        for (p, proc) in procs.iter_mut().enumerate() {
-            proc.starved_at = p as u64;
         }
         let network = CachedNetwork::new(target.network);
         // Below the horizon, adding the smallest delay between nodes to a time changes it:
@@ -200,6 +197,7 @@ impl Sim {
             end: 0.0,
             procs,
             starved: num_procs,
+            starved_at: (0..num_procs as u64).collect(),
             starvations: num_procs as u64,
             resumed: Vec::new(),
             live: num_procs,
@@ -293,14 +291,14 @@ impl Sim {
     #[cold]
     fn go_on_resumed(&mut self, streams: &Streams) -> SimResult<()> {
         let mut resumed = std::mem::take(&mut self.resumed);
-        resumed.sort_unstable_by_key(|&q| Reverse(self.procs[q].starved_at));
+        resumed.sort_unstable_by_key(|&q| Reverse(self.starved_at[q]));
         while let Some(q) = resumed.pop() {
-            let turn = self.procs[q].starved_at;
+            let turn = self.starved_at[q];
             self.advance_proc(q, streams)?;
             self.refresh(self.procs[q].node);
             if self.starved > 0 {
                 if self.procs[q].state == State::Starved {
-                    self.procs[q].starved_at = turn;
+                    self.starved_at[q] = turn;
                 }
                 break;
             }
@@ -470,7 +468,7 @@ impl Sim {
             let Some(q) = streams.get(p, proc.cursor) else {
                 proc.state = State::Starved;
                 proc.wait_since = self.now;
-                proc.starved_at = self.starvations;
+                self.starved_at[p] = self.starvations;
                 self.starvations += 1;
                 self.starved += 1;
                 return Ok(());

@@ -233,29 +233,36 @@ impl SlicedNode {
     /// slice ends, then the lower core.
     fn next(&self) -> Option<(f64, usize, Next)> {
         let rotating = self.rotating();
-        let mut best: Option<(f64, usize, Next)> = None;
-        for (c, core) in self.cores.iter().enumerate() {
-            let Some(slot) = core.slot else { continue };
-            let done = match self.slots[slot].want {
-                Want::Work(finish) => Some(finish),
-                Want::Resume => Some(self.synced_at),
+        let steps = self.cores.iter().enumerate().flat_map(|(c, core)| {
+            let done = core.slot.and_then(|slot| match self.slots[slot].want {
+                Want::Work(finish) => Some((finish, c, Next::Done)),
+                Want::Resume => Some((self.synced_at, c, Next::Done)),
                 _ => None,
-            };
-            let end = rotating.then(|| self.rotation_at(core.since));
-            let candidate = match (done, end) {
-                (Some(d), Some(e)) if e < d => Some((e, c, Next::SliceEnd)),
-                (Some(d), _) => Some((d, c, Next::Done)),
-                (None, Some(e)) => Some((e, c, Next::SliceEnd)),
-                (None, None) => None,
-            };
-            if let Some(cand) = candidate {
-                let key = |(t, c, next): (f64, usize, Next)| (t, next == Next::SliceEnd, c);
-                if best.is_none_or(|b| key(cand) < key(b)) {
-                    best = Some(cand);
-                }
-            }
-        }
-        best
+            });
+            let end = (rotating && core.slot.is_some())
+                .then(|| (self.rotation_at(core.since), c, Next::SliceEnd));
+            done.into_iter().chain(end)
+        });
+        self.earliest(steps)
+    }
+
+    /// The step of `steps` to take first, at the earliest time: of the steps at that time
+    /// (within a billionth of a slice, as times reached in different ways round
+    /// differently), finishes before slice ends, then the lower core.
+    fn earliest(
+        &self,
+        steps: impl Iterator<Item = (f64, usize, Next)> + Clone,
+    ) -> Option<(f64, usize, Next)> {
+        let first = steps.clone().map(|(t, ..)| t).min_by(f64::total_cmp)?;
+        let (_, c, next) = steps
+            .filter(|&(t, ..)| t <= first + self.tie())
+            .min_by_key(|&(_, c, next)| (next == Next::SliceEnd, c))?;
+        Some((first, c, next))
+    }
+
+    /// How close two times are to count as one instant: a billionth of a slice.
+    fn tie(&self) -> f64 {
+        self.slice * 1e-9
     }
 
     /// Whether slice ends are steps: a process is queued and some process holding or wanting
@@ -275,7 +282,7 @@ impl SlicedNode {
     fn rotation_at(&self, since: f64) -> f64 {
         let end = self.slice_end(since);
         match self.queue.front() {
-            Some(&head) if self.slots[head].queued_at >= end => end + self.slice,
+            Some(&head) if self.slots[head].queued_at >= end - self.tie() => end + self.slice,
             _ => end,
         }
     }
@@ -284,7 +291,7 @@ impl SlicedNode {
     /// [`SlicedNode::synced_at`], or exactly then: a time within a billionth of a slice of a
     /// grid point is on it, as the times' rounding would otherwise skip a whole slice).
     fn slice_end(&self, since: f64) -> f64 {
-        let slices = ((self.synced_at - since) / self.slice - 1e-9)
+        let slices = ((self.synced_at - since - self.tie()) / self.slice)
             .ceil()
             .max(1.0);
         since + slices * self.slice
@@ -304,14 +311,13 @@ impl SlicedNode {
             return;
         }
         loop {
-            let next = self
+            let ends = self
                 .cores
                 .iter()
                 .enumerate()
                 .filter(|(_, core)| core.slot.is_some())
-                .map(|(c, core)| (self.rotation_at(core.since), c))
-                .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-            let Some((t, c)) = next.filter(|&(t, _)| t <= now) else {
+                .map(|(c, core)| (self.rotation_at(core.since), c, Next::SliceEnd));
+            let Some((t, c, _)) = self.earliest(ends).filter(|&(t, ..)| t <= now) else {
                 return;
             };
             self.synced_at = t;

@@ -78,13 +78,16 @@ pub(crate) fn simulate(target: &Target, streams: &[Vec<Event>]) -> f64 {
     let mut arrivals: HashMap<u64, u64> = HashMap::new();
     let mut t = 0u64;
     loop {
-        // Everything that happens at `t`, until nothing changes.
+        // Everything that happens at `t`, until nothing changes: first what the nodes do
+        // (work done, slice ends), then waits answered at `t` too.
+        let mut answering = false;
         loop {
             let mut changed = false;
             for p in 0..n {
+                let at = Instant { t, answering };
                 changed |= settle(
                     p,
-                    t,
+                    at,
                     streams,
                     target,
                     &mut procs,
@@ -93,9 +96,10 @@ pub(crate) fn simulate(target: &Target, streams: &[Vec<Event>]) -> f64 {
                     sched.wait,
                 );
             }
-            // Slice ends at `t` with a process queued (before `t`): the holder goes to the
-            // tail.
-            for node in nodes.iter_mut() {
+            // A slice end at `t` with a process queued (before `t`): the holder goes to the
+            // tail. One at a time, in core order, with what it lets happen before the next
+            // (finishes come before slice ends).
+            'rotation: for node in nodes.iter_mut() {
                 for c in 0..node.cores.len() {
                     let Some((holder, since)) = node.cores[c] else {
                         continue;
@@ -112,11 +116,15 @@ pub(crate) fn simulate(target: &Target, streams: &[Vec<Event>]) -> f64 {
                         node.cores[c] = Some((next, t));
                         procs[next].on = On::Core(c);
                         changed = true;
+                        break 'rotation;
                     }
                 }
             }
             if !changed {
-                break;
+                if answering {
+                    break;
+                }
+                answering = true;
             }
         }
         if procs.iter().all(|p| p.done) {
@@ -167,13 +175,21 @@ fn work(e: &Event) -> u64 {
     }
 }
 
-/// Lets process `p` go as far as it can at `t`: events whose work is done happen (a process
+/// A moment of the simulation: its time, and whether waits whose message arrives at that very
+/// time are answered yet.
+#[derive(Clone, Copy)]
+struct Instant {
+    t: u64,
+    answering: bool,
+}
+
+/// Lets process `p` go as far as it can at `at.t`: events whose work is done happen (a process
 /// with no work to do needs no core), a receive whose message is there completes if its
 /// process holds a core or never waited for it. Returns whether anything changed.
 #[allow(clippy::too_many_arguments)]
 fn settle(
     p: usize,
-    t: u64,
+    at: Instant,
     streams: &[Vec<Event>],
     target: &Target,
     procs: &mut [P],
@@ -181,6 +197,7 @@ fn settle(
     arrivals: &mut HashMap<u64, u64>,
     wait: Wait,
 ) -> bool {
+    let t = at.t;
     let mut changed = false;
     loop {
         let pr = procs[p].clone();
@@ -192,7 +209,10 @@ fn settle(
             let EventKind::RecvEnd { msg } = e.kind else {
                 unreachable!()
             };
-            if arrivals.get(&msg).is_none_or(|&a| a > t) {
+            if arrivals
+                .get(&msg)
+                .is_none_or(|&a| a > t || (a == t && !at.answering))
+            {
                 return changed;
             }
             match pr.on {

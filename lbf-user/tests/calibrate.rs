@@ -122,14 +122,20 @@ fn tcp_tables_follow_the_shaping_and_an_independent_ping_pong() {
     let dir = scratch("tcp");
     let latency = workload("net", "tcp_latency", &[]);
     let pair = NetnsPair::new(71);
-    // (tc rate, bits/s, burst, largest size): the bursts are the smallest that keep tbf's
-    // timer from slowing the link (a 1600-byte bucket reads 5 % slow at 100 Mbit/s).
-    // From which size on the table must follow the shaping: at 1 Gbit/s a 64 KiB message
-    // reads 6 to 9 % above it here, 30 to 45 us of per-message cost of this virtual machine's
-    // TCP stack that the 100 Mbit/s link shows too (+0.6 % at 64 KiB).
+    // (tc rate, bits/s, burst, largest size, from which size on the table must follow the
+    // shaping). At 100 Mbit/s the burst is the smallest that keeps tbf's timer from slowing
+    // the link (a 1600-byte bucket reads 5 % slow). At 1 Gbit/s it is twice the largest
+    // packet TCP hands the veth (64 KiB, segmentation offload): tbf splits a packet larger
+    // than its bucket into 1514-byte frames, and at 1 Gbit/s those cost this virtual machine
+    // about 0.5 CPU-seconds per second of transfer (5 times what whole packets cost), which
+    // made the table read 5 to 8 % slow at 1 to 8 MiB on a machine where other work ran.
+    // At 1 Gbit/s the table reads 30 to 45 us a message above the shaping, this virtual
+    // machine's TCP stack's per-message cost (the 100 Mbit/s link shows it too, +0.6 % at
+    // 64 KiB): 3 to 5 % of a 256 KiB message, of whose bytes only half pass beyond the
+    // bucket, 1 to 2 % of 512 KiB.
     for (rate, bps, burst, max, from) in [
         ("100mbit", 1e8, 4096u32, "4M", 65536.0),
-        ("1gbit", 1e9, 8192, "16M", 262144.0),
+        ("1gbit", 1e9, 131072, "16M", 524288.0),
     ] {
         pair.shape(rate, burst);
         let file = dir.join(format!("{rate}.toml"));

@@ -96,13 +96,17 @@ struct FitNetwork {
 
 const FIT_NETWORK_HELP: &str = "\
 Examples:
-  # the table of an MPI job's own messages over the network it ran on
-  sudo lbf-trace -o run.trace.jsonl -- mpirun -np 4 --host a,b ./app
+  # within this host: 4 ranks over the MPI library's shared memory
+  sudo lbf-trace -o run.trace.jsonl -- mpirun -np 4 ./app
+  lbf-gag fit-network run.trace.jsonl -o local.toml
+
+  # 2 ranks in two network namespaces (or containers) of this machine, whose link is the
+  # network to measure; mpirun starts the second rank there (see tests/calibrate.rs)
+  sudo lbf-trace -o run.trace.jsonl -- mpirun -np 2 --host 10.0.0.1,10.0.0.2 ./app
   lbf-gag fit-network run.trace.jsonl --remote -o net.toml
 
-  # predict the job on 8 nodes of that network: net.toml's line as a target's
-  # [network] remote, or a cluster file's [[network]] table
-  lbf-gag predict run.trace.jsonl --target eight-nodes.toml";
+The file's line is a target's [network] `local` or `remote`, a cluster file's [[host]]
+`local` or [[network]] `table` (docs/targets.md).";
 
 /// Run the central GAG builder of cluster mode: node daemons (lbf-node) stream events to it
 /// over TLS, and it predicts every configured target online.

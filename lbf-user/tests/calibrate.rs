@@ -130,9 +130,8 @@ fn tcp_tables_follow_the_shaping_and_an_independent_ping_pong() {
     // 0.5 to 0.6 CPU-seconds per second of transfer (5 times what whole packets cost), which
     // made the table read 5 to 8 % slow at 1 to 8 MiB on a machine where other work ran.
     // A message within that bucket is not free, though: this ping-pong's 16 to 128 KiB
-    // messages take 4.2 ns a byte (128 KiB 0.55 ms; Open MPI's 64 KiB messages cross the same
-    // link in 26 us), so a 256 KiB message reads 4 to 9 % above the shaping; from 512 KiB on,
-    // 0 to 2 %.
+    // messages take 4.2 ns a byte (128 KiB 0.55 ms; Open MPI's ping-pong takes as long), so a
+    // 256 KiB message reads 4 to 9 % above the shaping; from 512 KiB on, 0 to 2 %.
     for (rate, bps, burst, max, from) in [
         ("100mbit", 1e8, 4096u32, "4M", 65536.0),
         ("1gbit", 1e9, 131072, "16M", 524288.0),

@@ -522,6 +522,48 @@ fn help_teaches_with_examples() {
     assert!(text.contains("ib-hdr"), "{text}");
 }
 
+/// `lbf-gag fit-network` prints the table of a trace's timed messages and writes it; a trace
+/// without timestamps is an error that says how to get them.
+#[test]
+fn fit_network_times_a_traces_messages() {
+    let timed = format!(
+        "{}\n{}\n{}\n{}\n{SUMMARY}\n",
+        r#"{"format":"lbf-trace","version":2,"procs":[{"id":0,"host":"a"},{"id":1,"host":"a"}]}"#,
+        r#"{"p":1,"k":"recv_start","cpu_ns":0,"t_ns":1000}"#,
+        r#"{"p":0,"k":"send","cpu_ns":0,"msg":1,"bytes":64,"t_ns":2000}"#,
+        r#"{"p":1,"k":"recv_end","cpu_ns":0,"msg":1,"t_ns":52000}"#,
+    );
+    let out = run(
+        "fit_network",
+        &[("t.jsonl", &timed)],
+        &["fit-network", "t.jsonl", "--remote", "-o", "net.toml"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("remote: 1 messages timed, of 1 messages"),
+        "{text}"
+    );
+    let file = std::fs::read_to_string(dir_of("fit_network").join("net.toml")).unwrap();
+    assert!(file.ends_with("\nremote = [[64, 5e-5]]\n"), "{file}");
+    let out = run(
+        "fit_network_untimed",
+        &[("t.jsonl", &fig3(true))],
+        &["fit-network", "t.jsonl"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("error: t.jsonl has no wall-clock timestamps"),
+        "{err}"
+    );
+    let help = stdout(&run("fit_network_help", &[], &["fit-network", "--help"]));
+    assert!(
+        help.contains("Examples:") && help.contains("--remote"),
+        "{help}"
+    );
+}
+
 /// An id used again once its message is complete names a new message: each receive takes
 /// the send before it. Where a target would have both messages of the id in flight at once
 /// (process 1 receives late), the trace is refused for it, naming the line.

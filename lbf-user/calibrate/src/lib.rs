@@ -7,6 +7,7 @@
 //! - [`fit`]: the fewest table points that reproduce the measured times within 2 %.
 //! - [`cpu`]: the host's cores and speed from integer, floating-point and memory benchmarks.
 //! - [`program`]: a program's own speed on two hosts, from its traces on both.
+//! - [`trace_network`]: the network table a traced run saw, from its own messages.
 //! - [`output`]: what the measurements print and the TOML files they write.
 //!
 //! `lbf-node calibrate` is the command; `docs/targets.md` says how to use its files.
@@ -18,3 +19,4 @@ pub mod output;
 pub mod pingpong;
 pub mod program;
 pub mod progress;
+pub mod trace_network;

@@ -18,11 +18,50 @@ pub struct NetworkTable {
     pub measured: Vec<Measured>,
     /// The fewest measured points that reproduce every measured size within 2 %.
     pub table: Vec<(f64, f64)>,
+    /// What each measured size's count ([`Measured::reps`]) counts.
+    pub counted: Counted,
+}
+
+/// What a measured size's count is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// Round trips of a ping-pong (`lbf-node calibrate`).
+    RoundTrips,
+    /// Messages of a traced run (`lbf-gag fit-network`).
+    Messages,
+}
+
+impl Counted {
+    /// The listing's column heading.
+    fn column(self) -> &'static str {
+        match self {
+            Counted::RoundTrips => "reps",
+            Counted::Messages => "msgs",
+        }
+    }
+
+    /// The file's words for it.
+    fn words(self) -> &'static str {
+        match self {
+            Counted::RoundTrips => "round trips",
+            Counted::Messages => "messages",
+        }
+    }
 }
 
 impl NetworkTable {
-    /// Fits the table to `measured`.
+    /// Fits the table to `measured`, whose counts are round trips.
     pub fn fit(key: &'static str, how: String, measured: Vec<Measured>) -> Self {
+        Self::fit_counting(key, how, measured, Counted::RoundTrips)
+    }
+
+    /// Fits the table to `measured`, whose counts are `counted`.
+    pub fn fit_counting(
+        key: &'static str,
+        how: String,
+        measured: Vec<Measured>,
+        counted: Counted,
+    ) -> Self {
         let points: Vec<(f64, f64)> = measured
             .iter()
             .map(|m| (m.bytes as f64, m.seconds))
@@ -33,6 +72,7 @@ impl NetworkTable {
             how,
             measured,
             table,
+            counted,
         }
     }
 
@@ -46,7 +86,11 @@ impl NetworkTable {
         let errs = errors(&self.table, &points);
         let mut s = format!(
             "{:>10}  {:>13}  {:>6}  {:>13}  {:>7}  in table\n",
-            "bytes", "one-way (s)", "reps", "fitted (s)", "error"
+            "bytes",
+            "one-way (s)",
+            self.counted.column(),
+            "fitted (s)",
+            "error"
         );
         for (m, e) in self.measured.iter().zip(errs) {
             let kept = self.table.iter().any(|p| p.0 == m.bytes as f64);
@@ -76,8 +120,9 @@ impl NetworkTable {
     /// The file: the table under its key, the measurements as comments.
     pub fn toml(&self) -> String {
         let mut s = format!(
-            "# {}\n# measured [bytes, one-way seconds, round trips]:\n",
-            self.how
+            "# {}\n# measured [bytes, one-way seconds, {}]:\n",
+            self.how,
+            self.counted.words()
         );
         for m in &self.measured {
             let _ = writeln!(s, "#   [{}, {:e}, {}]", m.bytes, m.seconds, m.reps);

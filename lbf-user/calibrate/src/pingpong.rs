@@ -23,7 +23,8 @@ pub struct Measured {
     pub bytes: u64,
     /// One-way time, seconds: half the median round trip.
     pub seconds: f64,
-    /// Round trips timed.
+    /// How many were timed: round trips of a ping-pong, or messages of a traced run
+    /// ([`crate::output::Counted`]).
     pub reps: u32,
 }
 

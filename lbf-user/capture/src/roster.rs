@@ -25,7 +25,7 @@ use crate::anomaly::{note, Anomalies, Anomaly};
 use crate::record_capture::Backlog;
 use crate::timeline::{Item, RunClock, Timeline};
 use crate::{EventSink, ProcStats};
-use lbf_model::event::{Event, EventKind, ProcId, ProcInfo};
+use lbf_model::event::{Event, EventDetail, EventKind, ProcId, ProcInfo};
 use lbf_model::stream::Role;
 
 /// How the notes of a roster name its processes.
@@ -380,7 +380,11 @@ impl Roster {
                                 cpu_ns,
                                 kind,
                             };
-                            sink.event_with_procedures(&event, procedures);
+                            let detail = EventDetail {
+                                procedures: *procedures,
+                                monotonic_ns: None,
+                            };
+                            sink.event_with(&event, &detail);
                         }
                         Item::Stream(op) => {
                             if op.role == Role::Recv {

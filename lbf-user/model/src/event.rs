@@ -191,3 +191,24 @@ impl ProcedureCpu {
         Some(cpu)
     }
 }
+
+/// What a capture knows of an event beyond the engine's [`Event`], for the sinks that keep it
+/// (a trace file, the live engine's procedures): kept apart so that the engine's events stay
+/// small.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventDetail {
+    /// The CPU its process spent in each traced procedure since its previous event.
+    pub procedures: ProcedureCpu,
+    /// When it happened, in `CLOCK_MONOTONIC` nanoseconds (the kernel records' `ts_ns`);
+    /// `None` where the capture does not say. A trace file writes it as `t_ns`, relative to
+    /// the capture's clock origin ([`crate::sink::EventSink::clock_origin`]).
+    pub monotonic_ns: Option<u64>,
+}
+
+impl EventDetail {
+    /// Nothing beyond the event.
+    pub const NONE: EventDetail = EventDetail {
+        procedures: ProcedureCpu::NONE,
+        monotonic_ns: None,
+    };
+}

@@ -8,7 +8,7 @@
 
 use crate::config::{ProcedureArgs, TargetArgs};
 use crate::engine::{Engine, Prediction};
-use crate::event::{Event, ProcInfo, ProcedureCpu};
+use crate::event::{Event, EventDetail, ProcInfo};
 use crate::sink::EventSink;
 
 /// An [`EventSink`] that runs the engine on the captured events for the targets given.
@@ -108,10 +108,10 @@ impl EventSink for LivePredictor {
     }
 
     fn event(&mut self, event: &Event) {
-        self.event_with_procedures(event, &ProcedureCpu::NONE);
+        self.event_with(event, &EventDetail::NONE);
     }
 
-    fn event_with_procedures(&mut self, event: &Event, procedures: &ProcedureCpu) {
+    fn event_with(&mut self, event: &Event, detail: &EventDetail) {
         if self.failed.is_some() {
             return;
         }
@@ -119,7 +119,7 @@ impl EventSink for LivePredictor {
         let origin = self.pushed;
         let result = self.engine().and_then(|engine| {
             engine
-                .push_with_procedures(*event, procedures, origin)
+                .push_with_procedures(*event, &detail.procedures, origin)
                 .map_err(|e| e.to_string())
         });
         if let Err(why) = result {

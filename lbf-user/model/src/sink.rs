@@ -2,7 +2,7 @@
 //! order per process, and an in-memory one ([`EventLog`]). A trace writer, the live predictor
 //! and a cluster node's stream are sinks too.
 
-use crate::event::{Event, EventKind, ProcId, ProcInfo, ProcedureCpu};
+use crate::event::{Event, EventDetail, EventKind, ProcId, ProcInfo};
 use crate::stream::{EndClosed, StreamOp};
 
 /// Receives what a capture produces, in order per process.
@@ -14,11 +14,12 @@ pub trait EventSink {
     fn process(&mut self, info: &ProcInfo);
     /// The next event of `event.proc`.
     fn event(&mut self, event: &Event);
-    /// The next event of `event.proc`, with the CPU its process spent in each traced
-    /// procedure since its previous event (a capture told to follow procedures). A sink that
-    /// keeps no procedure CPU takes the event alone, as the default does.
-    fn event_with_procedures(&mut self, event: &Event, procedures: &ProcedureCpu) {
-        let _ = procedures;
+    /// The next event of `event.proc`, with what the capture knows beyond it: the CPU its
+    /// process spent in each traced procedure since its previous event (a capture told to
+    /// follow procedures) and when it happened. A sink that keeps neither takes the event
+    /// alone, as the default does.
+    fn event_with(&mut self, event: &Event, detail: &EventDetail) {
+        let _ = detail;
         self.event(event);
     }
     /// Where the processes' `start_ns` count from: the capture's first record, in

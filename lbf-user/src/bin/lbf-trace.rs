@@ -15,7 +15,7 @@ use lbf::capture::mpi::Library;
 use lbf::capture::select::{self, Source};
 use lbf::capture::EventSink;
 use lbf::config::{ProcedureArgs, TargetArgs};
-use lbf::event::{Event, ProcInfo, ProcedureCpu};
+use lbf::event::{Event, EventDetail, ProcInfo};
 use lbf::predict_live::LivePredictor;
 use lbf::probe::procedures::{self as traced_procedures, ProcedureSpec};
 use lbf::probe::{self, HeldChild, InitWatch, JsonLinesSink, RecordSink, TracerOptions};
@@ -324,6 +324,7 @@ fn run(cli: Cli) -> Result<i32> {
                 )
             })?),
             writer: None,
+            origin: 0,
             error: None,
         }),
         None => None,
@@ -852,15 +853,20 @@ impl EventSink for Outputs {
         }
     }
     fn event(&mut self, event: &Event) {
-        self.event_with_procedures(event, &ProcedureCpu::NONE);
+        self.event_with(event, &EventDetail::NONE);
     }
-    fn event_with_procedures(&mut self, event: &Event, procedures: &ProcedureCpu) {
+    fn event_with(&mut self, event: &Event, detail: &EventDetail) {
         self.events += 1;
         if let Some(f) = &mut self.file {
-            f.event_with_procedures(event, procedures);
+            f.event_with(event, detail);
         }
         if let Some(l) = &mut self.live {
-            l.event_with_procedures(event, procedures);
+            l.event_with(event, detail);
+        }
+    }
+    fn clock_origin(&mut self, monotonic_ns: u64) {
+        if let Some(f) = &mut self.file {
+            f.clock_origin(monotonic_ns);
         }
     }
 }
@@ -880,6 +886,8 @@ struct TraceFile {
     writer: Option<TraceWriter<File>>,
     /// The first write error; reported at the end.
     error: Option<std::io::Error>,
+    /// The capture's clock origin (`CLOCK_MONOTONIC` ns), which events' `t_ns` count from.
+    origin: u64,
 }
 
 impl TraceFile {
@@ -924,14 +932,20 @@ impl EventSink for TraceFile {
     fn process(&mut self, info: &ProcInfo) {
         self.procs.push(info.clone());
     }
-    fn event(&mut self, event: &Event) {
-        self.event_with_procedures(event, &ProcedureCpu::NONE);
+    fn clock_origin(&mut self, monotonic_ns: u64) {
+        self.origin = monotonic_ns;
     }
-    fn event_with_procedures(&mut self, event: &Event, procedures: &ProcedureCpu) {
+    fn event(&mut self, event: &Event) {
+        self.event_with(event, &EventDetail::NONE);
+    }
+    fn event_with(&mut self, event: &Event, detail: &EventDetail) {
         if self.error.is_none() {
+            // Relative to the clock origin, as the processes' `start_ns`.
+            let origin = self.origin;
+            let t_ns = detail.monotonic_ns.map(|t| t.saturating_sub(origin));
             let written = self
                 .writer()
-                .and_then(|w| w.write_event_with_procedures(event, procedures));
+                .and_then(|w| w.write_event_with(event, &detail.procedures, t_ns));
             if let Err(e) = written {
                 self.error = Some(e);
             }

@@ -176,6 +176,9 @@ impl Capture {
     /// Consumes one record, handing any events it completes to `sink`.
     pub fn record(&mut self, rec: &Record, sink: &mut dyn EventSink) {
         self.clock.observe(rec);
+        if let Some(p) = self.procs.get_mut(&rec.tgid) {
+            p.now_ns = rec.ts_ns;
+        }
         match RecordKind::from_raw(rec.kind) {
             Some(RecordKind::CallEntry) => self.entry(rec),
             Some(RecordKind::CallExit) => self.exit(rec),
@@ -457,6 +460,8 @@ impl Capture {
         let init = matches!(rec.fn_id, mpi::INIT | mpi::INIT_THREAD);
         let before_init = !self.past_init.contains_key(&rec.tgid);
         let p = self.procs.get_mut(&rec.tgid).expect("inspected above");
+        // A process's first record: it was not known before.
+        p.now_ns = rec.ts_ns;
         let stack = p.calls.entry(rec.tid).or_default();
         let nested = !stack.is_empty() || p.exited;
         if !nested && !init && before_init {
@@ -490,6 +495,7 @@ impl Capture {
             fn_id: rec.fn_id,
             entry: None,
             cpu_ns: rec.cpu_ns,
+            ts_ns: rec.ts_ns,
             posted: None,
             coll: None,
             creation: None,
@@ -679,7 +685,7 @@ impl Capture {
         let sends: Vec<_> = open.rendezvous.into_iter().collect();
         if !recvs.is_empty() || !sends.is_empty() {
             let at = (rec.tgid, rec.tid, rec.ts_ns);
-            self.complete(at, open.cpu_ns, rec.cpu_ns, &recvs, &sends);
+            self.complete(at, (open.cpu_ns, open.ts_ns), rec.cpu_ns, &recvs, &sends);
         }
     }
 
@@ -725,7 +731,7 @@ impl Capture {
         count(&mut self.anomalies, Anomaly::RequestBeforeAttach, earlier);
         if !recvs.is_empty() || !sends.is_empty() {
             let at = (rec.tgid, rec.tid, rec.ts_ns);
-            self.complete(at, open.cpu_ns, rec.cpu_ns, &recvs, &sends);
+            self.complete(at, (open.cpu_ns, open.ts_ns), rec.cpu_ns, &recvs, &sends);
         }
     }
 
@@ -890,13 +896,13 @@ impl Capture {
         }))
     }
 
-    /// Emits the `RecvStart` (at `entry_cpu`), one pending `RecvEnd` per completed receive
+    /// Emits the `RecvStart` (at `entry`: the call's CPU clock and time), one pending `RecvEnd` per completed receive
     /// and one `SendEnd` per completed rendezvous send (at `exit_cpu`), then completes the
     /// receives in the matcher with their statuses, at `ts`.
     fn complete(
         &mut self,
         (tgid, tid, ts): (u32, u32, u64),
-        entry_cpu: u64,
+        entry: (u64, u64),
         exit_cpu: u64,
         recvs: &[(RecvId, Option<Status>)],
         sends: &[MsgId],
@@ -905,7 +911,7 @@ impl Capture {
             .procs
             .get_mut(&tgid)
             .expect("caller looked up the process");
-        p.emit_recv_start(tid, entry_cpu);
+        p.emit_recv_start(tid, entry);
         for &(id, _) in recvs {
             let slot = p.emit_pending(tid, exit_cpu);
             self.recv_slots.insert(id, (tgid, slot));

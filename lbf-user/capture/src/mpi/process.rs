@@ -16,7 +16,7 @@ use super::library::Abi;
 use super::matching::{CommId, RecvId};
 use crate::procedures::ProcedureShares;
 use crate::{EventSink, ProcStats};
-use lbf_model::event::{CollId, Event, EventKind, MsgId, ProcedureCpu};
+use lbf_model::event::{CollId, Event, EventDetail, EventKind, MsgId, ProcedureCpu};
 
 /// A call entered and not yet returned.
 #[derive(Clone, Debug)]
@@ -27,6 +27,8 @@ pub struct OpenCall {
     pub entry: Option<Entry>,
     /// The thread's CPU clock at entry.
     pub cpu_ns: u64,
+    /// When it was entered (`CLOCK_MONOTONIC` ns).
+    pub ts_ns: u64,
     /// The receive posted at entry, if any.
     pub posted: Option<RecvId>,
     /// The collective instance entered, if any.
@@ -63,6 +65,8 @@ pub struct LocalComm {
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     cpu_ns: u64,
+    /// When the event happened (`CLOCK_MONOTONIC` ns).
+    ts_ns: u64,
     /// The CPU in traced procedures among `cpu_ns`.
     procedures: ProcedureCpu,
     kind: Option<EventKind>,
@@ -105,8 +109,12 @@ pub struct Process {
     /// CPU clock of each thread when tracing began, for a process attached while running,
     /// until the thread's first event.
     attach_cpu: FxHashMap<u32, u64>,
-    /// CPU clock at the entry of an `MPI_Probe` whose wait the next receive continues.
-    wait_start: Option<u64>,
+    /// CPU clock and time at the entry of an `MPI_Probe` whose wait the next receive
+    /// continues.
+    wait_start: Option<(u64, u64)>,
+    /// The time of the record being handled (`CLOCK_MONOTONIC` ns): when the events it makes
+    /// happen, unless they say otherwise.
+    pub now_ns: u64,
     /// CPU spent inside unsuccessful polls since the previous event (see [`Self::polled`]).
     polled_ns: u64,
     queue: VecDeque<Slot>,
@@ -134,6 +142,7 @@ impl Process {
             cpu_base: FxHashMap::default(),
             attach_cpu: FxHashMap::default(),
             wait_start: None,
+            now_ns: 0,
             polled_ns: 0,
             queue: VecDeque::new(),
             queue_base: 0,
@@ -158,9 +167,10 @@ impl Process {
         self.comms.get(&handle).copied()
     }
 
-    /// Remembers that a wait for a message began at `cpu_ns` (an `MPI_Probe` entry).
+    /// Remembers that a wait for a message began at `cpu_ns` (an `MPI_Probe` entry), now.
     pub fn probe_wait(&mut self, cpu_ns: u64) {
-        self.wait_start.get_or_insert(cpu_ns);
+        let now = self.now_ns;
+        self.wait_start.get_or_insert((cpu_ns, now));
     }
 
     /// Remembers that the process spent `inside_ns` of CPU inside unsuccessful polls
@@ -171,11 +181,11 @@ impl Process {
         self.polled_ns += inside_ns;
     }
 
-    /// Queues event `kind` happening when thread `tid`'s clock reads `cpu_at`.
+    /// Queues event `kind` happening now, when thread `tid`'s clock reads `cpu_at`.
     pub fn emit(&mut self, tid: u32, cpu_at: u64, kind: EventKind) {
         self.wait_start = None;
         self.polled_ns = 0;
-        self.push(tid, cpu_at, Some(kind));
+        self.push(tid, cpu_at, self.now_ns, Some(kind));
     }
 
     /// Takes the CPU of thread `tid` up to `cpu_at` out of the model: start-up until
@@ -205,13 +215,17 @@ impl Process {
             .or_insert_with(|| self.attach_cpu.remove(&tid).unwrap_or(0))
     }
 
-    /// Queues a `RecvStart` at `cpu_at`, or where an `MPI_Probe` began waiting, less the CPU
-    /// spent in unsuccessful polls since the previous event ([`Self::polled`]).
-    pub fn emit_recv_start(&mut self, tid: u32, cpu_at: u64) {
+    /// Queues a `RecvStart` at `cpu_at` and `ts_at` (a waiting call's entry), or where an
+    /// `MPI_Probe` began waiting, less the CPU spent in unsuccessful polls since the previous
+    /// event ([`Self::polled`]; their time is not known: the event's time stays the call's).
+    pub fn emit_recv_start(&mut self, tid: u32, (cpu_at, ts_at): (u64, u64)) {
         let polled = std::mem::take(&mut self.polled_ns);
         let at = cpu_at.saturating_sub(polled);
-        let at = self.wait_start.take().map_or(at, |w| w.min(at));
-        self.push(tid, at, Some(EventKind::RecvStart));
+        let (at, ts) = match self.wait_start.take() {
+            Some((cpu, ts)) if cpu < at => (cpu, ts.min(ts_at)),
+            _ => (at, ts_at),
+        };
+        self.push(tid, at, ts, Some(EventKind::RecvStart));
     }
 
     /// Queues an event not known yet (a `RecvEnd` whose message is not matched, a collective
@@ -220,13 +234,13 @@ impl Process {
     pub fn emit_pending(&mut self, tid: u32, cpu_at: u64) -> u64 {
         self.wait_start = None;
         self.polled_ns = 0;
-        self.push(tid, cpu_at, None)
+        self.push(tid, cpu_at, self.now_ns, None)
     }
 
     /// Queues the `RecvPost` of a receive whose message is not known yet; returns its slot
     /// for [`Self::fill`].
     pub fn emit_pending_post(&mut self, tid: u32, cpu_at: u64) -> u64 {
-        let slot = self.push(tid, cpu_at, None);
+        let slot = self.push(tid, cpu_at, self.now_ns, None);
         self.queue.back_mut().expect("just pushed").post = true;
         slot
     }
@@ -269,6 +283,7 @@ impl Process {
         let Some(rank) = self.rank else { return };
         while let Some(&Slot {
             cpu_ns,
+            ts_ns,
             procedures,
             kind: Some(kind),
             bytes,
@@ -281,7 +296,11 @@ impl Process {
                 cpu_ns,
                 kind,
             };
-            sink.event_with_procedures(&event, &procedures);
+            let detail = EventDetail {
+                procedures,
+                monotonic_ns: Some(ts_ns),
+            };
+            sink.event_with(&event, &detail);
             self.queue.pop_front();
             self.queue_base += 1;
         }
@@ -292,13 +311,14 @@ impl Process {
         self.queue.len()
     }
 
-    fn push(&mut self, tid: u32, cpu_at: u64, kind: Option<EventKind>) -> u64 {
+    fn push(&mut self, tid: u32, cpu_at: u64, ts_ns: u64, kind: Option<EventKind>) -> u64 {
         let base = self.cpu_base(tid);
         let cpu_ns = cpu_at.saturating_sub(*base);
         *base = (*base).max(cpu_at);
         let procedures = self.procedures.share(tid, cpu_at);
         self.queue.push_back(Slot {
             cpu_ns,
+            ts_ns,
             procedures,
             kind,
             bytes: 0,

@@ -12,8 +12,8 @@ use super::mpich::{self, Mpich};
 use super::openmpi::OpenMpi;
 use super::Capture;
 use crate::anomaly::Anomaly;
-use crate::{ids, EventLog, Summary};
-use lbf_model::event::{CollOp, EventKind, MsgId};
+use crate::{ids, EventLog, EventSink, Summary};
+use lbf_model::event::{CollOp, Event, EventDetail, EventKind, MsgId, ProcInfo};
 
 /// Answers from a fixed table: tgid -> (ABI, world rank, world size).
 struct FakeInspector(HashMap<u32, (Abi, Option<u32>, u32)>);
@@ -40,10 +40,10 @@ const ANY_SOURCE: u64 = (-2i32) as u32 as u64;
 const ANY_TAG: u64 = (-1i32) as u32 as u64;
 const STATUS_IGNORE: u64 = 1;
 
-/// Drives a capture with records of MPICH processes 100 + rank.
-struct Run {
+/// Drives a capture with records of MPICH processes 100 + rank, into `log`.
+struct Run<S = EventLog> {
     capture: Capture,
-    log: EventLog,
+    log: S,
     ts: u64,
 }
 
@@ -59,6 +59,14 @@ impl Run {
         }
     }
 
+    fn finish(self) -> (EventLog, Summary) {
+        let mut log = self.log;
+        let summary = self.capture.finish(&mut log);
+        (log, summary)
+    }
+}
+
+impl<S: EventSink> Run<S> {
     fn record(
         &mut self,
         kind: RecordKind,
@@ -134,12 +142,6 @@ impl Run {
     fn finalize(&mut self, rank: u32, cpu: u64) {
         self.enter(rank, mpi::FINALIZE, cpu, &[], &[]);
         self.leave(rank, mpi::FINALIZE, cpu, &[]);
-    }
-
-    fn finish(self) -> (EventLog, Summary) {
-        let mut log = self.log;
-        let summary = self.capture.finish(&mut log);
-        (log, summary)
     }
 }
 
@@ -1068,5 +1070,61 @@ fn a_cancelled_receive_takes_no_message() {
                 msg: msg(1, 0, 5, 0)
             }
         )]
+    );
+}
+
+/// The events and the times (`EventDetail::monotonic_ns`) a capture hands out.
+#[derive(Default)]
+struct Times(Vec<(u32, EventKind, Option<u64>)>);
+
+impl EventSink for Times {
+    fn process(&mut self, _: &ProcInfo) {}
+    fn event(&mut self, event: &Event) {
+        self.event_with(event, &EventDetail::NONE);
+    }
+    fn event_with(&mut self, event: &Event, detail: &EventDetail) {
+        self.0.push((event.proc, event.kind, detail.monotonic_ns));
+    }
+}
+
+/// Each event carries the time of the record that made it: a send its call's entry, a
+/// receive's wait its call's entry (though the event is made at the return), its end the
+/// call's return, an exit `MPI_Finalize`'s entry.
+#[test]
+fn events_carry_the_time_of_their_records() {
+    let mut run = Run {
+        capture: Run::mpich(2).capture,
+        log: Times::default(),
+        ts: 1_000,
+    };
+    // Each record is 1000 ns after the one before, from 1000.
+    run.init(0, 0); // 1000, 2000
+    run.init(1, 0); // 3000, 4000
+    run.enter(
+        1,
+        mpi::RECV,
+        10,
+        &[0, 1, INT, 0, 5, WORLD, STATUS_IGNORE],
+        &[],
+    ); // 5000
+    run.send(0, 20, 1, 1, 5); // 6000, 7000
+    run.leave(1, mpi::RECV, 30, &[]); // 8000
+    run.finalize(0, 40); // 9000, 10000
+    run.finalize(1, 50); // 11000, 12000
+    let m = msg(0, 1, 5, 0);
+    let send = EventKind::Send {
+        msg: m,
+        bytes: 4,
+        rendezvous: false,
+    };
+    assert_eq!(
+        run.log.0,
+        vec![
+            (0, send, Some(6_000)),
+            (1, EventKind::RecvStart, Some(5_000)),
+            (1, EventKind::RecvEnd { msg: m }, Some(8_000)),
+            (0, EventKind::Exit, Some(9_000)),
+            (1, EventKind::Exit, Some(11_000)),
+        ]
     );
 }

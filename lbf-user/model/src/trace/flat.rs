@@ -58,8 +58,9 @@ fn store<'a>(raw: &mut RawLine<'a>, key: &str, value: Value<'a>) -> Option<()> {
         ("k", Value::Str(s)) => set(&mut raw.k, Cow::Borrowed(s)),
         ("op", Value::Str(s)) => set(&mut raw.op, Cow::Borrowed(s)),
         ("rendezvous", Value::Bool(b)) => set(&mut raw.rendezvous, b),
+        ("t_ns", Value::Int(v)) => set(&mut raw.t_ns, v),
         (
-            "p" | "cpu_ns" | "msg" | "bytes" | "coll" | "size" | "k" | "op" | "rendezvous"
+            "p" | "cpu_ns" | "msg" | "bytes" | "coll" | "size" | "k" | "op" | "rendezvous" | "t_ns"
             | "summary",
             _,
         ) => None,

@@ -8,14 +8,14 @@ use std::borrow::Cow;
 /// What one body line holds.
 #[derive(Debug, PartialEq)]
 pub(super) enum Record {
-    /// An event of one of the header's processes, with its procedures' CPU.
-    Event(Event, ProcedureCpu),
+    /// An event of one of the header's processes, with its procedures' CPU and its `t_ns`.
+    Event(Event, ProcedureCpu, Option<u64>),
     /// The closing summary.
     Summary(Summary),
 }
 
 /// Every field any line may carry; borrowed so that parsing allocates nothing. Fields not
-/// listed (such as a capture's `t_ns`) are skipped.
+/// listed are skipped.
 #[derive(Debug, Default, Deserialize, PartialEq)]
 pub(super) struct RawLine<'a> {
     pub(super) p: Option<u64>,
@@ -29,6 +29,8 @@ pub(super) struct RawLine<'a> {
     pub(super) op: Option<Cow<'a, str>>,
     pub(super) size: Option<u32>,
     pub(super) rendezvous: Option<bool>,
+    /// When the event happened (a capture's wall clock), nanoseconds after its origin.
+    pub(super) t_ns: Option<u64>,
     /// The CPU in each of the header's procedures (serde_json's path only: the fast path
     /// leaves arrays to it).
     pub(super) proc_ns: Option<Vec<u64>>,
@@ -88,7 +90,7 @@ pub(super) fn parse(
         cpu_ns,
         kind,
     };
-    Ok(Record::Event(event, shares))
+    Ok(Record::Event(event, shares, raw.t_ns))
 }
 
 /// serde_json's message, its position within the one-line text given as a column.

@@ -108,6 +108,9 @@ pub struct LineEvent {
     pub event: Event,
     /// The CPU its process spent in each of the header's procedures since its previous event.
     pub procedures: ProcedureCpu,
+    /// When it happened, in nanoseconds after the capture's clock origin (`t_ns`), where the
+    /// capture wrote it.
+    pub t_ns: Option<u64>,
 }
 
 /// The value of an event's `k` field.

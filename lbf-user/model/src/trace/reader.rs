@@ -106,7 +106,7 @@ impl<R: BufRead> TraceReader<R> {
             }
             let text = self.buf.trim_ascii_end();
             match parse(text, self.header.procs.len(), self.header.procedures.len()) {
-                Ok(Record::Event(event, procedures)) => {
+                Ok(Record::Event(event, procedures, t_ns)) => {
                     if let Err(kind) = self.rules.check(&event, self.line) {
                         return Err(self.error(kind));
                     }
@@ -114,6 +114,7 @@ impl<R: BufRead> TraceReader<R> {
                         line: self.line,
                         event,
                         procedures,
+                        t_ns,
                     }));
                 }
                 Ok(Record::Summary(summary)) => self.summary = Some((self.line, summary)),

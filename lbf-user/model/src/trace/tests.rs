@@ -187,6 +187,7 @@ fn extra_fields_and_blank_lines_are_ignored() {
             line: 3,
             event: ev(1, 3, EventKind::RecvEnd { msg: 4 }),
             procedures: ProcedureCpu::NONE,
+            t_ns: Some(99),
         }]
     );
 }
@@ -440,9 +441,9 @@ fn procedure_cpu_is_recorded_per_event() {
     let mut writer = TraceWriter::new(Vec::new(), &with).unwrap();
     let shares = ProcedureCpu::from_slice(&[700, 0]).unwrap();
     let send = ev(0, 1000, EventKind::Keepalive);
-    writer.write_event_with_procedures(&send, &shares).unwrap();
+    writer.write_event_with(&send, &shares, None).unwrap();
     writer
-        .write_event_with_procedures(&ev(0, 5, EventKind::Exit), &ProcedureCpu::NONE)
+        .write_event_with(&ev(0, 5, EventKind::Exit), &ProcedureCpu::NONE, None)
         .unwrap();
     let text = String::from_utf8(writer.finish(&Summary::default()).unwrap()).unwrap();
     let lines: Vec<&str> = text.lines().collect();
@@ -482,4 +483,34 @@ fn proc_ns_must_match_the_header() {
         .unwrap()
         .to_string();
     assert!(err.contains("lists `f` twice"), "{err}");
+}
+
+/// A capture's wall-clock time (`t_ns`) is written last on the line, only where known, and
+/// read back; a line without it reads as `None`.
+#[test]
+fn wall_clock_times_are_written_and_read_back() {
+    let mut writer = TraceWriter::new(Vec::new(), &header()).unwrap();
+    let send = ev(
+        0,
+        10,
+        EventKind::Send {
+            msg: 1,
+            bytes: 8,
+            rendezvous: false,
+        },
+    );
+    writer
+        .write_event_with(&send, &ProcedureCpu::NONE, Some(1_500))
+        .unwrap();
+    writer.write_event(&ev(0, 5, EventKind::Exit)).unwrap();
+    let text = String::from_utf8(writer.finish(&Summary::default()).unwrap()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[1],
+        r#"{"p":0,"k":"send","cpu_ns":10,"msg":1,"bytes":8,"t_ns":1500}"#
+    );
+    let mut reader = TraceReader::new(text.as_bytes()).unwrap();
+    let first = reader.next_event().unwrap().unwrap();
+    assert_eq!((first.event, first.t_ns), (send, Some(1_500)));
+    assert_eq!(reader.next_event().unwrap().unwrap().t_ns, None);
 }

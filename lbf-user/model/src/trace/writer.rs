@@ -74,15 +74,17 @@ impl<W: Write> TraceWriter<W> {
 
     /// Appends one event line.
     pub fn write_event(&mut self, event: &Event) -> io::Result<()> {
-        self.write_event_with_procedures(event, &ProcedureCpu::NONE)
+        self.write_event_with(event, &ProcedureCpu::NONE, None)
     }
 
     /// Appends one event line with the CPU its process spent in each of the header's
-    /// procedures (written only when one is not 0).
-    pub fn write_event_with_procedures(
+    /// procedures (written only when one is not 0) and, if known, when it happened (`t_ns`,
+    /// nanoseconds after the capture's clock origin).
+    pub fn write_event_with(
         &mut self,
         event: &Event,
         shares: &ProcedureCpu,
+        t_ns: Option<u64>,
     ) -> io::Result<()> {
         self.line.clear();
         let out = &mut self.line;
@@ -127,6 +129,9 @@ impl<W: Write> TraceWriter<W> {
                 write!(out, "{comma}{ns}")?;
             }
             out.write_all(b"]")?;
+        }
+        if let Some(t) = t_ns {
+            write!(out, r#","t_ns":{t}"#)?;
         }
         out.write_all(b"}\n")?;
         self.out.write_all(&self.line)

@@ -34,6 +34,7 @@ enum Command {
     Predict(Predict),
     Advise(advise::Advise),
     Speed(Speed),
+    FitNetwork(FitNetwork),
     Serve(Serve),
     Cert(Cert),
 }
@@ -55,6 +56,57 @@ struct Speed {
     /// The trace of the same program taken on the host to rate.
     trace: PathBuf,
 }
+
+/// The network table a traced run saw, from its own messages: NF from the present network,
+/// without a separate benchmark.
+///
+/// Each message is timed from its send to its arrival (the events' wall-clock `t_ns`, which
+/// lbf-trace writes for MPI jobs), where its receiver was already waiting when it was sent.
+/// Per size class (0 B, then powers of two) the one-way time is a low quantile of those times
+/// (--quantile, the lower envelope), and the table written is the fewest of those points that
+/// reproduce them all within 2 %, as `lbf-node calibrate` fits (linear between points,
+/// extrapolated past the last two). A message sent by rendezvous counts its time less two
+/// empty-message times (the handshake, which the engine adds itself). It prints every size
+/// class with how many messages supported it.
+///
+/// The trace's processes on one host give the `local` table; --remote says their messages
+/// crossed a network all the same (ranks in network namespaces or containers of one
+/// machine). Messages between processes the trace puts on different hosts are left out:
+/// their clocks differ.
+#[derive(clap::Args)]
+#[command(after_help = FIT_NETWORK_HELP)]
+struct FitNetwork {
+    /// The trace (taken by lbf-trace of an MPI job, whose events carry `t_ns`).
+    trace: PathBuf,
+
+    /// Write the table here (TOML: `local = [[bytes, seconds], ...]` or `remote = ...`, the
+    /// size classes as comments).
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+
+    /// The table is `remote`: the messages crossed a network although the trace names one
+    /// host.
+    #[arg(long)]
+    remote: bool,
+
+    /// The quantile of each size class's times taken as its one-way time (0 to 1).
+    #[arg(long, value_name = "Q", default_value_t = lbf::calibrate::trace_network::QUANTILE)]
+    quantile: f64,
+}
+
+const FIT_NETWORK_HELP: &str = "\
+Examples:
+  # within this host: 4 ranks over the MPI library's shared memory
+  sudo lbf-trace -o run.trace.jsonl -- mpirun -np 4 ./app
+  lbf-gag fit-network run.trace.jsonl -o local.toml
+
+  # 2 ranks in two network namespaces (or containers) of this machine, whose link is the
+  # network to measure; mpirun starts the second rank there (see tests/calibrate.rs)
+  sudo lbf-trace -o run.trace.jsonl -- mpirun -np 2 --host 10.0.0.1,10.0.0.2 ./app
+  lbf-gag fit-network run.trace.jsonl --remote -o net.toml
+
+The file's line is a target's [network] `local` or `remote`, a cluster file's [[host]]
+`local` or [[network]] `table` (docs/targets.md).";
 
 /// Run the central GAG builder of cluster mode: node daemons (lbf-node) stream events to it
 /// over TLS, and it predicts every configured target online.
@@ -191,6 +243,7 @@ fn main() -> ExitCode {
         Command::Cert(args) => cert(&args),
         Command::Advise(args) => advise::advise(&args),
         Command::Speed(args) => speed(&args),
+        Command::FitNetwork(args) => fit_network(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -211,6 +264,27 @@ fn speed(args: &Speed) -> Result<()> {
         println!("{p:>7}  {a:>17.6}  {b:>12.6}  {ratio:.4}");
     }
     println!("speed = {:.4}", s.speed);
+    Ok(())
+}
+
+/// Fits the network table of a trace's messages, prints it and writes it.
+fn fit_network(args: &FitNetwork) -> Result<()> {
+    if !(0.0..=1.0).contains(&args.quantile) {
+        anyhow::bail!("--quantile {} is not between 0 and 1", args.quantile);
+    }
+    let options = lbf::calibrate::trace_network::Options {
+        quantile: args.quantile,
+        remote: args.remote,
+    };
+    let how = std::env::args().collect::<Vec<_>>().join(" ");
+    let fit = lbf::calibrate::trace_network::fit_network(&args.trace, options, &how)
+        .map_err(anyhow::Error::msg)?;
+    print!("{}", fit.listing());
+    if let Some(path) = &args.output {
+        std::fs::write(path, fit.table.toml())
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
     Ok(())
 }
 

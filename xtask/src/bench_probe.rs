@@ -370,11 +370,8 @@ polling: {calls} MPI_Test calls finding nothing, {runs} runs each"
 /// file (`-v` reports it, all its threads), over the records read; the least of `runs` runs.
 fn user_space_cost(tools: &Tools, command: Vec<String>, runs: usize) -> Result<()> {
     let trace = std::env::temp_dir().join(format!("lbf-bench-probe-{}.jsonl", std::process::id()));
-    let mut cmd = vec![
-        tools.lbf_trace.display().to_string(),
-        "-v".into(),
-        "-o".into(),
-    ];
+    // The prefix's `-v` reports it.
+    let mut cmd = vec![tools.lbf_trace.display().to_string(), "-o".into()];
     cmd.push(trace.display().to_string());
     cmd.extend(lbf_trace_prefix(tools).into_iter().skip(1));
     cmd.extend(command);

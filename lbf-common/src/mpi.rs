@@ -163,8 +163,9 @@ pub const fn poll_flag_arg(fn_id: u16) -> Option<u8> {
 /// Whether a call of `fn_id` may go without its return probe: the one place that says which
 /// probes each function takes, and why.
 ///
-/// Every function takes an entry probe. The return probe is a second trap per call, as dear as
-/// the first; it is needed where the return brings something that cannot be had later:
+/// Every function takes an entry probe. The return probe is a second trap per call (some
+/// 300 ns here against the entry's 800: docs/probe-overhead.md); it is needed where the return
+/// brings something that cannot be had later:
 ///
 /// - the return's clock and CPU: a blocking call's return is an event of the model (a
 ///   receive's or a rendezvous send's end, a collective's end, `MPI_Init`'s end of untimed

@@ -294,8 +294,13 @@ pub mod counter {
     /// Unsuccessful polls (`MPI_Test*`, `MPI_Iprobe` finding nothing) that wrote no record:
     /// each run of them is one [`crate::RecordKind::Polls`] record instead.
     pub const POLLS_COALESCED: u32 = 6;
+    /// Entry probe hits of traced threads on MPI and PVM functions: their calls.
+    pub const CALL_ENTRIES: u32 = 7;
+    /// Return probe hits of traced threads on MPI and PVM functions: with
+    /// [`CALL_ENTRIES`], the traps the calls cost (see `crate::mpi::return_optional`).
+    pub const CALL_RETURNS: u32 = 8;
     /// Number of counters.
-    pub const COUNT: u32 = 7;
+    pub const COUNT: u32 = 9;
 }
 
 #[cfg(feature = "user")]

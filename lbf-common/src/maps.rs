@@ -187,6 +187,15 @@ pub struct ThreadState {
     pub lost: LostRun,
     /// The CPU the thread spent inside traced procedures.
     pub procedures: ProcedureClocks,
+    /// The attach cookie (`crate::mpi::cookie`) of the thread's innermost call when its
+    /// entry skipped the return probe (`crate::mpi::return_optional`): the call has returned
+    /// unseen, and its exit record is written at the thread's next probe hit, before anything
+    /// else, reading its out-parameters then. 0: none.
+    pub unreturned: u64,
+    /// The executable's text, `[start, end)` (`mm_struct.start_code`, `.end_code`), read once
+    /// per thread and program: a call whose return address is there comes from the program's
+    /// own code. `end` 0: not read yet.
+    pub code: [u64; 2],
 }
 
 /// Records of one thread the ring buffer had no room for since the thread's last record
@@ -311,6 +320,10 @@ pub struct KernelOffsets {
     /// thread, up to date when the thread is switched out. [`KernelOffsets::ABSENT`] if
     /// unknown (then the clock is kept from `sched_switch` times alone).
     pub task_sum_exec_runtime: u32,
+    /// `task_struct.mm`: the thread's address space.
+    pub task_mm: u32,
+    /// `mm_struct.start_code`, followed by `end_code`: the executable's text.
+    pub mm_start_code: u32,
 }
 
 impl KernelOffsets {
@@ -323,6 +336,8 @@ impl KernelOffsets {
         signal_live: KernelOffsets::ABSENT,
         task_pid: KernelOffsets::ABSENT,
         task_sum_exec_runtime: KernelOffsets::ABSENT,
+        task_mm: KernelOffsets::ABSENT,
+        mm_start_code: KernelOffsets::ABSENT,
     };
 }
 

@@ -160,6 +160,46 @@ pub const fn poll_flag_arg(fn_id: u16) -> Option<u8> {
     }
 }
 
+/// Whether a call of `fn_id` may go without its return probe: the one place that says which
+/// probes each function takes, and why.
+///
+/// Every function takes an entry probe. The return probe is a second trap per call (some
+/// 300 ns here against the entry's 800: docs/probe-overhead.md); it is needed where the return
+/// brings something that cannot be had later:
+///
+/// - the return's clock and CPU: a blocking call's return is an event of the model (a
+///   receive's or a rendezvous send's end, a collective's end, `MPI_Init`'s end of untimed
+///   start-up, `MPI_Finalize`'s teardown), and the CPU inside a wait or a poll is waiting,
+///   told apart from the work after it only by the return's CPU clock. A blocking
+///   `MPI_Send` keeps its return too: whether it went by rendezvous (its return then ends the
+///   model's `SendEnd`) is the capture's decision, from the message's size and route, which
+///   the kernel side does not know;
+/// - the outcome of a poll (`MPI_Test*`, `MPI_Iprobe`: [`poll_flag_arg`]), at the moment it
+///   is known: an unsuccessful poll writes no record, and a later read could see the flag of a
+///   later poll;
+/// - a handle the capture must see before another process's records (`MPI_Comm_split`,
+///   `MPI_Comm_dup`, `MPI_Cart_create`: the new communicator, a collective's end).
+///
+/// The calls left return only out-parameters that stay where they were written until the
+/// program uses them: the request handle of a nonblocking send or receive (`MPI_Isend`,
+/// `MPI_Issend`, `MPI_Ibsend`, `MPI_Irsend`, `MPI_Irecv`; the program passes it to the wait
+/// or test that completes it, a probe hit) and the answer of `MPI_Comm_rank` and
+/// `MPI_Comm_size`. None of their return stamps makes an event: the CPU inside them counts
+/// as work, as the CPU after them does. Where the kernel runs each call's return probe only
+/// if its entry asks for it (uprobe sessions, Linux 6.13), the entry of such a call skips it
+/// when the call comes from the program's own executable (its return address in the
+/// executable's text), and keeps the out-parameter's pointer instead: the thread's next probe
+/// hit (or its end) reads the memory and writes the record the return would have written,
+/// before anything else of that thread. Calls made from elsewhere keep their return: a
+/// language binding (Open MPI's Fortran wrappers) passes a variable of its own frame, gone
+/// once it returns.
+pub const fn return_optional(fn_id: u16) -> bool {
+    matches!(
+        fn_id,
+        ISEND | ISSEND | IBSEND | IRSEND | IRECV | COMM_RANK | COMM_SIZE
+    )
+}
+
 /// The attach cookie of the probes on function `fn_id` of the library in slot `slot`: the
 /// kernel hands it to the probe program (`bpf_get_attach_cookie`), so one entry and one exit
 /// program serve every function and library. Low 16 bits: `fn_id`; next 16: `slot`; bit 32:
@@ -167,7 +207,8 @@ pub const fn poll_flag_arg(fn_id: u16) -> Option<u8> {
 /// [`arg_count`] does not know), which the entry program then reads; bits 33-44: the
 /// [`dropped_args`] mask, with which the entry program reads all [`MAX_ARGS`] and keeps the
 /// others; bit 45: [`entry_at_once`]; bit 46: its [`pair_arg_words`] are
-/// [`crate::SHORT_ARG_WORDS`]; bits 47-49: 1 + its [`poll_flag_arg`], 0 if none.
+/// [`crate::SHORT_ARG_WORDS`]; bits 47-49: 1 + its [`poll_flag_arg`], 0 if none; bit 50:
+/// [`return_optional`].
 pub const fn cookie(fn_id: u16, slot: u32) -> u64 {
     let stack_args = match arg_count(fn_id) {
         Some(n) => n > 6,
@@ -177,7 +218,8 @@ pub const fn cookie(fn_id: u16, slot: u32) -> u64 {
         Some(arg) => arg as u64 + 1,
         None => 0,
     };
-    ((poll & 0b111) << 47)
+    ((return_optional(fn_id) as u64) << 50)
+        | ((poll & 0b111) << 47)
         | (((pair_arg_words(fn_id) == crate::SHORT_ARG_WORDS) as u64) << 46)
         | ((entry_at_once(fn_id) as u64) << 45)
         | ((dropped_args(fn_id) as u64 & 0xfff) << 33)
@@ -203,6 +245,8 @@ pub struct Cookie {
     pub short_args: bool,
     /// 1 + its [`poll_flag_arg`]; 0 for a function that is no poll.
     pub poll_flag: u8,
+    /// Whether its return probe may be skipped ([`return_optional`]).
+    pub return_optional: bool,
 }
 
 /// The argument words a [`crate::RecordKind::CallPair`] item of `fn_id` carries:
@@ -225,6 +269,7 @@ pub const fn split_cookie(cookie: u64) -> Cookie {
         entry_at_once: (cookie >> 45) & 1 != 0,
         short_args: (cookie >> 46) & 1 != 0,
         poll_flag: ((cookie >> 47) & 0b111) as u8,
+        return_optional: (cookie >> 50) & 1 != 0,
     }
 }
 
@@ -260,6 +305,25 @@ mod tests {
             // Polls keep every argument, so the flag's word is its argument's.
             assert!(c.poll_flag == 0 || dropped_args(id) == 0);
             assert_eq!((c.fn_id, c.slot), (id, 3));
+        }
+    }
+
+    /// Only calls whose return brings nothing but an out-parameter may skip it: no poll, no
+    /// blocking call, nothing whose entry must be seen at once.
+    #[test]
+    fn returns_are_optional_for_nonblocking_calls_and_communicator_queries_only() {
+        let optional = |id| split_cookie(cookie(id, 1)).return_optional;
+        assert!(optional(ISEND) && optional(IRECV) && optional(COMM_RANK) && optional(COMM_SIZE));
+        assert!(!optional(SEND) && !optional(RECV) && !optional(WAITALL) && !optional(INIT));
+        for &(id, _) in NAMES {
+            assert_eq!(optional(id), return_optional(id), "function {id}");
+            if return_optional(id) {
+                assert!(
+                    poll_flag_arg(id).is_none() && !entry_at_once(id),
+                    "function {id}"
+                );
+            }
+            assert_eq!(split_cookie(cookie(id, 1)).fn_id, id);
         }
     }
 

@@ -85,6 +85,28 @@ pub fn offsets() -> KernelOffsets {
     unsafe { core::ptr::read_volatile(&KERNEL_OFFSETS) }
 }
 
+/// The running thread's executable text, `[start, end)` (`mm_struct.start_code`, `.end_code`
+/// of its address space); `None` where it cannot be read (a kernel thread, unknown offsets).
+#[inline(always)]
+pub fn executable_text() -> Option<[u64; 2]> {
+    let o = offsets();
+    if o.task_mm == KernelOffsets::ABSENT || o.mm_start_code == KernelOffsets::ABSENT {
+        return None;
+    }
+    // SAFETY: the current task is valid while the program runs; checked reads of kernel memory.
+    unsafe {
+        let task = aya_ebpf::helpers::bpf_get_current_task();
+        let mm: u64 =
+            aya_ebpf::helpers::bpf_probe_read_kernel((task + o.task_mm as u64) as *const u64)
+                .ok()?;
+        let text: [u64; 2] = aya_ebpf::helpers::bpf_probe_read_kernel(
+            (mm + o.mm_start_code as u64) as *const [u64; 2],
+        )
+        .ok()?;
+        (text[1] > text[0]).then_some(text)
+    }
+}
+
 /// The memory reads of function `fn_id` in library slot `slot`.
 #[inline(always)]
 pub fn fn_reads(slot: u32, fn_id: u16) -> Option<&'static FnReads> {

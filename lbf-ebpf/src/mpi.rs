@@ -31,6 +31,16 @@
 //! progress loop then writes a record per change of state, not per poll, and cannot flood
 //! the ring buffer however little CPU its reader gets.
 //!
+//! Where the kernel has uprobe sessions (Linux 6.13), one program, [`mpi_session`], serves as
+//! both, and a call's return probe runs only if its entry asks for it. A call whose return is
+//! optional ([`lbf_common::mpi::return_optional`]: a nonblocking send or receive,
+//! `MPI_Comm_rank`/`size`) made from the program's executable skips it: its entry keeps the
+//! call in the thread's state as ever and marks it returned unseen
+//! (`lbf_common::maps::ThreadState::unreturned`), and the thread's next probe hit, or its end,
+//! first writes the exit record the return would have written, reading the out-parameters
+//! (the request handle, the rank or size) then ([`finish_unreturned`]). A thread's records
+//! keep their order; only the exit's stamps are later, and the capture makes no event of them.
+//!
 //! The entry of `MPI_Init` or `MPI_Init_thread` also writes the process id to a small ring
 //! buffer of its own, waking its reader at once (`lbf_common::maps::INIT_NOTICES`): user space
 //! inspects the process then, while it surely lives, rather than when its records are read.
@@ -50,18 +60,19 @@ use lbf_common::{
 };
 
 use crate::{
-    maps::{count, fn_reads, thread_state, INIT_NOTICES},
+    maps::{count, executable_text, fn_reads, thread_state, INIT_NOTICES},
     record::{
         clock_at, count_poll, keep_entry_read, stamp_now, write_deferred_entry, write_pending,
         write_polls, Draft, Mem, PairDraft, UserRead,
     },
 };
 
-/// What the probe that fired was attached with: function, library slot, stack arguments.
+/// The attach cookie of the probe that fired (`lbf_common::mpi::cookie`: function, library
+/// slot, argument layout).
 #[inline(always)]
-fn attach_cookie(ctx: *mut c_void) -> Cookie {
+fn raw_cookie(ctx: *mut c_void) -> u64 {
     // SAFETY: `ctx` is the probe program's context.
-    split_cookie(unsafe { bpf_get_attach_cookie(ctx) })
+    unsafe { bpf_get_attach_cookie(ctx) }
 }
 
 /// The address of the probed function (for an entry and a return probe alike), as the
@@ -109,35 +120,64 @@ struct Call {
     tid: u32,
 }
 
-/// Entry of a probed function (which one: the attach cookie).
+/// Entry of a probed function (which one: the attach cookie). Returns whether the call's
+/// return probe is to be skipped, which a uprobe session ([`mpi_session`]) honours: for a
+/// thread not traced, and for a call whose return is optional
+/// ([`lbf_common::mpi::return_optional`]) made from the program's executable (see
+/// [`called_from_executable`]), whose exit record the thread's next probe hit writes
+/// ([`finish_unreturned`]). `session`: whether the return may be skipped at all.
 #[inline(always)]
-fn on_entry(ctx: *mut c_void) {
+fn on_entry(ctx: *mut c_void, session: bool) -> bool {
     let Some(state) = thread_state() else {
-        return;
+        return true;
     };
     // SAFETY: a map value, written only by this thread's probes and hooks (which cannot run
     // concurrently with this one).
     let state = unsafe { &mut *state };
+    count(counter::CALL_ENTRIES);
+    finish_unreturned(state);
     let (tgid, tid) = (state.tgid, state.tid);
-    let cookie = attach_cookie(ctx);
+    let raw = raw_cookie(ctx);
+    let cookie = split_cookie(raw);
     let call = Call {
         fn_id: cookie.fn_id,
         tgid,
         tid,
     };
     let regs = ProbeContext::new(ctx).regs;
+    // SAFETY: `regs` is the probe's register context.
+    let skip =
+        session && cookie.return_optional && called_from_executable(state, unsafe { (*regs).rsp });
     if cookie.dropped != 0 {
         // SAFETY: `regs` is the probe's register context.
         let args = unsafe { kept_args(&*regs, cookie.dropped) };
-        return enter(ctx, state, &cookie, call, &args);
+        enter(ctx, state, &cookie, call, &args);
+    } else {
+        enter(
+            ctx,
+            state,
+            &cookie,
+            call,
+            &register_args(regs, cookie.stack_args),
+        );
     }
+    if skip {
+        state.unreturned = raw;
+    }
+    skip
+}
+
+/// The first [`ARG_WORDS`] arguments at a function's entry: the 6 in registers, then the 7th
+/// and 8th from the stack where `stack_args` says the function has them, else zeros.
+#[inline(always)]
+fn register_args(regs: *mut aya_ebpf::bindings::pt_regs, stack_args: bool) -> [u64; ARG_WORDS] {
     // At entry [sp] is the return address; the 7th and 8th arguments follow it: one read of
     // both, which zeroes them on failure, and only for functions that have them (a user read
     // costs some 40 ns). Else zeroed word by word (`[0, 0]` would call a byte-wise `memset`).
     let mut stack = MaybeUninit::<[u64; 2]>::uninit();
     // SAFETY: `regs` is the probe's register context; `stack` is filled either way.
-    let args = unsafe {
-        if cookie.stack_args {
+    unsafe {
+        if stack_args {
             bpf_probe_read_user(
                 stack.as_mut_ptr() as *mut c_void,
                 16,
@@ -159,8 +199,28 @@ fn on_entry(ctx: *mut c_void) {
             stack[0],
             stack[1],
         ]
-    };
-    enter(ctx, state, &cookie, call, &args);
+    }
+}
+
+/// Whether the call whose entry probe fired with stack pointer `rsp` comes from the program's
+/// own executable: its return address (at `rsp`) in the executable's text, which the thread's
+/// state keeps once read. The program's own code keeps an out-parameter where the program
+/// will use it (a request handle until its wait); a library between the program and MPI (a
+/// language binding) may pass a variable of its own frame, gone by the thread's next probe hit.
+#[inline(always)]
+fn called_from_executable(state: &mut ThreadState, rsp: u64) -> bool {
+    if state.code[1] == 0 {
+        let Some(text) = executable_text() else {
+            return false;
+        };
+        state.code = text;
+    }
+    let mut ret = MaybeUninit::<u64>::uninit();
+    // SAFETY: reads 8 bytes of user memory into `ret`.
+    let rc =
+        unsafe { bpf_probe_read_user(ret.as_mut_ptr() as *mut c_void, 8, rsp as *const c_void) };
+    // SAFETY: filled by the successful read.
+    rc == 0 && (state.code[0]..state.code[1]).contains(&unsafe { ret.assume_init() })
 }
 
 /// Tells user space that process `tgid` entered `MPI_Init` (see
@@ -295,11 +355,7 @@ unsafe fn kept_args(regs: &aya_ebpf::bindings::pt_regs, dropped: u16) -> [u64; A
     unsafe { out.assume_init() }
 }
 
-/// Return of a probed function (which one: the attach cookie). Without kept entry arguments
-/// nothing is recorded and `EXIT_WITHOUT_ENTRY` is counted (`IN_PROGRESS_AT_ATTACH` while the
-/// thread, seeded at an attach, has completed no traced call: see `ThreadState::seeded`). A deferred entry
-/// record of this call goes into one item with the exit record; one of a call inside this one
-/// (whose return was missed) is written first.
+/// Return of a probed function (which one: the attach cookie): see [`leave`].
 #[inline(always)]
 fn on_exit(ctx: *mut c_void) {
     let Some(state) = thread_state() else {
@@ -307,6 +363,37 @@ fn on_exit(ctx: *mut c_void) {
     };
     // SAFETY: as in `on_entry`.
     let state = unsafe { &mut *state };
+    count(counter::CALL_RETURNS);
+    finish_unreturned(state);
+    // SAFETY: `regs` is the probe's register context.
+    let ret = unsafe { (*RetProbeContext::new(ctx).regs).rax };
+    leave(state, &split_cookie(raw_cookie(ctx)), ret, || func_ip(ctx));
+}
+
+/// Writes the exit record of the thread's call that returned unseen, if it has one (see
+/// `lbf_common::maps::ThreadState::unreturned`): as its return probe would have, reading its
+/// out-parameters now and stamped now. Called first at every probe hit of the thread (MPI
+/// entries and returns, followed procedures) and at its end, so that its records keep their
+/// order. The return value was not seen: the record says `MPI_SUCCESS` (0), which the capture
+/// does not read. Such calls read no memory from a global (`func_ip` 0).
+#[inline(always)]
+pub fn finish_unreturned(state: &mut ThreadState) {
+    let raw = state.unreturned;
+    if raw == 0 {
+        return;
+    }
+    state.unreturned = 0;
+    leave(state, &split_cookie(raw), 0, || 0);
+}
+
+/// A call of `cookie`'s function returned `ret`: its exit record. Without kept entry arguments
+/// nothing is recorded and `EXIT_WITHOUT_ENTRY` is counted (`IN_PROGRESS_AT_ATTACH` while the
+/// thread, seeded at an attach, has completed no traced call: see `ThreadState::seeded`). A deferred entry
+/// record of this call goes into one item with the exit record; one of a call inside this one
+/// (whose return was missed) is written first.
+/// `func_ip` gives the function's address, for reads from a global.
+#[inline(always)]
+fn leave(state: &mut ThreadState, cookie: &Cookie, ret: u64, func_ip: impl FnOnce() -> u64) {
     let (tgid, tid) = (state.tgid, state.tid);
     let Cookie {
         fn_id,
@@ -314,9 +401,7 @@ fn on_exit(ctx: *mut c_void) {
         short_args,
         poll_flag,
         ..
-    } = attach_cookie(ctx);
-    // SAFETY: `regs` is the probe's register context.
-    let ret = unsafe { (*RetProbeContext::new(ctx).regs).rax };
+    } = *cookie;
     let deferred = state.entry;
     let own_entry =
         deferred.ts_ns != 0 && state.innermost().is_some_and(|c| c.fn_id == fn_id as u64);
@@ -354,8 +439,7 @@ fn on_exit(ctx: *mut c_void) {
     // The thread completed a traced call: a later exit without its entry is a missed entry.
     state.seeded = 0;
     let read = UserRead::or_none(
-        fn_reads(slot, fn_id)
-            .and_then(|r| UserRead::plan(&r.exit, &r.global, &entry, || func_ip(ctx))),
+        fn_reads(slot, fn_id).and_then(|r| UserRead::plan(&r.exit, &r.global, &entry, func_ip)),
     );
     let mem = Mem::for_read(&read);
     let clock = &mut state.clock;
@@ -407,7 +491,7 @@ fn found_nothing(state: &ThreadState, poll_flag: u8) -> bool {
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "uprobe.multi")]
 fn mpi_enter(ctx: *mut c_void) -> u32 {
-    on_entry(ctx);
+    on_entry(ctx, false);
     0
 }
 
@@ -419,11 +503,29 @@ fn mpi_exit(ctx: *mut c_void) -> u32 {
     0
 }
 
+/// Entry and return of any probed function, through a uprobe_multi link of a uprobe session
+/// (Linux 6.13): the kernel runs it at the entry and, unless that run returns 1, again at
+/// the return, so a call whose return is not wanted costs one trap, not two (see
+/// [`on_entry`]). The entry is told from the return by the instruction pointer: at the entry
+/// it is the function's address (or, past its breakpoint, the byte after); at the return, the
+/// caller's return address.
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "uprobe.multi")]
+fn mpi_session(ctx: *mut c_void) -> u32 {
+    // SAFETY: `regs` is the probe's register context.
+    let ip = unsafe { (*ProbeContext::new(ctx).regs).rip };
+    if ip.wrapping_sub(func_ip(ctx)) <= 1 {
+        return on_entry(ctx, true) as u32;
+    }
+    on_exit(ctx);
+    0
+}
+
 /// [`mpi_enter`] for one perf-event uprobe per function (kernels without uprobe_multi).
 #[unsafe(no_mangle)]
 #[unsafe(link_section = "uprobe")]
 fn mpi_enter_pp(ctx: *mut c_void) -> u32 {
-    on_entry(ctx);
+    on_entry(ctx, false);
     0
 }
 

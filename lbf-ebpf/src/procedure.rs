@@ -16,6 +16,7 @@ use lbf_common::{
 
 use crate::{
     maps::thread_state,
+    mpi::finish_unreturned,
     record::{clock_at, stamp_now, Draft},
 };
 
@@ -35,6 +36,7 @@ fn on_enter(ctx: *mut c_void) {
     };
     // SAFETY: a map value, written only by this thread's probes and hooks.
     let state = unsafe { &mut *state };
+    finish_unreturned(state);
     let (_, cpu) = stamp_now(|now| clock_at(&mut state.clock, now));
     let p = &mut state.procedures;
     if let (Some(depth), Some(entered)) = (p.depth.get_mut(i), p.entered_cpu_ns.get_mut(i)) {
@@ -55,6 +57,7 @@ fn on_return(ctx: *mut c_void) {
     };
     // SAFETY: as in `on_enter`.
     let state = unsafe { &mut *state };
+    finish_unreturned(state);
     let (_, cpu) = stamp_now(|now| clock_at(&mut state.clock, now));
     let p = &mut state.procedures;
     let (Some(depth), Some(entered), Some(total)) = (

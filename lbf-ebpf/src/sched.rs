@@ -26,6 +26,7 @@ use crate::{
         current_sum_exec_runtime, is_traced, new_thread_state, offsets, sum_exec_runtime,
         ADOPT_COMM, THREADS, TRACED,
     },
+    mpi::finish_unreturned,
     record::{current_ids, write_pending, Draft, Mem},
 };
 
@@ -139,6 +140,10 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> u32 {
             (*state).tid = tid;
             (*state).depth = 0;
             (*state).entry.ts_ns = 0;
+            // The old image's call that returned unseen is gone with its memory, and so is
+            // its text.
+            (*state).unreturned = 0;
+            (*state).code = [0, 0];
         }
     }
     0
@@ -164,7 +169,9 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
     };
     if let Some(state) = THREADS.current() {
         // SAFETY: the thread's state, written only by this thread's hooks and probes.
-        write_pending(unsafe { &mut *state });
+        let state = unsafe { &mut *state };
+        finish_unreturned(state);
+        write_pending(state);
     }
     if group_dead {
         if let Some(d) = Draft::reserve(RecordKind::Exit, 0, tgid, tid, Mem::None) {

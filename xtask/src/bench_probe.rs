@@ -4,9 +4,12 @@
 //!    (its first instruction, `push`, is one the kernel emulates) untraced, under `lbf-trace`,
 //!    and under lbf's empty uprobe + uretprobe attached the same way (the `empty_probe`
 //!    example). (traced - untraced) / calls is lbf's cost per call; the same for the empty pair
-//!    is the bare cost of the two probes, so their ratio says how much lbf's own kernel-side
-//!    work adds. One more run of each probed configuration with the kernel's eBPF statistics
+//!    is the bare cost of the two probes. lbf's `MPI_Comm_rank` calls skip their return probe
+//!    (`lbf_common::mpi::return_optional`), so lbf-trace pays one trap per call against the
+//!    pair's two. One more run of each probed configuration with the kernel's eBPF statistics
 //!    on gives the programs' own run time per call, which other load does not inflate.
+//!    The halo exchange pattern alone (the call loop's `halo` mode) the same way, and under
+//!    `lbf-trace --all-returns`: its probe hits per call (`lbf-trace -v`).
 //! 2. Whole runs: communication-heavy (`ring`, `pingpong` without compute) and compute-heavy
 //!    (`halo`) workloads of `tests/workloads/mpi`, traced versus untraced, by their own
 //!    reported wall time (`wall_ns`, from before `MPI_Init` to after `MPI_Finalize`), so the
@@ -14,7 +17,8 @@
 //!    runs under the empty uprobe + uretprobe on every function lbf probes: its slowdown is
 //!    what the uprobe mechanism alone costs the workload, whatever a tracer does in it (`ring`
 //!    without compute makes an MPI call every few microseconds, so even empty probes slow it
-//!    down by a large factor). For the communication-heavy ones, one more traced run with the
+//!    down by a large factor). Also under `lbf-trace --all-returns`, and the probe hits per
+//!    MPI call of both traced runs. For the communication-heavy ones, one more traced run with the
 //!    kernel's statistics gives lbf's programs' time per call: above the one-rank loop's, it is
 //!    what two ranks on two CPUs cost each other's probes (each CPU has a ring buffer of its
 //!    own; before that, their contention for one ring's lock showed here).
@@ -110,22 +114,24 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
         lbf / 0.03 / 1e3
     );
     // The programs alone, by the kernel's statistics (one more run of each, statistics on).
+    // lbf's MPI_Comm_rank calls skip their return: one program run per call, not two.
     let mut per_call = Vec::new();
     for (name, cmd) in &configs[1..] {
-        // An entry and an exit program run per call; the last sample may miss a few runs.
-        let (_, ns, runs) = bpf_stats::program_run_time(cmd, args.calls / 2)?;
-        let ns = ns as f64 / (runs as f64 / 2.0);
-        println!("  {name:<24} eBPF programs ran {ns:6.1} ns per call ({runs} runs)");
+        let (ns, runs, hits) = program_time_per_call(cmd, args.calls / 2)?;
+        println!(
+            "  {name:<24} eBPF programs ran {ns:6.1} ns per call ({runs} runs, {hits:.3} per call)"
+        );
         per_call.push(ns);
     }
     println!(
-        "  lbf's programs add {:.1} ns per call to the empty pair's ({:+.1} % of the empty \
-         pair's whole added cost above)",
+        "  lbf's programs take {:+.1} ns per call against the empty pair's ({:+.1} % of the \
+         empty pair's whole added cost above)",
         per_call[1] - per_call[0],
         (per_call[1] - per_call[0]) / empty * 100.0
     );
 
     user_space_cost(&tools, loop_cmd(vec![]), runs)?;
+    halo_exchange(&tools, args.calls, runs)?;
     polling(&tools, args.calls, runs)?;
     procedure(&tools, args.calls, runs, empty)?;
 
@@ -156,21 +162,28 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
             prefix.extend(cmd.iter().cloned());
             prefix
         };
+        let mut all_returns = lbf_trace_prefix(&tools);
+        all_returns.insert(1, "--all-returns".into());
         let configs = [
             cmd.clone(),
             prefixed(empty_probe_prefix(&tools, &all_functions)),
             prefixed(lbf_trace_prefix(&tools)),
+            prefixed(all_returns),
         ];
-        let (mut wall, mut total) = (vec![Vec::new(); 3], vec![Vec::new(); 3]);
+        let (mut wall, mut total) = (vec![Vec::new(); 4], vec![Vec::new(); 4]);
+        let mut hits = [0.0; 4];
         for _ in 0..runs {
             for (i, cmd) in configs.iter().enumerate() {
                 let start = Instant::now();
                 let out = run_cmd(cmd)?;
                 total[i].push(start.elapsed().as_secs_f64());
                 wall[i].push(max_field(&out.stdout, "LBF-CHECK", "wall_ns")? / 1e9);
+                if i >= 2 {
+                    hits[i] = hits_per_call(&out.stderr)?;
+                }
             }
         }
-        let [p, e, t] = [0, 1, 2].map(|i| fastest(&wall[i]));
+        let [p, e, t, a] = [0, 1, 2, 3].map(|i| fastest(&wall[i]));
         println!(
             "  {workload:<16} ({kind}): untraced {p:7.3} s, empty {e:7.3} s (x{:.4}), traced \
              {t:7.3} s: slowdown x{:.4} ({:+.2} %; target: under 3 %), x{:.4} of the empty \
@@ -182,14 +195,21 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
             fastest(&total[2]),
             fastest(&total[0])
         );
+        println!(
+            "    probe hits per MPI call: {:.3} (returns as needed), {:.3} with every return \
+             (lbf-trace --all-returns: {a:7.3} s, x{:.4}; the empty probes: 2 per call, x{:.4})",
+            hits[2],
+            hits[3],
+            a / p,
+            e / p
+        );
         // The programs' time per call with two ranks on two CPUs against the one-rank loop's:
         // what the ranks cost each other's probes.
         if let Some(min_runs) = min_runs {
-            let (_, ns, runs) = bpf_stats::program_run_time(&configs[2], min_runs)?;
+            let (ns, runs, _) = program_time_per_call(&configs[2], min_runs)?;
             println!(
-                "    lbf's eBPF programs ran {:.1} ns per call here ({runs} runs; {:.1} on the \
+                "    lbf's eBPF programs ran {ns:.1} ns per call here ({runs} runs; {:.1} on the \
                  one-rank call loop above)",
-                ns as f64 / (runs as f64 / 2.0),
                 per_call[1]
             );
         }
@@ -229,6 +249,31 @@ fn loop_configs(
     ]
 }
 
+/// The eBPF programs' run time per MPI call of `cmd` (one run, the kernel's statistics on,
+/// programs that ran `min_runs` times or more), their runs, and the probe hits per call: 2
+/// for the empty probes (an entry and a return program each call), as `lbf-trace -v` reports
+/// for lbf's (whose calls skip the returns they do not need).
+fn program_time_per_call(cmd: &[String], min_runs: u64) -> Result<(f64, u64, f64)> {
+    let (out, ns, runs) = bpf_stats::program_run_time(cmd, min_runs)?;
+    let hits = if String::from_utf8_lossy(&out.stderr).contains(HITS) {
+        hits_per_call(&out.stderr)?
+    } else {
+        2.0
+    };
+    Ok((ns as f64 / (runs as f64 / hits), runs, hits))
+}
+
+/// What `lbf-trace -v` prints after the probe hits per call.
+const HITS: &str = " probe hits per call";
+
+/// The probe hits per MPI call `lbf-trace -v` reported on `stderr`.
+fn hits_per_call(stderr: &[u8]) -> Result<f64> {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .find_map(|l| l.split_once(HITS)?.0.rsplit(' ').next()?.parse().ok())
+        .context("lbf-trace -v reported no probe hits per call")
+}
+
 /// The fastest loop time (`LBF_LOOP ns=`) of each of `configs` over `runs` interleaved runs.
 fn fastest_loops(configs: &[(&str, Vec<String>)], runs: usize) -> Result<Vec<f64>> {
     let mut loop_ns = vec![Vec::new(); configs.len()];
@@ -239,6 +284,42 @@ fn fastest_loops(configs: &[(&str, Vec<String>)], runs: usize) -> Result<Vec<f64
         }
     }
     Ok(loop_ns.iter().map(|v| fastest(v)).collect())
+}
+
+/// The halo exchange pattern alone: the call loop's `halo` mode (a rank exchanging with itself:
+/// `MPI_Irecv` twice, `MPI_Isend` twice, `MPI_Waitall`), untraced, under the empty probe pair
+/// on the three functions, under lbf-trace (the nonblocking calls skip their return) and
+/// under `lbf-trace --all-returns`: the cost per call and the probe hits per call.
+fn halo_exchange(tools: &Tools, calls: u64, runs: usize) -> Result<()> {
+    println!(
+        "\nhalo exchange: {calls} calls (MPI_Irecv x2, MPI_Isend x2, MPI_Waitall), {runs} runs each"
+    );
+    let loop_cmd = |prefix: Vec<String>| loop_command(tools, prefix, calls, "halo");
+    let mut configs = loop_configs(tools, "PMPI_Irecv,PMPI_Isend,PMPI_Waitall", &loop_cmd).to_vec();
+    let mut all_returns = lbf_trace_prefix(tools);
+    all_returns.insert(1, "--all-returns".into());
+    configs.push(("lbf-trace --all-returns", loop_cmd(all_returns)));
+    let best = fastest_loops(&configs, runs)?;
+    let n = calls as f64;
+    for ((name, _), m) in configs.iter().zip(&best) {
+        println!(
+            "  {name:<24} {:9.1} ns per call (x{:.3} untraced)",
+            m / n,
+            m / best[0]
+        );
+    }
+    let mut hits = Vec::new();
+    for (_, cmd) in &configs[2..] {
+        hits.push(hits_per_call(&run_cmd(cmd)?.stderr)?);
+    }
+    println!(
+        "  probe hits per call: {:.3} (returns as needed; target: at most 1.25), {:.3} with \
+         every return; lbf-trace's slowdown is x{:.3} that of the empty entry+return pair",
+        hits[0],
+        hits[1],
+        (best[2] - best[0]) / (best[1] - best[0])
+    );
+    Ok(())
 }
 
 /// A progress loop: `MPI_Test` calls that find nothing. Each writes no record of its own (the
@@ -289,11 +370,8 @@ polling: {calls} MPI_Test calls finding nothing, {runs} runs each"
 /// file (`-v` reports it, all its threads), over the records read; the least of `runs` runs.
 fn user_space_cost(tools: &Tools, command: Vec<String>, runs: usize) -> Result<()> {
     let trace = std::env::temp_dir().join(format!("lbf-bench-probe-{}.jsonl", std::process::id()));
-    let mut cmd = vec![
-        tools.lbf_trace.display().to_string(),
-        "-v".into(),
-        "-o".into(),
-    ];
+    // The prefix's `-v` reports it.
+    let mut cmd = vec![tools.lbf_trace.display().to_string(), "-o".into()];
     cmd.push(trace.display().to_string());
     cmd.extend(lbf_trace_prefix(tools).into_iter().skip(1));
     cmd.extend(command);
@@ -362,10 +440,12 @@ fn empty_probe_prefix(tools: &Tools, functions: &str) -> Vec<String> {
     ]
 }
 
-/// `lbf-trace --mpi-lib LIBMPICH --`: the command prefix of a traced run.
+/// `lbf-trace -v --mpi-lib LIBMPICH --`: the command prefix of a traced run (`-v` reports the
+/// probe hits per call).
 fn lbf_trace_prefix(tools: &Tools) -> Vec<String> {
     vec![
         tools.lbf_trace.display().to_string(),
+        "-v".into(),
         "--mpi-lib".into(),
         LIBMPICH.into(),
         "--".into(),

@@ -11,7 +11,7 @@ use lbf_capture::select::Source;
 use lbf_capture::EventSink;
 use lbf_model::event::{Event, ProcId, ProcInfo};
 use lbf_model::stream::{EndClosed, StreamOp};
-use lbf_probe::{self, InitWatch, Tracer};
+use lbf_probe::{self, InitWatch, Tracer, TracerOptions};
 use lbf_record::{Recorder, Scope};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -81,7 +81,11 @@ impl Live {
         let scope = Scope::Node {
             procs: procs.clone(),
         };
-        let mut recorder = Recorder::load(source, ringbuf_bytes, &scope, "lbf-node", false)?;
+        let options = TracerOptions {
+            ringbuf_bytes,
+            all_returns: false,
+        };
+        let mut recorder = Recorder::load(source, &options, &scope, "lbf-node", false)?;
         if source == Source::Mpi {
             recorder.attach_mpi(if mpi_libs.is_empty() {
                 lbf_probe::installed_mpi_libraries()?

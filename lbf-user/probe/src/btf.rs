@@ -1,5 +1,6 @@
 //! The field offsets the kernel side needs (`task_struct.pid`, `.se.sum_exec_runtime` and
-//! `.signal`, `signal_struct.live`, `linux_binprm.filename`), read from the running kernel's
+//! `.signal`, `.mm`, `signal_struct.live`, `mm_struct.start_code`, `linux_binprm.filename`),
+//! read from the running kernel's
 //! BTF (`/sys/kernel/btf/vmlinux`). A minimal reader of the BTF type section: just enough to
 //! walk structs and their members.
 
@@ -23,16 +24,22 @@ const KIND_ENUM64: u32 = 19;
 
 /// The structs whose members are looked up: the kernel has some ten thousand, and keeping
 /// only these makes the parse a scan without allocations (it runs at every start).
-const WANTED: [&str; 4] = [
+const WANTED: [&str; 5] = [
     "task_struct",
     "sched_entity",
     "signal_struct",
     "linux_binprm",
+    "mm_struct",
 ];
 
-/// Members of the [`WANTED`] structs by struct name: `(member name, byte offset)`.
+/// A struct member: `(name, byte offset, type id)`.
+type Member = (String, u32, u32);
+
+/// Members of the [`WANTED`] structs by struct name, and of the anonymous structs they hold
+/// (`mm_struct` keeps most of its fields in one) by type id.
 pub(crate) struct Btf {
-    structs: HashMap<&'static str, Vec<(String, u32)>>,
+    structs: HashMap<&'static str, Vec<Member>>,
+    anonymous: HashMap<u32, Vec<Member>>,
 }
 
 impl Btf {
@@ -46,6 +53,24 @@ impl Btf {
     /// Byte offset of `task_struct.pid` (a task's thread id).
     pub(crate) fn task_pid_offset(&self) -> Result<u32> {
         self.member_offset("task_struct", "pid")
+    }
+
+    /// Byte offset of `task_struct.mm` (a task's address space).
+    pub(crate) fn task_mm_offset(&self) -> Result<u32> {
+        self.member_offset("task_struct", "mm")
+    }
+
+    /// Byte offset of `mm_struct.start_code`, which `end_code` follows (the kernel side reads
+    /// both at once): the executable's text.
+    pub(crate) fn mm_start_code_offset(&self) -> Result<u32> {
+        let start = self.member_offset("mm_struct", "start_code")?;
+        let end = self.member_offset("mm_struct", "end_code")?;
+        ensure!(
+            end == start + 8,
+            "the kernel's mm_struct has end_code at {end}, not right after start_code ({start}): \
+             lbf's kernel side reads both at once"
+        );
+        Ok(start)
     }
 
     /// Byte offset of `linux_binprm.filename` (the file an exec runs).
@@ -89,9 +114,28 @@ impl Btf {
             let end = bytes.iter().position(|&b| b == 0).unwrap_or(0);
             &bytes[..end]
         };
+        let members_at = |pos: usize, vlen: usize, bitfield_offsets: bool| -> Result<Vec<Member>> {
+            (0..vlen)
+                .map(|i| {
+                    let m = pos + i * 12;
+                    let bits = u32_at(m + 8)?;
+                    let bits = if bitfield_offsets {
+                        bits & 0xff_ffff
+                    } else {
+                        bits
+                    };
+                    let member = String::from_utf8_lossy(name(u32_at(m)?)).into_owned();
+                    Ok((member, bits / 8, u32_at(m + 4)?))
+                })
+                .collect()
+        };
         let mut structs = HashMap::new();
+        // Where each anonymous struct or union is, by type id, until the wanted ones are known.
+        let mut unnamed = HashMap::new();
         let mut pos = types;
+        let mut id = 0u32;
         while pos < types + type_len {
+            id += 1;
             let (name_off, info) = (u32_at(pos)?, u32_at(pos + 4)?);
             let kind = (info >> 24) & 0x1f;
             let vlen = (info & 0xffff) as usize;
@@ -108,34 +152,42 @@ impl Btf {
                 .then(|| WANTED.iter().find(|w| w.as_bytes() == name(name_off)))
                 .flatten();
             if let Some(&strukt) = wanted {
-                let mut members = Vec::with_capacity(vlen);
-                for i in 0..vlen {
-                    let m = pos + i * 12;
-                    let bits = u32_at(m + 8)?;
-                    let bits = if bitfield_offsets {
-                        bits & 0xff_ffff
-                    } else {
-                        bits
-                    };
-                    let member = String::from_utf8_lossy(name(u32_at(m)?)).into_owned();
-                    members.push((member, bits / 8));
-                }
+                let members = members_at(pos, vlen, bitfield_offsets)?;
                 structs.entry(strukt).or_insert(members);
+            } else if matches!(kind, KIND_STRUCT | KIND_UNION) && name_off == 0 {
+                unnamed.insert(id, (pos, vlen, bitfield_offsets));
             }
             pos += extra;
         }
-        Ok(Self { structs })
+        let mut anonymous = HashMap::new();
+        for members in structs.values() {
+            for (member, _, ty) in members {
+                if let (true, Some(&(pos, vlen, bits))) = (member.is_empty(), unnamed.get(ty)) {
+                    anonymous.insert(*ty, members_at(pos, vlen, bits)?);
+                }
+            }
+        }
+        Ok(Self { structs, anonymous })
     }
 
-    /// Byte offset of member `member` (a direct member, not inside an anonymous one).
+    /// Byte offset of member `member`: a direct member, or one of an anonymous struct or
+    /// union that is a direct member.
     fn member_offset(&self, strukt: &str, member: &str) -> Result<u32> {
         let Some(members) = self.structs.get(strukt) else {
             bail!("struct {strukt} not in the kernel's BTF");
         };
-        members
-            .iter()
-            .find(|(n, _)| n == member)
-            .map(|(_, off)| *off)
+        let direct = members.iter().find(|(n, _, _)| n == member);
+        let nested = || {
+            members.iter().find_map(|(n, off, ty)| {
+                let inner = self.anonymous.get(ty).filter(|_| n.is_empty())?;
+                let (_, at, _) = inner.iter().find(|(m, _, _)| m == member)?;
+                Some((String::new(), off + at, 0))
+            })
+        };
+        direct
+            .cloned()
+            .or_else(nested)
+            .map(|(_, off, _)| off)
             .with_context(|| format!("struct {strukt} has no member {member}"))
     }
 }
@@ -157,6 +209,8 @@ mod tests {
             );
             let filename = btf.binprm_filename_offset().unwrap();
             assert!(filename.is_multiple_of(8), "offset {filename}");
+            let start = btf.mm_start_code_offset().unwrap();
+            assert!(start > 0 && start.is_multiple_of(8), "offset {start}");
             let (signal, live) = btf.signal_live_offsets().unwrap();
             assert!(signal > 0 && signal.is_multiple_of(8), "offset {signal}");
             assert!(live.is_multiple_of(4), "offset {live}");

@@ -80,6 +80,8 @@ impl<W: Write> RecordSink for JsonLinesSink<W> {
             "no_clock": lost.no_clock,
             "init_notices_lost": lost.init_notices_lost,
             "polls_coalesced": lost.polls_coalesced,
+            "call_entries": lost.call_entries,
+            "call_returns": lost.call_returns,
         }});
         writeln!(self.out, "{line}").context("writing the raw dump")?;
         self.out.flush().context("flushing the raw dump")

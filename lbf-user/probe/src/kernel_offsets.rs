@@ -23,5 +23,7 @@ pub(crate) fn offsets() -> Result<KernelOffsets> {
         task_sum_exec_runtime: btf
             .sum_exec_runtime_offset()
             .unwrap_or(KernelOffsets::ABSENT),
+        task_mm: btf.task_mm_offset()?,
+        mm_start_code: btf.mm_start_code_offset()?,
     })
 }

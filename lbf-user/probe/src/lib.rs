@@ -45,4 +45,6 @@ pub use dump::{record_json, JsonLinesSink};
 pub use libraries::{installed as installed_mpi_libraries, mapped_by as mpi_libraries_mapped_by};
 pub use notices::InitWatch;
 pub use reader::{Drained, RecordReader, RecordSink};
-pub use tracer::{unix_ns_of, AttachMode, AttachedLibrary, LostCounts, Tracer, TracerOptions};
+pub use tracer::{
+    unix_ns_of, AttachMode, AttachedLibrary, LostCounts, Returns, Tracer, TracerOptions,
+};

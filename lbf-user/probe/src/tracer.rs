@@ -55,6 +55,11 @@ pub struct TracerOptions {
     /// per CPU (up to `lbf_common::maps::MAX_RINGS`), each rounded up to a power of two of at
     /// least a page.
     pub ringbuf_bytes: u32,
+    /// Keep every MPI and PVM call's return probe, even where the kernel could skip those
+    /// `lbf_common::mpi::return_optional` allows: the scheme before uprobe sessions, against
+    /// which tests and `cargo xtask bench-probe` check that skipping them changes no event
+    /// and measure what it saves.
+    pub all_returns: bool,
 }
 
 impl TracerOptions {
@@ -77,6 +82,7 @@ impl Default for TracerOptions {
     fn default() -> Self {
         Self {
             ringbuf_bytes: Self::default_ringbuf_bytes(),
+            all_returns: false,
         }
     }
 }
@@ -114,6 +120,11 @@ pub struct LostCounts {
     /// Unsuccessful polls that wrote no record of their own (not a loss: see
     /// `lbf_common::counter::POLLS_COALESCED`).
     pub polls_coalesced: u64,
+    /// Calls of MPI and PVM functions the traced threads made (entry probe hits).
+    pub call_entries: u64,
+    /// Return probe hits of those calls: `(call_entries + call_returns) / call_entries` is
+    /// the probe hits per call, 2 where every call takes its return probe.
+    pub call_returns: u64,
 }
 
 /// How the MPI probes are attached, chosen at load from what the kernel supports.
@@ -144,11 +155,44 @@ impl AttachMode {
     }
 }
 
+/// Which return probes the MPI and PVM calls take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Returns {
+    /// Every call's: an entry and an exit program, a link each.
+    Every,
+    /// Only those the calls' entries ask for (`lbf_common::mpi::return_optional`): one program
+    /// for both, attached as a uprobe session (Linux 6.13 and later, with uprobe_multi).
+    AsNeeded,
+}
+
+impl Returns {
+    /// The first kernel with uprobe sessions.
+    const SESSIONS_SINCE: (u8, u8) = (6, 13);
+
+    /// [`Returns::AsNeeded`] where the kernel has uprobe sessions and `all_returns` is not
+    /// asked for, else [`Returns::Every`].
+    fn choose(mode: AttachMode, all_returns: bool) -> Result<Self> {
+        let (major, minor) = Self::SESSIONS_SINCE;
+        let kernel =
+            aya::util::KernelVersion::current().context("reading the running kernel's version")?;
+        let sessions = kernel >= aya::util::KernelVersion::new(major, minor, 0);
+        Ok(if sessions && mode == AttachMode::Multi && !all_returns {
+            Self::AsNeeded
+        } else {
+            Self::Every
+        })
+    }
+}
+
+/// The program of the MPI and PVM probes as a uprobe session (see `lbf-ebpf/src/mpi.rs`).
+const SESSION_PROGRAM: &str = "mpi_session";
+
 /// The loaded kernel side: scheduler hooks attached, MPI libraries probed on demand.
 pub struct Tracer {
     /// The loaded object; `super::syscalls` attaches its system call hooks.
     pub(super) ebpf: Ebpf,
     mode: AttachMode,
+    returns: Returns,
     libraries: Vec<AttachedLibrary>,
     /// `Attach` records of the threads [`Tracer::trace_pid`] seeded, not yet handed out.
     attached: Vec<Record>,
@@ -253,15 +297,23 @@ impl Tracer {
                 .with_context(|| format!("attaching to BTF tracepoint {name}"))?;
         }
         let mode = AttachMode::detect()?;
-        let (enter, exit) = mode.programs();
-        for name in [enter, exit] {
-            let prog: &mut UProbe = program(&mut ebpf, name)?;
-            prog.load()
-                .with_context(|| format!("verifying eBPF program {name}"))?;
+        let returns = Returns::choose(mode, options.all_returns)?;
+        if returns == Returns::AsNeeded {
+            let prog: &mut UProbe = program(&mut ebpf, SESSION_PROGRAM)?;
+            prog.load_session()
+                .with_context(|| format!("verifying eBPF program {SESSION_PROGRAM}"))?;
+        } else {
+            let (enter, exit) = mode.programs();
+            for name in [enter, exit] {
+                let prog: &mut UProbe = program(&mut ebpf, name)?;
+                prog.load()
+                    .with_context(|| format!("verifying eBPF program {name}"))?;
+            }
         }
         Ok(Self {
             ebpf,
             mode,
+            returns,
             libraries: Vec::new(),
             attached: Vec::new(),
             ring_bytes: ring,
@@ -273,6 +325,11 @@ impl Tracer {
     /// How the MPI probes are attached on this kernel.
     pub fn attach_mode(&self) -> AttachMode {
         self.mode
+    }
+
+    /// Which return probes the MPI and PVM calls take.
+    pub fn returns(&self) -> Returns {
+        self.returns
     }
 
     /// Starts tracing process `pid` (and, from now on, its descendants): adds it to the
@@ -455,6 +512,8 @@ impl Tracer {
             no_clock: sum(counter::NO_CLOCK)?,
             init_notices_lost: sum(counter::INIT_NOTICES_LOST)?,
             polls_coalesced: sum(counter::POLLS_COALESCED)?,
+            call_entries: sum(counter::CALL_ENTRIES)?,
+            call_returns: sum(counter::CALL_RETURNS)?,
         })
     }
 
@@ -566,14 +625,18 @@ impl Tracer {
     }
 
     /// Attaches the entry and the exit program at `points` of the file at `path` (absolute),
-    /// each point's cookie naming its function. The exit probes first: a call entered between
-    /// the two attaches then yields an exit without entry (counted), never an entry whose exit
-    /// is lost.
+    /// each point's cookie naming its function: one session program for both where returns
+    /// are taken as needed ([`Returns::AsNeeded`]). Else the exit probes first: a call entered
+    /// between the two attaches then yields an exit without entry (counted), never an entry
+    /// whose exit is lost.
     pub(super) fn attach_entry_exit(
         &mut self,
         path: &Path,
         points: &[UProbeAttachPoint<'static>],
     ) -> Result<()> {
+        if self.returns == Returns::AsNeeded {
+            return self.attach_uprobes(SESSION_PROGRAM, path, points);
+        }
         let (enter, exit) = self.mode.programs();
         self.attach_uprobes(exit, path, points)?;
         self.attach_uprobes(enter, path, points)

@@ -13,7 +13,7 @@ use lbf_capture::sockets::resolve::ProcResolver;
 use lbf_capture::sockets::{syscall, SocketCapture};
 use lbf_capture::EventSink;
 use lbf_model::source::Source;
-use lbf_probe::{AttachMode, InitWatch, Tracer, TracerOptions};
+use lbf_probe::{AttachMode, InitWatch, Returns, Tracer, TracerOptions};
 
 use crate::CaptureSink;
 
@@ -49,18 +49,18 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Loads lbf's eBPF object with ring buffers of `ringbuf_bytes` in all, and attaches the
+    /// Loads lbf's eBPF object as `options` say, and attaches the
     /// probes of `source` that need no process: PVM's libraries, or the socket system calls.
     /// MPI libraries are attached with [`Recorder::attach_mpi`]. Needs root. Messages start
     /// with `who`; `verbose` says what is probed.
     pub fn load(
         source: Source,
-        ringbuf_bytes: u32,
+        options: &TracerOptions,
         scope: &Scope,
         who: &'static str,
         verbose: bool,
     ) -> Result<Self> {
-        let mut tracer = Tracer::load(&TracerOptions { ringbuf_bytes })?;
+        let mut tracer = Tracer::load(options)?;
         match source {
             Source::Pvm => {
                 let reads = pvm_capture::fn_reads();
@@ -100,9 +100,10 @@ impl Recorder {
     /// Probes the MPI libraries `libs` not probed yet, each with the memory reads its ABI
     /// needs (statuses, request arrays, ...).
     pub fn attach_mpi(&mut self, libs: impl IntoIterator<Item = PathBuf>) -> Result<()> {
-        let how = match self.tracer.attach_mode() {
-            AttachMode::Multi => "uprobe_multi links",
-            AttachMode::PerPoint => "one uprobe per function",
+        let how = match (self.tracer.attach_mode(), self.tracer.returns()) {
+            (AttachMode::Multi, Returns::AsNeeded) => "a uprobe session, returns as needed",
+            (AttachMode::Multi, Returns::Every) => "uprobe_multi links, every return",
+            (AttachMode::PerPoint, _) => "one uprobe per function",
         };
         for path in libs {
             if !self.attached.insert(path.clone()) {

@@ -85,6 +85,14 @@ struct Cli {
     #[arg(long, default_value_t = TracerOptions::default_ringbuf_bytes())]
     ringbuf_size: u32,
 
+    /// Give every MPI call a return probe. By default (Linux 6.13 and later) a nonblocking
+    /// send or receive and MPI_Comm_rank/size made from the program's own code skip theirs
+    /// (one trap per call instead of two) and their out-parameters are read at the thread's
+    /// next MPI call: same events. This is the baseline that check is made against
+    /// (docs/probe-overhead.md).
+    #[arg(long)]
+    all_returns: bool,
+
     /// Probe this MPI library (or statically linked MPI program) instead of searching for
     /// them; repeatable.
     #[arg(long = "mpi-lib", value_name = "PATH")]
@@ -285,7 +293,11 @@ fn run(cli: Cli) -> Result<i32> {
     }
     let scope = Scope::Whole { expected };
     let started = Instant::now();
-    let mut recorder = Recorder::load(source, cli.ringbuf_size, &scope, "lbf-trace", cli.verbose)?;
+    let options = TracerOptions {
+        ringbuf_bytes: cli.ringbuf_size,
+        all_returns: cli.all_returns,
+    };
+    let mut recorder = Recorder::load(source, &options, &scope, "lbf-trace", cli.verbose)?;
     let loaded = started.elapsed();
     if source == Source::Mpi {
         recorder.attach_mpi(mpi_libraries(&cli)?)?;
@@ -420,6 +432,14 @@ fn run(cli: Cli) -> Result<i32> {
             "lbf-trace: {} unsuccessful polls (MPI_Test*, MPI_Iprobe finding nothing) left no \
              record of their own: each run of them is one record",
             lost.polls_coalesced
+        );
+    }
+    if cli.verbose && lost.call_entries > 0 {
+        eprintln!(
+            "lbf-trace: {} MPI/PVM calls took {} return probes: {:.3} probe hits per call",
+            lost.call_entries,
+            lost.call_returns,
+            (lost.call_entries + lost.call_returns) as f64 / lost.call_entries as f64
         );
     }
     if cli.verbose {

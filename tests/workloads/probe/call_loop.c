@@ -8,6 +8,8 @@
  *   the records gets the CPU to read them whatever else runs;
  * - `test`: MPI_Test on a receive that nothing answers until the loop is over, as a progress
  *   loop polls: every call finds nothing;
+ * - `halo`: a halo exchange with itself, 5 calls an iteration: MPI_Irecv twice, MPI_Isend
+ *   twice, MPI_Waitall on the four (N counts calls, so N / 5 iterations);
  * - `proc`: lbf_hot, a function of the program itself that does almost nothing (for
  *   `lbf-trace --procedure lbf_hot`: the cost of a traced procedure's probes per call; its
  *   first instruction is a `push`, which the kernel emulates).
@@ -39,6 +41,9 @@ int main(int argc, char **argv) {
     int test = argc > 2 && strcmp(argv[2], "test") == 0;
     int paced = argc > 2 && strcmp(argv[2], "paced") == 0;
     int proc = argc > 2 && strcmp(argv[2], "proc") == 0;
+    int halo = argc > 2 && strcmp(argv[2], "halo") == 0;
+    int rows[4] = {0, 0, 1, 2};
+    MPI_Request reqs[4];
     struct timespec pause = {0, 1000000};
     int rank, sum = 0, flag = 0, in = 0, out = 1;
     MPI_Request req;
@@ -47,7 +52,17 @@ int main(int argc, char **argv) {
     if (test) MPI_Irecv(&in, 1, MPI_INT, rank, 7, MPI_COMM_WORLD, &req);
     long long start = now_ns();
     for (long i = 0; i < n; i++) {
-        if (test) {
+        if (halo) {
+            if (i % 5 == 4) {
+                MPI_Waitall(4, reqs, MPI_STATUSES_IGNORE);
+                sum += rows[0] + rows[1];
+            } else if (i % 5 < 2) {
+                MPI_Irecv(&rows[i % 5], 1, MPI_INT, rank, (int)(i % 5), MPI_COMM_WORLD, &reqs[i % 5]);
+            } else {
+                int k = (int)(i % 5) - 2;
+                MPI_Isend(&rows[2 + k], 1, MPI_INT, rank, k, MPI_COMM_WORLD, &reqs[2 + k]);
+            }
+        } else if (test) {
             MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
             sum += flag;
         } else if (proc) {

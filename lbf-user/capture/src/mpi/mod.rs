@@ -46,6 +46,13 @@
 //! send shows its `CollStart` or `Send` then; a blocking receive's events come at its return
 //! anyway), so a live lower bound lags by at most the calls in flight.
 //!
+//! A call whose return probe is skipped (`lbf_common::mpi::return_optional`: nonblocking
+//! sends and receives, `MPI_Comm_rank`/`size`, called from the program's own code) has its
+//! exit record written at the thread's next probe hit, its out-parameter (the request handle,
+//! the answer) read then and its exit stamped then. Nothing here makes an event of those
+//! exits' stamps, so the events are the same as with every return probe (the
+//! `return_probes` test checks it).
+//!
 //! # Limits
 //!
 //! - Wait/test calls see at most as many requests as fit in a record (32 for Open MPI, 64 for

@@ -19,7 +19,7 @@ use std::{
 };
 
 use aya_obj::generated::{
-    bpf_attach_type::BPF_TRACE_UPROBE_MULTI, bpf_link_type, bpf_prog_type::BPF_PROG_TYPE_KPROBE,
+    bpf_attach_type::{BPF_TRACE_UPROBE_MULTI, BPF_TRACE_UPROBE_SESSION}, bpf_link_type, bpf_prog_type::BPF_PROG_TYPE_KPROBE,
 };
 use libc::{EINVAL, ENOTSUP, EOPNOTSUPP};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _, Symbol};
@@ -71,6 +71,8 @@ pub(crate) struct UProbeAttachTarget<'a> {
 pub(crate) enum AttachMode {
     Single,
     Multi,
+    /// A `uprobe.multi` program loaded as a uprobe session ([`UProbe::load_session`]).
+    Session,
     Unknown,
 }
 
@@ -366,10 +368,22 @@ impl UProbe {
             AttachMode::Multi => {
                 load_program_with_attach_type(BPF_PROG_TYPE_KPROBE, BPF_TRACE_UPROBE_MULTI, data)
             }
+            AttachMode::Session => {
+                load_program_with_attach_type(BPF_PROG_TYPE_KPROBE, BPF_TRACE_UPROBE_SESSION, data)
+            }
             AttachMode::Single | AttachMode::Unknown => {
                 load_program_without_attach_type(BPF_PROG_TYPE_KPROBE, data)
             }
         }
+    }
+
+    /// Loads a `uprobe.multi` program as a uprobe session (Linux 6.13 and later): attached
+    /// with [`Self::attach`], it runs at the entry of each point and, unless that run
+    /// returned 1, again at the function's return; a return not wanted costs no trap.
+    /// (lbf's addition to this vendored copy.)
+    pub fn load_session(&mut self) -> Result<(), ProgramError> {
+        self.attach_mode = AttachMode::Session;
+        self.load()
     }
 
     /// Returns [`ProbeKind::Entry`] if the program is a `uprobe`, or
@@ -479,7 +493,9 @@ impl UProbe {
         let resolved = resolve_points(resolved_path, first, points)?;
         match self.attach_mode {
             AttachMode::Single => self.attach_single_impl(resolved_path, &resolved, perf_event_pid),
-            AttachMode::Multi => self.attach_multi_impl(resolved_path, &resolved, multi_link_pid),
+            AttachMode::Multi | AttachMode::Session => {
+                self.attach_multi_impl(resolved_path, &resolved, multi_link_pid)
+            }
             AttachMode::Unknown => {
                 let multi_result = self.attach_multi_impl(resolved_path, &resolved, multi_link_pid);
                 match multi_result {
@@ -623,8 +639,9 @@ impl UProbe {
         let Self {
             data,
             kind,
-            attach_mode: _,
+            attach_mode,
         } = self;
+        let session = matches!(attach_mode, AttachMode::Session);
         let prog_fd = data.fd()?;
         let prog_fd = prog_fd.as_fd();
         let path_cstr = CString::new(path.as_os_str().as_bytes()).map_err(|error| {
@@ -638,6 +655,7 @@ impl UProbe {
             pid,
             *kind,
             resolved.cookies(),
+            session,
         )?;
         data.links
             .insert(UProbeLink::from(ProbeLinkInner::from(link)))
@@ -924,6 +942,7 @@ fn try_attach_uprobe_multi_link(
     pid: u32,
     kind: ProbeKind,
     cookies: Option<&[u64]>,
+    session: bool,
 ) -> Result<PerfLinkInner, ProgramError> {
     let link_fd = bpf_link_create_uprobe_multi(
         prog_fd,
@@ -933,6 +952,7 @@ fn try_attach_uprobe_multi_link(
         cookies,
         pid,
         matches!(kind, ProbeKind::Return),
+        session,
     )
     .map_err(|io_error| {
         let errno = io_error.raw_os_error();

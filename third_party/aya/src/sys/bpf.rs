@@ -539,6 +539,7 @@ pub(crate) fn bpf_link_create_uprobe_multi(
     cookies: Option<&[u64]>,
     pid: u32,
     retprobe: bool,
+    session: bool,
 ) -> io::Result<crate::MockableFd> {
     let args = BpfLinkCreateArgs::UProbeMulti {
         path,
@@ -552,13 +553,12 @@ pub(crate) fn bpf_link_create_uprobe_multi(
             0
         },
     };
-    bpf_link_create(
-        prog_fd,
-        LinkTarget::None,
-        bpf_attach_type::BPF_TRACE_UPROBE_MULTI,
-        0,
-        Some(args),
-    )
+    let attach_type = if session {
+        bpf_attach_type::BPF_TRACE_UPROBE_SESSION
+    } else {
+        bpf_attach_type::BPF_TRACE_UPROBE_MULTI
+    };
+    bpf_link_create(prog_fd, LinkTarget::None, attach_type, 0, Some(args))
 }
 
 // since kernel 5.7

@@ -753,6 +753,104 @@ fn advise_uses_a_cluster_files_hosts() {
     assert_eq!(both.status.code(), Some(2), "{}", stderr(&both));
 }
 
+/// A master (process 0) handing 16 tasks of 1000 bytes round the workers 1 to 4, 4 ms of
+/// its CPU each; a worker computes 10 ms and sends back 8 bytes.
+fn master_worker_trace() -> String {
+    let header = r#"{"format":"lbf-trace","version":2,"procs":[{"id":0},{"id":1},{"id":2},{"id":3},{"id":4}]}"#;
+    let mut lines = vec![header.to_string()];
+    for t in 0..16 {
+        let (w, msg) = (1 + t % 4, 2 * t + 1);
+        for (from, to, cpu_ns, msg, bytes) in
+            [(0, w, 4_000_000, msg, 1000), (w, 0, 10_000_000, msg + 1, 8)]
+        {
+            lines.push(format!(
+                r#"{{"p":{from},"k":"send","cpu_ns":{cpu_ns},"msg":{msg},"bytes":{bytes}}}"#
+            ));
+            lines.push(format!(r#"{{"p":{to},"k":"recv_start","cpu_ns":0}}"#));
+            lines.push(format!(
+                r#"{{"p":{to},"k":"recv_end","cpu_ns":0,"msg":{msg}}}"#
+            ));
+        }
+    }
+    for p in 0..5 {
+        lines.push(format!(r#"{{"p":{p},"k":"exit","cpu_ns":0}}"#));
+    }
+    lines.push(SUMMARY.to_string());
+    lines.join("\n") + "\n"
+}
+
+/// For a master/worker trace the work-rate model's placement is a start, labelled
+/// `work-rate`, with the model's rate and time next to the engine's: the master on the fast
+/// host. `--master` declares a master where recognition fails, and names a wrong one.
+#[test]
+fn advise_scores_the_work_rate_models_placement() {
+    let trace = master_worker_trace();
+    let lab = "[[host]]\nname = \"fast\"\ncores = 2\nspeed = 1.0\n\
+               [[host]]\nname = \"slow\"\ncores = 2\nspeed = 0.25\n\
+               [[network]]\nname = \"lan\"\nhosts = [\"fast\", \"slow\"]\n\
+               table = [[0, 0.0001]]\n";
+    let files = [("t.jsonl", trace.as_str()), ("lab.toml", lab)];
+    let args = [
+        "advise",
+        "t.jsonl",
+        "--cluster",
+        "lab.toml",
+        "--budget",
+        "1",
+    ];
+    let out = run(
+        "advise-work-rate",
+        &files,
+        &[&args[..], &["--json"]].concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let model = rows
+        .iter()
+        .find(|r| r["model_rate"].is_f64())
+        .expect("a row with the model's rate");
+    assert_eq!(model["placement"]["0"], "fast", "{model}");
+    // Master on fast (it serves 250 tasks/s): its other core works at 100 tasks/s, slow's 2
+    // cores at 25 each; on slow the master would serve only 62.5.
+    assert!(
+        (model["model_rate"].as_f64().unwrap() - 150.0).abs() < 1e-6,
+        "{model}"
+    );
+    assert!(model["model_seconds"].as_f64().unwrap() > 0.0, "{model}");
+
+    let table = run("advise-work-rate-table", &files, &args);
+    let text = stdout(&table);
+    assert!(text.contains("work-rate model: master on fast"), "{text}");
+    assert!(text.contains("by the engine (rank"), "{text}");
+
+    let pairs = two_pairs_trace();
+    let declared = run(
+        "advise-declared",
+        &[("t.jsonl", &pairs), ("lab.toml", lab)],
+        &[&args[..], &["--master", "0"]].concat(),
+    );
+    assert_eq!(declared.status.code(), Some(0), "{}", stderr(&declared));
+    assert!(
+        stdout(&declared).contains("work-rate model"),
+        "{}",
+        stdout(&declared)
+    );
+    let wrong = run(
+        "advise-declared-wrong",
+        &[("t.jsonl", &pairs), ("lab.toml", lab)],
+        &[&args[..], &["--master", "9"]].concat(),
+    );
+    assert_eq!(wrong.status.code(), Some(1), "{}", stderr(&wrong));
+    assert!(
+        stderr(&wrong).contains("process 9 is not in the trace"),
+        "{}",
+        stderr(&wrong)
+    );
+}
+
 /// The paper's Fig. 1 as a trace that followed procedure F: S computes 5 s, 3 of them in F,
 /// and sends to R, which computed 1 s and waits, then computes 1 s.
 const FIG1: &str = r#"{"format":"lbf-trace","version":2,"procs":[{"id":0,"name":"S","host":"a"},{"id":1,"name":"R","host":"b"}],"procedures":["F"]}

@@ -651,32 +651,43 @@ fn huge_counts_are_refused_before_allocating() {
     );
 }
 
-/// Four processes in two pairs, (0, 2) and (1, 3), each pair exchanging 20 rounds of 64 KiB
-/// after 1 ms of work on both sides.
-fn two_pairs_trace() -> String {
-    let header =
-        r#"{"format":"lbf-trace","version":2,"procs":[{"id":0},{"id":1},{"id":2},{"id":3}]}"#;
-    let mut lines = vec![header.to_string()];
-    let mut msg = 0;
-    for _ in 0..20 {
-        for (a, b) in [(0, 2), (1, 3)] {
-            for (from, to) in [(a, b), (b, a)] {
-                msg += 1;
-                lines.push(format!(
-                    r#"{{"p":{from},"k":"send","cpu_ns":1000000,"msg":{msg},"bytes":65536}}"#
-                ));
-                lines.push(format!(r#"{{"p":{to},"k":"recv_start","cpu_ns":0}}"#));
-                lines.push(format!(
-                    r#"{{"p":{to},"k":"recv_end","cpu_ns":0,"msg":{msg}}}"#
-                ));
-            }
-        }
+/// A trace of `procs` processes (ids 0 up) that send `messages` in order, each `(from, to,
+/// sender's CPU ns before it, bytes)`, received at once with no CPU; then every process
+/// exits.
+fn messages_trace(procs: u32, messages: &[(u32, u32, u64, u64)]) -> String {
+    let ids: Vec<String> = (0..procs).map(|p| format!(r#"{{"id":{p}}}"#)).collect();
+    let mut lines = vec![format!(
+        r#"{{"format":"lbf-trace","version":2,"procs":[{}]}}"#,
+        ids.join(",")
+    )];
+    for (i, &(from, to, cpu_ns, bytes)) in messages.iter().enumerate() {
+        let msg = i + 1;
+        lines.push(format!(
+            r#"{{"p":{from},"k":"send","cpu_ns":{cpu_ns},"msg":{msg},"bytes":{bytes}}}"#
+        ));
+        lines.push(format!(r#"{{"p":{to},"k":"recv_start","cpu_ns":0}}"#));
+        lines.push(format!(
+            r#"{{"p":{to},"k":"recv_end","cpu_ns":0,"msg":{msg}}}"#
+        ));
     }
-    for p in 0..4 {
+    for p in 0..procs {
         lines.push(format!(r#"{{"p":{p},"k":"exit","cpu_ns":0}}"#));
     }
     lines.push(SUMMARY.to_string());
     lines.join("\n") + "\n"
+}
+
+/// Four processes in two pairs, (0, 2) and (1, 3), each pair exchanging 20 rounds of 64 KiB
+/// after 1 ms of work on both sides.
+fn two_pairs_trace() -> String {
+    let mut messages = Vec::new();
+    for _ in 0..20 {
+        for (a, b) in [(0, 2), (1, 3)] {
+            messages.push((a, b, 1_000_000, 65536));
+            messages.push((b, a, 1_000_000, 65536));
+        }
+    }
+    messages_trace(4, &messages)
 }
 
 /// `advise` ranks first a placement that keeps each pair on one host, prints the baselines
@@ -793,6 +804,83 @@ fn advise_uses_a_cluster_files_hosts() {
         &["advise", "t.jsonl", "--cluster", "lab.toml", "--cores", "4"],
     );
     assert_eq!(both.status.code(), Some(2), "{}", stderr(&both));
+}
+
+/// A master (process 0) handing 16 tasks of 1000 bytes round the workers 1 to 4, 4 ms of
+/// its CPU each; a worker computes 10 ms and sends back 8 bytes.
+fn master_worker_trace() -> String {
+    let mut messages = Vec::new();
+    for t in 0..16 {
+        let w = 1 + t % 4;
+        messages.push((0, w, 4_000_000, 1000));
+        messages.push((w, 0, 10_000_000, 8));
+    }
+    messages_trace(5, &messages)
+}
+
+/// For a master/worker trace the work-rate model's placement is a start, labelled
+/// `work-rate`, with the model's rate and time next to the engine's: the master on the fast
+/// host. `--master` declares a master where recognition fails, and names a wrong one.
+#[test]
+fn advise_scores_the_work_rate_models_placement() {
+    let trace = master_worker_trace();
+    let lab = "[[host]]\nname = \"fast\"\ncores = 2\nspeed = 1.0\n\
+               [[host]]\nname = \"slow\"\ncores = 2\nspeed = 0.25\n\
+               [[network]]\nname = \"lan\"\nhosts = [\"fast\", \"slow\"]\n\
+               table = [[0, 0.0001]]\n";
+    let files = [("t.jsonl", trace.as_str()), ("lab.toml", lab)];
+    let args = [
+        "advise",
+        "t.jsonl",
+        "--cluster",
+        "lab.toml",
+        "--budget",
+        "1",
+    ];
+    let out = run(
+        "advise-work-rate",
+        &files,
+        &[&args[..], &["--json"]].concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let model = rows
+        .iter()
+        .find(|r| r["model_rate"].is_f64())
+        .expect("a row with the model's rate");
+    assert_eq!(model["placement"]["0"], "fast", "{model}");
+    // Master on fast (it serves 250 tasks/s): its other core works at 100 tasks/s, slow's 2
+    // cores at 25 each; on slow the master would serve only 62.5.
+    assert!(
+        (model["model_rate"].as_f64().unwrap() - 150.0).abs() < 1e-6,
+        "{model}"
+    );
+    assert!(model["model_seconds"].as_f64().unwrap() > 0.0, "{model}");
+
+    let table = run("advise-work-rate-table", &files, &args);
+    let text = stdout(&table);
+    assert!(text.contains("work-rate model: master on fast"), "{text}");
+    assert!(text.contains("by the engine (rank"), "{text}");
+
+    // The pairs' process 0 exchanges with process 2 only: declared, 2 is its worker.
+    let pairs = two_pairs_trace();
+    let with_master = |test: &str, master: &str| {
+        let out = run(
+            test,
+            &[("t.jsonl", &pairs), ("lab.toml", lab)],
+            &[&args[..], &["--master", master]].concat(),
+        );
+        (out.status.code(), stdout(&out), stderr(&out))
+    };
+    let (code, out, err) = with_master("advise-declared", "0");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("work-rate model"), "{out}");
+    let (code, _, err) = with_master("advise-declared-wrong", "9");
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("process 9 is not in the trace"), "{err}");
 }
 
 /// The paper's Fig. 1 as a trace that followed procedure F: S computes 5 s, 3 of them in F,

@@ -45,6 +45,18 @@ pub enum NotMasterWorker {
     },
     /// No process exchanges messages with every other.
     NoMaster,
+    /// The declared master is not one of the trace's processes.
+    NoSuchProcess {
+        /// The declared master.
+        master: ProcId,
+        /// The trace's processes.
+        procs: usize,
+    },
+    /// The declared master exchanges no messages.
+    Silent {
+        /// The declared master.
+        master: ProcId,
+    },
 }
 
 impl fmt::Display for NotMasterWorker {
@@ -61,6 +73,17 @@ impl fmt::Display for NotMasterWorker {
             NotMasterWorker::NoMaster => {
                 f.write_str("no process exchanges messages with every other: not master/worker")
             }
+            NotMasterWorker::NoSuchProcess { master, procs } => write!(
+                f,
+                "process {master} is not in the trace (its processes are 0 to {}): give \
+                 --master one of them",
+                procs.saturating_sub(1)
+            ),
+            NotMasterWorker::Silent { master } => write!(
+                f,
+                "process {master} exchanges no messages, so it has no workers: give --master \
+                 the process that hands out the tasks"
+            ),
         }
     }
 }
@@ -74,14 +97,14 @@ fn count(pairs: &mut HashMap<(ProcId, ProcId), (u64, u64)>, from: ProcId, to: Pr
     e.1 += bytes;
 }
 
+/// Messages and bytes between each ordered pair (sender, receiver), and each process's
+/// work (CPU not spent waiting in a blocking call), from the events of `procs` processes.
+type Tally = (HashMap<(ProcId, ProcId), (u64, u64)>, Vec<u64>);
+
 /// Reads the events of `procs` processes (in any order that keeps each process's own
-/// order) and tells whether they are a master/worker program's, with its figures.
-pub fn recognise<'a>(
-    procs: usize,
-    events: impl IntoIterator<Item = &'a Event>,
-) -> Result<MasterWorker, NotMasterWorker> {
+/// order) into a [`Tally`].
+fn tally<'a>(procs: usize, events: impl IntoIterator<Item = &'a Event>) -> Tally {
     let mut sends: HashMap<MsgId, (ProcId, u64)> = HashMap::new();
-    // Messages and bytes between each ordered pair (sender, receiver).
     let mut pairs: HashMap<(ProcId, ProcId), (u64, u64)> = HashMap::new();
     let mut work_ns = vec![0u64; procs];
     let mut pending_recvs: HashMap<MsgId, ProcId> = HashMap::new();
@@ -111,7 +134,11 @@ pub fn recognise<'a>(
             _ => {}
         }
     }
-    // Who exchanges with whom, either way.
+    (pairs, work_ns)
+}
+
+/// Who exchanges messages with whom, either way, by process.
+fn peers(procs: usize, pairs: &HashMap<(ProcId, ProcId), (u64, u64)>) -> Vec<BTreeSet<ProcId>> {
     let mut peers: Vec<BTreeSet<ProcId>> = vec![BTreeSet::new(); procs];
     for &(a, b) in pairs.keys() {
         if (a as usize) < procs && (b as usize) < procs && a != b {
@@ -119,6 +146,17 @@ pub fn recognise<'a>(
             peers[b as usize].insert(a);
         }
     }
+    peers
+}
+
+/// Reads the events of `procs` processes (in any order that keeps each process's own
+/// order) and tells whether they are a master/worker program's, with its figures.
+pub fn recognise<'a>(
+    procs: usize,
+    events: impl IntoIterator<Item = &'a Event>,
+) -> Result<MasterWorker, NotMasterWorker> {
+    let (pairs, work_ns) = tally(procs, events);
+    let peers = peers(procs, &pairs);
     let talking: Vec<ProcId> = (0..procs as ProcId)
         .filter(|&p| !peers[p as usize].is_empty())
         .collect();
@@ -139,12 +177,43 @@ pub fn recognise<'a>(
         }
     }
     let workers: Vec<ProcId> = talking.into_iter().filter(|&p| p != master).collect();
+    Ok(figures(master, workers, &pairs, &work_ns))
+}
+
+/// The figures of a program whose master is declared to be `master` (for programs that
+/// [`recognise`] does not take for master/worker, such as workers that also exchange among
+/// themselves): its workers are the processes it exchanges messages with.
+pub fn declared<'a>(
+    procs: usize,
+    events: impl IntoIterator<Item = &'a Event>,
+    master: ProcId,
+) -> Result<MasterWorker, NotMasterWorker> {
+    let (pairs, work_ns) = tally(procs, events);
+    let workers: Vec<ProcId> = peers(procs, &pairs)
+        .get(master as usize)
+        .ok_or(NotMasterWorker::NoSuchProcess { master, procs })?
+        .iter()
+        .copied()
+        .collect();
+    if workers.is_empty() {
+        return Err(NotMasterWorker::Silent { master });
+    }
+    Ok(figures(master, workers, &pairs, &work_ns))
+}
+
+/// The per-task figures of `master` and `workers`.
+fn figures(
+    master: ProcId,
+    workers: Vec<ProcId>,
+    pairs: &HashMap<(ProcId, ProcId), (u64, u64)>,
+    work_ns: &[u64],
+) -> MasterWorker {
     let out = |w: ProcId| pairs.get(&(master, w)).copied().unwrap_or_default();
     let back = |w: ProcId| pairs.get(&(w, master)).copied().unwrap_or_default();
     let tasks: u64 = workers.iter().map(|&w| out(w).0).sum();
     let bytes: u64 = workers.iter().map(|&w| out(w).1 + back(w).1).sum();
     let per_task = |ns: u64, n: u64| ns as f64 * 1e-9 / n.max(1) as f64;
-    Ok(MasterWorker {
+    MasterWorker {
         master,
         worker_seconds_per_task: workers
             .iter()
@@ -154,7 +223,7 @@ pub fn recognise<'a>(
         tasks,
         master_seconds_per_task: per_task(work_ns[master as usize], tasks),
         bytes_per_task: bytes as f64 / tasks.max(1) as f64,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -230,6 +299,29 @@ mod tests {
         assert_eq!(
             recognise(3, &e),
             Err(NotMasterWorker::WorkersTalk { a: 1, b: 2 })
+        );
+    }
+
+    /// Workers that talk are not recognised, but a declared master takes the processes it
+    /// exchanges with as workers, with the same figures as recognised.
+    #[test]
+    fn a_declared_master_allows_workers_that_talk() {
+        let mut e = job();
+        let recognised = recognise(3, &e).unwrap();
+        e.push(send(1, 0, 100, 8));
+        e.extend(recv(2, 100));
+        assert_eq!(declared(3, &e, 0).unwrap(), recognised);
+        assert_eq!(
+            declared(3, &e, 5),
+            Err(NotMasterWorker::NoSuchProcess {
+                master: 5,
+                procs: 3
+            })
+        );
+        e.push(ev(3, 0, EventKind::Exit));
+        assert_eq!(
+            declared(4, &e, 3),
+            Err(NotMasterWorker::Silent { master: 3 })
         );
     }
 

@@ -6,7 +6,8 @@
 //! host can work for a master at some rate of tasks per second, a master can serve tasks at
 //! some rate, and every network a task's data crosses carries at most so many tasks per
 //! second. The best master and its workers are a maximum flow. [`master_worker`] recognises
-//! such a program in a trace and measures its per-task figures. [`search`] is for any
+//! such a program in a trace and measures its per-task figures, and [`work_rate_placement`]
+//! turns the model's answer into a placement to start the search from. [`search`] is for any
 //! program: it scores candidate placements with the engine and improves the best;
 //! [`hostfiles`] writes a placement as the files to run it with.
 
@@ -14,3 +15,4 @@ pub mod hostfiles;
 pub mod master_worker;
 pub mod search;
 pub mod work_rate;
+pub mod work_rate_placement;

@@ -46,7 +46,8 @@ pub type Placement = Vec<usize>;
 /// A placement and its predicted run time.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scored {
-    /// How it was found: `block`, `round-robin`, `fewest hosts`, `communication`, `search`.
+    /// How it was found: `block`, `round-robin`, `fewest hosts`, `communication`,
+    /// `work-rate`, `search`.
     pub label: String,
     /// The host of each process.
     pub placement: Placement,
@@ -285,17 +286,20 @@ pub struct Progress {
 }
 
 /// The best placements found for `procs` on `machine` within `options`, best first, with the
-/// baselines among them as scored; `progress` is called after every pass.
+/// baselines and the `extra` starts (labelled, such as the work-rate model's) among them as
+/// scored; `progress` is called after every pass.
 pub fn search(
     procs: &[ProcInfo],
     events: &[Event],
     machine: &Machine,
+    extra: Vec<(String, Placement)>,
     options: SearchOptions,
     progress: impl FnMut(Progress),
 ) -> Result<Vec<Scored>, EngineError> {
     let started = Instant::now();
     let n = procs.len();
     let mut starts = baselines(n, machine);
+    starts.extend(extra);
     starts.push((
         "communication".into(),
         by_communication(n, machine, &communication(events)),
@@ -544,6 +548,7 @@ mod tests {
             &procs,
             &events,
             &machine(),
+            Vec::new(),
             SearchOptions::default(),
             |_| passes += 1,
         )

@@ -9,8 +9,9 @@ use anyhow::{bail, Context, Result};
 use lbf::advise::hostfiles::{
     mpich_machinefile, open_mpi_hostfile, open_mpi_rankfile, target_toml,
 };
-use lbf::advise::master_worker::recognise;
+use lbf::advise::master_worker::{declared, recognise, MasterWorker};
 use lbf::advise::search::{search, Host, Machine, Progress, Scored, SearchOptions};
+use lbf::advise::work_rate_placement::{self, WorkRateAdvice};
 use lbf::config::{load_cluster, NetworkPreset};
 use lbf::event::Event;
 use lbf::trace::TraceReader;
@@ -20,7 +21,8 @@ use lbf::trace::TraceReader;
 /// Every candidate is scored by the engine (as `predict` scores a target), many per pass over
 /// the trace: simple placements first (block, round-robin, the fewest hosts, and one that
 /// keeps the processes exchanging the most bytes together), then moves and swaps of the best
-/// while they help, within --budget. Prints the best placements next to those baselines and
+/// while they help, within --budget. For a master/worker program (recognised, or declared with
+/// --master) the work-rate model's placement is one more start. Prints the best placements next to those baselines and
 /// the best time for each number of hosts used; --write DIR writes the best as files to run
 /// and predict it with.
 #[derive(clap::Args)]
@@ -66,6 +68,12 @@ pub(crate) struct Advise {
     #[arg(long, default_value_t = 5)]
     top: usize,
 
+    /// The master process of a master/worker program whose workers also exchange among
+    /// themselves (so that it is not recognised as one): the work-rate model's placement is
+    /// then a start of the search too.
+    #[arg(long, value_name = "PROC")]
+    master: Option<u32>,
+
     /// Print one JSON object per placement and line (`rank`, `label`, `predicted_seconds`,
     /// `placement`: process id to host name) instead of tables.
     #[arg(long)]
@@ -85,11 +93,17 @@ Examples:
   # on measured hosts (lbf-node calibrate), by their names
   lbf-gag advise run.trace.jsonl --cluster lab.toml
 
+  # a master/worker program whose workers also talk: process 0 hands out the tasks
+  lbf-gag advise run.trace.jsonl --cluster lab.toml --master 0
+
   # the best placement as files to run it with, found within 5 s
   lbf-gag advise run.trace.jsonl --hosts 8 --cores 2 --budget 5 --write advised/
   mpirun.openmpi --rankfile advised/rankfile -np 16 ./app
 
-The predicted times are the engine's, as `predict` gives them for one target each.";
+The predicted times are the engine's, as `predict` gives them for one target each. For a
+master/worker program (one process exchanging with all others, the others not with each
+other, or --master) the work-rate model's placement (label `work-rate`) is scored too, and
+the model's own rate and time are printed next to the engine's prediction for it.";
 
 /// Runs `lbf-gag advise`.
 pub(crate) fn advise(args: &Advise) -> Result<()> {
@@ -109,29 +123,44 @@ pub(crate) fn advise(args: &Advise) -> Result<()> {
         keep: args.top.max(1),
         ..SearchOptions::default()
     };
-    let found = search(&procs, &events, &machine, options, show_progress)
+    let mw = match args.master {
+        Some(m) => Some(
+            declared(procs.len(), &events, m).with_context(|| format!("{trace}: --master {m}"))?,
+        ),
+        None => recognise(procs.len(), &events).ok(),
+    };
+    let advice = mw
+        .as_ref()
+        .and_then(|mw| work_rate_placement::advise(mw, procs.len(), &machine));
+    let extra = advice
+        .iter()
+        .map(|a| ("work-rate".to_string(), a.placement.clone()))
+        .collect();
+    let found = search(&procs, &events, &machine, extra, options, show_progress)
         .with_context(|| format!("{trace}: scoring placements"))?;
     eprintln!();
     let best = &found[0];
+    // The engine's rank and time for the model's placement (a start, so always kept).
+    let advised = advice.as_ref().and_then(|a| {
+        let same = machine.canonical(&a.placement);
+        let at = found
+            .iter()
+            .position(|s| machine.canonical(&s.placement) == same)?;
+        Some((a, at))
+    });
     if args.json {
         for (i, s) in found.iter().enumerate() {
-            println!("{}", json_line(&machine, s, i + 1));
+            let model = advised.filter(|&(_, at)| at == i).map(|(a, _)| a);
+            println!("{}", json_line(&machine, s, i + 1, model));
         }
     } else {
         print!("{}", table(&machine, &found, args.top));
         print!("{}", by_hosts(&procs, &events, &machine, options)?);
-        if let Ok(mw) = recognise(procs.len(), &events) {
-            println!(
-                "master/worker: master {} and {} workers; {} tasks, master {:.3} ms and \
-                 workers {:.3} ms of CPU per task on average, {:.0} bytes per task",
-                mw.master,
-                mw.workers.len(),
-                mw.tasks,
-                mw.master_seconds_per_task * 1e3,
-                mw.worker_seconds_per_task.iter().sum::<f64>() * 1e3
-                    / mw.worker_seconds_per_task.len().max(1) as f64,
-                mw.bytes_per_task
-            );
+        if let Some(mw) = &mw {
+            println!("{}", figures(mw));
+        }
+        if let Some((a, at)) = advised {
+            println!("{}", model_line(&machine, a, &found[at], at + 1));
         }
     }
     if let Some(dir) = &args.write {
@@ -264,6 +293,7 @@ fn by_hosts(
             procs,
             events,
             &fewer,
+            Vec::new(),
             SearchOptions { budget, ..options },
             |_| {},
         )?;
@@ -272,21 +302,60 @@ fn by_hosts(
     Ok(out)
 }
 
-/// One candidate as a JSON object.
-fn json_line(machine: &Machine, s: &Scored, rank: usize) -> String {
+/// A master/worker program's per-task figures, in a line.
+fn figures(mw: &MasterWorker) -> String {
+    format!(
+        "master/worker: master {} and {} workers; {} tasks, master {:.3} ms and workers \
+         {:.3} ms of CPU per task on average, {:.0} bytes per task",
+        mw.master,
+        mw.workers.len(),
+        mw.tasks,
+        mw.master_seconds_per_task * 1e3,
+        mw.worker_seconds_per_task.iter().sum::<f64>() * 1e3
+            / mw.worker_seconds_per_task.len().max(1) as f64,
+        mw.bytes_per_task
+    )
+}
+
+/// The work-rate model's answer next to the engine's prediction for its placement, ranked
+/// `rank` among the placements found.
+fn model_line(machine: &Machine, a: &WorkRateAdvice, engine: &Scored, rank: usize) -> String {
+    let workers: Vec<&str> = a
+        .worker_hosts
+        .iter()
+        .map(|&h| machine.hosts[h].name.as_str())
+        .collect();
+    format!(
+        "work-rate model: master on {}, workers on {}; {:.1} tasks/s, {:.6} s by the model, \
+         {:.6} s by the engine (rank {rank})",
+        machine.hosts[a.master_host].name,
+        workers.join(" "),
+        a.rate,
+        a.seconds,
+        engine.seconds
+    )
+}
+
+/// One candidate as a JSON object; the work-rate model's own rate and time (`model_rate`,
+/// tasks per second, and `model_seconds`) when `model` is its placement.
+fn json_line(machine: &Machine, s: &Scored, rank: usize, model: Option<&WorkRateAdvice>) -> String {
     let placement: serde_json::Map<String, serde_json::Value> = s
         .placement
         .iter()
         .enumerate()
         .map(|(p, &h)| (p.to_string(), machine.hosts[h].name.clone().into()))
         .collect();
-    serde_json::json!({
+    let mut line = serde_json::json!({
         "rank": rank,
         "label": s.label,
         "predicted_seconds": s.seconds,
         "placement": placement,
-    })
-    .to_string()
+    });
+    if let Some(a) = model {
+        line["model_rate"] = a.rate.into();
+        line["model_seconds"] = a.seconds.into();
+    }
+    line.to_string()
 }
 
 /// Writes the files to run and predict `placement` with.

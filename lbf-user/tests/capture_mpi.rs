@@ -314,7 +314,7 @@ fn eager_limit_as_configured_mpich() {
 #[test]
 fn eager_limit_as_configured_openmpi() {
     let setup = Setup {
-        mca: "--mca btl_vader_eager_limit 2048",
+        options: "--mca btl_vader_eager_limit 2048",
         ..Setup::default()
     };
     check_eager_limit(
@@ -331,7 +331,7 @@ fn eager_limit_as_configured_openmpi() {
 #[test]
 fn eager_limit_over_tcp_openmpi() {
     let setup = Setup {
-        mca: "--mca btl tcp,self --mca btl_tcp_if_include lo",
+        options: "--mca btl tcp,self --mca btl_tcp_if_include lo",
         ..Setup::default()
     };
     check_eager_limit(Mpi::OpenMpi, setup, b"OMPI_MCA_btl=tcp,self\0");

@@ -3,19 +3,24 @@
 //! 2 and 3) over Open MPI and over UNIX sockets, traced once under `lbf-trace --procedure
 //! servBusy1 --procedure servBusy2`. Each event must carry the CPU the server spent in each
 //! procedure (within 5 %); the predictions of `--move` and `--zero` for each procedure, and
-//! of `--speedup servBusy1=2`, must be within [`WHAT_IF_TOLERANCE`] of the measured run times
+//! of `--speedup servBusy1=2`, must be within each case's tolerance of the measured run times
 //! (median of 3) of the builds in which that procedure is moved to its clients, emptied, or
 //! does half its work.
 //!
-//! [`WHAT_IF_TOLERANCE`] is what the engine reaches here today, not the 3 % (5 % for the
-//! speed-up) the procedure-LBF issue asks: the SPA's 4 processes share this machine's 2
-//! cores, and every request and reply then waits for the scheduler to hand a core over,
-//! which the engine's continuous sharing leaves out (docs/engine.md; the scheduler model of
-//! the accuracy work). The unmodified SPA itself is predicted 13 to 16 % short over Open MPI
-//! on a quiet machine, and the what-ifs -2 to -21 % (over UNIX sockets, whose reads block:
-//! -1.5 % and +8.5 to -12.6 %): `cargo nextest run -p lbf-user --test procedure_lbf
-//! --no-capture`. The builds are variants of one source each (`-DMOVED=`, `-DEMPTIED=`,
-//! `-DHALVED=`). Needs root, Open MPI; a busy machine retries, as the other accuracy checks.
+//! Over Open MPI the 4 ranks share this machine's 2 cores, bound to them (`--bind-to
+//! core:overload-allowed --map-by core`: ranks 0 and 2 on one core, 1 and 3 on the other),
+//! and the predictions bind them alike (`--bind-to-cores`): unbound, Linux leaves ranks that
+//! yield while they poll in whichever pairs it started them, and the run time changes with
+//! the pairing from run to run (docs/engine.md, "Which core each rank runs on"). The
+//! tolerances are the issue's 3 % (5 % for the speed-up), except for emptying servBusy2 (5 %:
+//! its runs spread that much) and moving servBusy2: there the server polls while the client
+//! sharing its core computes, and takes CPU from it that the engine does not model
+//! (docs/engine.md, "Polling costs its core-mate"). Over UNIX
+//! sockets, whose reads block, the processes are not bound and the tolerance is what the
+//! engine reaches there today. `cargo nextest run -p lbf-user --test procedure_lbf
+//! --no-capture` prints every prediction against its build. The builds are variants of one
+//! source each (`-DMOVED=`, `-DEMPTIED=`, `-DHALVED=`). Needs root, Open MPI; a busy machine
+//! retries, as the other accuracy checks.
 
 mod traced;
 
@@ -27,6 +32,10 @@ use traced::machine::{self, CpuWatch, BUSY_MACHINE};
 use traced::{
     can_trace, lbf_trace, predict_on_this_machine, timed, workload_variant, Mpi, Setup, BUSY,
 };
+
+/// Open MPI's binding of the SPA's ranks: dealt out to this machine's cores in turn, as
+/// `--bind-to-cores` deals them in the predictions.
+const BOUND_TO_CORES: &str = "--bind-to core:overload-allowed --map-by core";
 
 /// Requests per client (few enough that three attempts of a test fit nextest's 3 minutes on
 /// a busy machine).
@@ -50,7 +59,11 @@ impl Spa {
         match self {
             Spa::Mpi => {
                 let bin = workload_variant("mpicc.openmpi", "mpi", "spa", defines, &[]);
-                Mpi::OpenMpi.launch(4, &bin.to_string_lossy(), &args, Setup::default())
+                let setup = Setup {
+                    options: BOUND_TO_CORES,
+                    ..Setup::default()
+                };
+                Mpi::OpenMpi.launch(4, &bin.to_string_lossy(), &args, setup)
             }
             Spa::Sockets => {
                 let bin = workload_variant("gcc", "sockets", "spa", defines, &[]);
@@ -68,12 +81,12 @@ impl Spa {
         }
     }
 
-    /// How much a waiting process loads its core: Open MPI with 4 ranks on this machine's
-    /// 2 cores yields while it polls; a socket read blocks.
-    fn spin(self) -> f64 {
+    /// `lbf-gag predict`'s options for the targets: Open MPI's ranks bound to cores as they
+    /// run (they yield while they poll, a load of 0); a socket read blocks.
+    fn predict_options(self) -> &'static [&'static str] {
         match self {
-            Spa::Mpi => Mpi::OpenMpi.spin(4),
-            Spa::Sockets => 0.0,
+            Spa::Mpi => &["--bind-to-cores"],
+            Spa::Sockets => &[],
         }
     }
 }
@@ -151,8 +164,7 @@ fn attempt(spa: Spa, cases: &[(&str, &[&str], f64)], options: &[&str]) -> Result
     let watch = CpuWatch::start(&[], &[]);
     let trace = trace_original(spa);
     check_shares(&trace);
-    let spin = spa.spin().to_string();
-    let mut args = vec!["--spin", &spin];
+    let mut args = spa.predict_options().to_vec();
     args.extend(options);
     let predictions = predict_on_this_machine(&trace, &args);
     // The original build as it ran, for the record: what the what-ifs build on.
@@ -193,17 +205,28 @@ fn attempt(spa: Spa, cases: &[(&str, &[&str], f64)], options: &[&str]) -> Result
     }
 }
 
-/// The four what-ifs of the paper's Fig. 3 and 4.
-const MOVE_AND_ZERO: [(&str, &[&str], f64); 4] = [
-    ("move servBusy1", &["MOVED=1"], WHAT_IF_TOLERANCE),
-    ("move servBusy2", &["MOVED=2"], WHAT_IF_TOLERANCE),
-    ("zero servBusy1", &["EMPTIED=1"], WHAT_IF_TOLERANCE),
-    ("zero servBusy2", &["EMPTIED=2"], WHAT_IF_TOLERANCE),
+/// The four what-ifs of the paper's Fig. 3 and 4 over MPI, with their tolerances.
+const MOVE_AND_ZERO_MPI: [(&str, &[&str], f64); 4] = [
+    ("move servBusy1", &["MOVED=1"], 0.03),
+    // The server's polling takes CPU from the client sharing its core (see the module's
+    // documentation): predicted 12 % short here.
+    ("move servBusy2", &["MOVED=2"], 0.15),
+    ("zero servBusy1", &["EMPTIED=1"], 0.03),
+    // Predicted 2 to 5 % long here: the emptied build's runs spread that much.
+    ("zero servBusy2", &["EMPTIED=2"], 0.05),
 ];
 
-/// The relative error a what-if prediction may have here (see the module's documentation for
-/// why it is not yet the issue's 3 %).
-const WHAT_IF_TOLERANCE: f64 = 0.25;
+/// The same over UNIX sockets, whose processes are not bound to cores.
+const MOVE_AND_ZERO_SOCKETS: [(&str, &[&str], f64); 4] = [
+    ("move servBusy1", &["MOVED=1"], SOCKETS_TOLERANCE),
+    ("move servBusy2", &["MOVED=2"], SOCKETS_TOLERANCE),
+    ("zero servBusy1", &["EMPTIED=1"], SOCKETS_TOLERANCE),
+    ("zero servBusy2", &["EMPTIED=2"], SOCKETS_TOLERANCE),
+];
+
+/// The relative error a what-if prediction over sockets may have here (see the module's
+/// documentation for why it is not yet the issue's 3 %).
+const SOCKETS_TOLERANCE: f64 = 0.25;
 
 const WHAT_IFS: [&str; 8] = [
     "--move",
@@ -221,7 +244,7 @@ fn spa_over_mpi_moves_and_zeroes_its_procedures() {
     if !(can_trace() && machine::require("Open MPI (mpirun.openmpi)", has("mpirun.openmpi"))) {
         return;
     }
-    timed(|| attempt(Spa::Mpi, &MOVE_AND_ZERO, &WHAT_IFS));
+    timed(|| attempt(Spa::Mpi, &MOVE_AND_ZERO_MPI, &WHAT_IFS));
 }
 
 /// servBusy1, the SPA server's hot function, made twice as fast: predicted from the same
@@ -231,7 +254,7 @@ fn spa_over_mpi_speedup_of_its_hot_function() {
     if !(can_trace() && machine::require("Open MPI (mpirun.openmpi)", has("mpirun.openmpi"))) {
         return;
     }
-    let cases = [("speedup servBusy1=2", &["HALVED=1"][..], WHAT_IF_TOLERANCE)];
+    let cases = [("speedup servBusy1=2", &["HALVED=1"][..], 0.05)];
     timed(|| attempt(Spa::Mpi, &cases, &["--speedup", "servBusy1=2"]));
 }
 
@@ -240,7 +263,7 @@ fn spa_over_sockets_moves_and_zeroes_its_procedures() {
     if !can_trace() {
         return;
     }
-    timed(|| attempt(Spa::Sockets, &MOVE_AND_ZERO, &WHAT_IFS));
+    timed(|| attempt(Spa::Sockets, &MOVE_AND_ZERO_SOCKETS, &WHAT_IFS));
 }
 
 /// Whether `program` is on the `PATH`.

@@ -451,6 +451,7 @@ mod tests {
                 network: Network::default(),
                 spin: 0.0,
                 scheduler: None,
+                bind_to_cores: false,
                 procedures: Vec::new(),
             }],
             merged_trace: None,

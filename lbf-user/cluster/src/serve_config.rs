@@ -145,6 +145,7 @@ impl ServeConfig {
                 network: preset(&s.network)?,
                 spin: 0.0,
                 scheduler: None,
+                bind_to_cores: false,
             };
             targets.push(short_form(&form, procs.len())?);
         }

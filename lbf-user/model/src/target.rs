@@ -158,6 +158,14 @@ pub struct Target {
     /// model, processor sharing with an infinitely small quantum, with `spin` as the load of
     /// waiting processes.
     pub scheduler: Option<Scheduler>,
+    /// Whether each process is bound to one core of its node (`mpirun --bind-to core`,
+    /// `taskset`), instead of running on whichever core is free. The processes listed on a
+    /// node are dealt out to its cores in turn: the `i`th on core `i % cores`. Each core then
+    /// shares itself among its own processes only, while another core of the node may sit
+    /// idle. Linux comes close to this without any binding when every process stays runnable
+    /// (MPI ranks polling while they wait): its load balancer sees as many runnable processes
+    /// on each core and moves none. Messages between the cores of a node stay local.
+    pub bind_to_cores: bool,
     /// Changes to traced procedures (moved, zeroed, sped up); empty for a plain placement and
     /// network.
     pub procedures: Vec<crate::procedure::ProcedureChange>,
@@ -385,6 +393,36 @@ impl Target {
         }
         Ok(node_of)
     }
+
+    /// The groups of processes that share cores, each with the index of its node: every node
+    /// whole or, with [`Target::bind_to_cores`], every core of every node as a one-core group
+    /// of the processes dealt to it (the `i`th process listed on the node on core
+    /// `i % cores`). Assumes a valid [`Target::placement`].
+    pub fn core_groups(&self) -> Vec<(usize, Node)> {
+        if !self.bind_to_cores {
+            return self.nodes.iter().cloned().enumerate().collect();
+        }
+        let mut groups = Vec::new();
+        for (n, node) in self.nodes.iter().enumerate() {
+            let cores = node.cores as usize;
+            if node.procs.len() <= cores {
+                groups.push((n, node.clone()));
+                continue;
+            }
+            groups.extend((0..cores).map(|c| {
+                let procs = node.procs.iter().skip(c).step_by(cores).copied().collect();
+                (
+                    n,
+                    Node {
+                        procs,
+                        cores: 1,
+                        speed: node.speed,
+                    },
+                )
+            }));
+        }
+        groups
+    }
 }
 
 #[cfg(test)]
@@ -393,6 +431,43 @@ mod tests {
 
     fn t(points: &[(f64, f64)]) -> CommTable {
         CommTable::new(points.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn bound_processes_are_dealt_out_to_their_nodes_cores_in_turn() {
+        let node = |procs: Vec<ProcId>, cores| Node {
+            procs,
+            cores,
+            speed: 2.0,
+        };
+        let mut target = Target {
+            name: "t".into(),
+            nodes: vec![node(vec![0, 2, 1, 3, 4], 2), node(vec![5, 6], 2)],
+            network: Network::default(),
+            spin: 0.0,
+            scheduler: None,
+            bind_to_cores: false,
+            procedures: Vec::new(),
+        };
+        assert_eq!(
+            target.core_groups(),
+            vec![(0, target.nodes[0].clone()), (1, target.nodes[1].clone())]
+        );
+        target.bind_to_cores = true;
+        let one_core = |procs| Node {
+            procs,
+            cores: 1,
+            speed: 2.0,
+        };
+        assert_eq!(
+            target.core_groups(),
+            vec![
+                (0, one_core(vec![0, 1, 4])),
+                (0, one_core(vec![2, 3])),
+                // No more processes than cores: each has one already.
+                (1, node(vec![5, 6], 2)),
+            ]
+        );
     }
 
     #[test]

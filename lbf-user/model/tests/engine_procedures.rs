@@ -34,6 +34,7 @@ fn target(nodes: Vec<Vec<ProcId>>, action: Option<ProcedureAction>) -> Target {
         network: Network::default(),
         spin: 0.0,
         scheduler: None,
+        bind_to_cores: false,
         procedures: action
             .into_iter()
             .map(|action| ProcedureChange {

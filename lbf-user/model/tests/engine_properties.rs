@@ -527,6 +527,7 @@ fn target(n: usize) -> impl Strategy<Value = Target> {
                 network: Network { local, remote },
                 spin,
                 scheduler: None,
+                bind_to_cores: false,
                 procedures: Vec::new(),
             }
         })
@@ -588,6 +589,7 @@ proptest! {
             network: Network::default(),
             spin: 0.0,
             scheduler: None,
+            bind_to_cores: false,
             procedures: Vec::new(),
         };
         let got = predict(n, &[t], &interleave(&s, &order), &[])[0];
@@ -606,6 +608,7 @@ proptest! {
             network: Network::default(),
             spin: 0.0,
             scheduler: None,
+            bind_to_cores: false,
             procedures: Vec::new(),
         };
         let got = predict(n, &[t], &interleave(&s, &order), &[])[0];
@@ -614,6 +617,66 @@ proptest! {
             _ => e.cpu_ns as f64 * 1e-9,
         }).sum();
         prop_assert!(close(got, want), "engine {} vs sum of work {}", got, want);
+    }
+}
+
+/// `target` with its processes bound to cores, written out by hand: every core of a node that
+/// holds more processes than cores becomes a one-core node of the processes dealt to it, and
+/// the remote table becomes the local one (all of the original target's nodes are one here,
+/// so its remote table is never used by a bound target with a single node).
+fn cores_as_nodes(target: &Target) -> Target {
+    let mut nodes = Vec::new();
+    for node in &target.nodes {
+        let cores = node.cores as usize;
+        if node.procs.len() <= cores {
+            nodes.push(node.clone());
+            continue;
+        }
+        for c in 0..cores {
+            nodes.push(Node {
+                procs: node.procs.iter().skip(c).step_by(cores).copied().collect(),
+                cores: 1,
+                speed: node.speed,
+            });
+        }
+    }
+    Target {
+        name: "cores as nodes".into(),
+        nodes,
+        network: Network {
+            local: target.network.local.clone(),
+            remote: target.network.local.clone(),
+        },
+        bind_to_cores: false,
+        ..target.clone()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    /// Binding processes to cores is the same as making each core a node of its own whose
+    /// messages to the node's other cores stay local: checked with every process on one node
+    /// (where the written-out target's remote table is the local one), under both node models.
+    #[test]
+    fn bound_cores_are_one_core_nodes_that_talk_locally(
+        (n, actions, exit_cpu, targets, order, _, starts) in case(),
+        cores in 1u32..4,
+        sliced in proptest::bool::ANY,
+    ) {
+        let s = streams(n, &actions, &exit_cpu);
+        let events = interleave(&s, &order);
+        let base = &targets[0];
+        let bound = Target {
+            nodes: vec![Node { procs: (0..n as u32).collect(), cores, speed: base.nodes[0].speed }],
+            spin: if sliced { 0.0 } else { base.spin },
+            scheduler: sliced.then_some(Scheduler { slice: 0.004, wait: Wait::Spin }),
+            bind_to_cores: true,
+            ..base.clone()
+        };
+        let by_hand = cores_as_nodes(&bound);
+        let got = predict(n, &[bound.clone(), by_hand.clone()], &events, &starts);
+        prop_assert!(close(got[0], got[1]), "bound {} vs by hand {} for {:?} / {:?}", got[0], got[1], bound, by_hand);
     }
 }
 
@@ -874,6 +937,7 @@ fn sliced_target(n: usize) -> impl Strategy<Value = Target> {
                     slice: slice_ns as f64 * 1e-9,
                     wait,
                 }),
+                bind_to_cores: false,
                 procedures: Vec::new(),
             },
         )

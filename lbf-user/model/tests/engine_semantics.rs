@@ -25,6 +25,7 @@ fn target(name: &str, nodes: Vec<Vec<ProcId>>) -> Target {
         network: Network::default(),
         spin: 0.0,
         scheduler: None,
+        bind_to_cores: false,
         procedures: Vec::new(),
     }
 }

@@ -303,6 +303,7 @@ pub(crate) fn predict_on(t: &Traced, cores: u32, spin: f64) -> f64 {
         network: Network::default(),
         spin,
         scheduler: None,
+        bind_to_cores: false,
         procedures: Vec::new(),
     };
     let mut engine = Engine::for_procs(&t.summary.procs, vec![target]).expect("a valid target");

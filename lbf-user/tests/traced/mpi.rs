@@ -24,12 +24,12 @@ impl Mpi {
 
     /// The shell command that runs `np` ranks of `program args` as `setup` says.
     pub(crate) fn launch(self, np: u32, program: &str, args: &str, setup: Setup) -> String {
-        let Setup { env, mca, cpus } = setup;
+        let Setup { env, options, cpus } = setup;
         let taskset = cpus.map_or(String::new(), |c| format!("taskset -c {c} "));
         match self {
             Mpi::OpenMpi => format!(
                 "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 {env} {taskset}\
-                 mpirun.openmpi --oversubscribe --bind-to none {mca} -np {np} {program} {args}"
+                 mpirun.openmpi --oversubscribe --bind-to none {options} -np {np} {program} {args}"
             ),
             Mpi::Mpich => format!("{env} {taskset}mpirun.mpich -n {np} {program} {args}"),
         }
@@ -60,8 +60,8 @@ impl Mpi {
 pub(crate) struct Setup<'a> {
     /// Environment variables (`NAME=value ...`) of the launcher and the ranks.
     pub env: &'a str,
-    /// Open MPI's `--mca` options.
-    pub mca: &'a str,
+    /// Open MPI's options beyond the defaults: `--mca` settings, a binding.
+    pub options: &'a str,
     /// The CPUs (a `taskset -c` list) the job runs on; all if `None`.
     pub cpus: Option<&'a str>,
 }

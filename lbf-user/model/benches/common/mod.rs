@@ -35,6 +35,7 @@ pub(crate) fn targets() -> Vec<Target> {
             network,
             spin: 0.0,
             scheduler: None,
+            bind_to_cores: false,
         };
         short_form(&form, PROCS as usize).expect("a valid short form")
     })

@@ -74,6 +74,7 @@ impl Machine {
             network: self.network.clone(),
             spin: self.spin,
             scheduler: None,
+            bind_to_cores: false,
             procedures: Vec::new(),
         }
     }

@@ -95,6 +95,14 @@ pub struct TargetArgs {
     )]
     pub slice: f64,
 
+    /// Short form: bind each process to one core of its node, as `mpirun --bind-to core` or
+    /// `taskset` do: a node's processes are dealt out to its cores in turn (rank i on core
+    /// i % cores), and each core is shared by its own processes only. Linux behaves much like
+    /// this unbound when every rank stays runnable (MPI ranks polling while they wait): it
+    /// then moves none between cores. See docs/engine.md.
+    #[arg(long, requires = "nodes", help_heading = "Short-form target")]
+    pub bind_to_cores: bool,
+
     /// Short form: network preset (zero, shm, gige, 10gige, ib-edr, ib-hdr).
     #[arg(
         long,
@@ -172,6 +180,7 @@ impl TargetArgs {
                     slice: self.slice,
                     wait,
                 }),
+                bind_to_cores: self.bind_to_cores,
             };
             targets.push(short_form(&form, num_procs)?);
         }

@@ -301,6 +301,7 @@ impl Cluster {
             network,
             spin: 0.0,
             scheduler: None,
+            bind_to_cores: false,
             procedures: Vec::new(),
         };
         validate(&target, num_procs).map_err(fail)?;

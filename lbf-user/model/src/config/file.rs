@@ -17,6 +17,8 @@ struct TargetFile {
     #[serde(default)]
     spin: f64,
     scheduler: Option<SchedulerFile>,
+    #[serde(default)]
+    bind_to_cores: bool,
     node: Vec<NodeFile>,
     network: Option<NetworkFile>,
     #[serde(default)]
@@ -163,6 +165,7 @@ pub fn parse_target_on(
             .map(SchedulerFile::scheduler)
             .transpose()
             .map_err(fail)?,
+        bind_to_cores: file.bind_to_cores,
         procedures,
     };
     validate(&target, num_procs).map_err(fail)?;
@@ -267,6 +270,16 @@ mod tests {
         assert_eq!(t.nodes[1], Node::new(vec![2]));
         assert_eq!(t.network.local.points(), &[(0.0, 1e-6), (1048576.0, 2e-4)]);
         assert_eq!(t.network.remote.seconds(65536), 6e-4);
+    }
+
+    #[test]
+    fn bind_to_cores_binds_or_not() {
+        let text = "bind_to_cores = true\n[[node]]\nprocs = [0, 1]\ncores = 2\n";
+        assert!(parse_target(text, "b", 2).unwrap().bind_to_cores);
+        let text = "[[node]]\nprocs = [0, 1]\ncores = 2\n";
+        assert!(!parse_target(text, "b", 2).unwrap().bind_to_cores);
+        let e = err("bind_to_cores = \"core\"\n[[node]]\nprocs = [0]\n", 1);
+        assert!(e.contains("bind_to_cores"), "{e}");
     }
 
     #[test]

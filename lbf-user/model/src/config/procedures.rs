@@ -175,6 +175,7 @@ pub fn as_run(procs: &[ProcInfo]) -> Target {
         network: Network::default(),
         spin: 0.0,
         scheduler: None,
+        bind_to_cores: false,
         procedures: Vec::new(),
     }
 }

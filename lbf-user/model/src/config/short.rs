@@ -29,6 +29,8 @@ pub struct ShortForm {
     pub spin: f64,
     /// The scheduler-aware node model, if asked for (see [`Target::scheduler`]).
     pub scheduler: Option<Scheduler>,
+    /// Whether each process is bound to one core (see [`Target::bind_to_cores`]).
+    pub bind_to_cores: bool,
 }
 
 /// The target `form` describes for a trace of `num_procs` processes, named after the form,
@@ -77,9 +79,14 @@ pub fn short_form(form: &ShortForm, num_procs: usize) -> Result<Target, ConfigEr
         Some(s) if s.slice == Scheduler::DEFAULT_SLICE => format!(" scheduler {}", s.wait),
         Some(s) => format!(" scheduler {} slice {}", s.wait, s.slice),
     };
+    let bound = if form.bind_to_cores {
+        " bound to cores"
+    } else {
+        ""
+    };
     let target = Target {
         name: format!(
-            "{}x{} {layout} {}{speed}{spin}{scheduler}",
+            "{}x{} {layout} {}{speed}{spin}{scheduler}{bound}",
             form.nodes, form.cores, form.network.name
         ),
         nodes: procs
@@ -93,6 +100,7 @@ pub fn short_form(form: &ShortForm, num_procs: usize) -> Result<Target, ConfigEr
         network: form.network.network(),
         spin: form.spin,
         scheduler: form.scheduler,
+        bind_to_cores: form.bind_to_cores,
         procedures: Vec::new(),
     };
     validate(&target, num_procs)
@@ -113,6 +121,7 @@ mod tests {
             speed: 1.0,
             spin: 0.0,
             scheduler: None,
+            bind_to_cores: false,
             network: preset("gige").unwrap(),
         }
     }

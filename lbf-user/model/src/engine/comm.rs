@@ -58,16 +58,22 @@ impl CachedNetwork {
         }
     }
 
-    /// The least time any message between nodes can take. A table is linear between its
-    /// points, flat below the first and extrapolated past the last, so its least value is at
-    /// a point or at the largest size.
-    pub(super) fn least_remote_seconds(&self) -> f64 {
-        let table = &self.remote.table;
-        table
-            .points()
-            .iter()
-            .map(|&(_, seconds)| seconds)
-            .fold(table.seconds(u64::MAX), f64::min)
+    /// The least time any message between nodes can take (within a node too, if `local`).
+    /// A table is linear between its points, flat below the first and extrapolated past the
+    /// last, so its least value is at a point or at the largest size.
+    pub(super) fn least_seconds(&self, local: bool) -> f64 {
+        let least = |table: &CommTable| {
+            table
+                .points()
+                .iter()
+                .map(|&(_, seconds)| seconds)
+                .fold(table.seconds(u64::MAX), f64::min)
+        };
+        let remote = least(&self.remote.table);
+        match local {
+            true => remote.min(least(&self.local.table)),
+            false => remote,
+        }
     }
 
     /// One-way time of `bytes` within a node if `local`, between nodes otherwise.
@@ -93,16 +99,13 @@ mod tests {
                 remote: CommTable::new(remote).unwrap(),
             })
         };
-        assert_eq!(net(vec![]).least_remote_seconds(), 0.0);
+        assert_eq!(net(vec![]).least_seconds(false), 0.0);
         assert_eq!(
-            net(vec![(0.0, 2.0), (10.0, 1.0), (20.0, 3.0)]).least_remote_seconds(),
+            net(vec![(0.0, 2.0), (10.0, 1.0), (20.0, 3.0)]).least_seconds(false),
             1.0
         );
         // Decreasing past the last point: extrapolation reaches 0.
-        assert_eq!(
-            net(vec![(0.0, 2.0), (10.0, 1.0)]).least_remote_seconds(),
-            0.0
-        );
+        assert_eq!(net(vec![(0.0, 2.0), (10.0, 1.0)]).least_seconds(false), 0.0);
     }
 
     #[test]

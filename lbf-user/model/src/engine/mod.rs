@@ -226,6 +226,7 @@ impl std::error::Error for EngineError {}
 ///     network: Network::default(),
 ///     spin: 0.0,
 ///     scheduler: None,
+///     bind_to_cores: false,
 ///     procedures: Vec::new(),
 /// };
 /// let mut engine = Engine::new(2, vec![both_on_one]).unwrap();

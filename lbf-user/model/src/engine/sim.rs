@@ -64,7 +64,7 @@ enum State {
 }
 
 /// A process in the simulation.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Proc {
     state: State,
     /// Absolute index of the next event to load from the stream. While the process computes
@@ -79,8 +79,11 @@ struct Proc {
     wait_since: f64,
     /// When the process starts; it does nothing before.
     start: f64,
-    /// The node the target places the process on.
+    /// The group of processes sharing cores it is in (the engine's node): the node the
+    /// target places it on or, where processes are bound to cores, its core there.
     node: usize,
+    /// The target's node: messages within it take the local table.
+    host: u32,
     /// Whether it is alone on its node (see [`Sim::runs_ahead`]).
     alone: bool,
     /// Its slot on its node (see [`NodeModel::join`]).
@@ -151,26 +154,37 @@ impl Sim {
             target: target.name.clone(),
             reason,
         };
-        let node_of = target
+        target
             .placement(num_procs)
             .map_err(|e| bad(e.to_string()))?;
-        let nodes: Vec<NodeModel> = target
-            .nodes
-            .iter()
-            .map(|node| NodeModel::new(node, target.scheduler.as_ref()))
-            .collect();
-        let mut procs: Vec<Proc> = node_of
-            .iter()
-            .map(|&node| Proc {
+        // The engine's nodes are the groups of processes sharing cores: the target's nodes,
+        // or their cores where processes are bound to them.
+        let groups = target.core_groups();
+        let mut procs = vec![
+            Proc {
                 state: State::Starved,
                 cursor: 0,
                 last_origin: 0,
                 wait_since: 0.0,
                 start: 0.0,
-                node,
-                alone: target.nodes[node].procs.len() == 1,
+                node: 0,
+                host: 0,
+                alone: false,
                 slot: 0,
-            })
+            };
+            num_procs
+        ];
+        for (g, (host, group)) in groups.iter().enumerate() {
+            for &p in &group.procs {
+                let proc = &mut procs[p as usize];
+                proc.node = g;
+                proc.host = *host as u32;
+                proc.alone = group.procs.len() == 1;
+            }
+        }
+        let nodes: Vec<NodeModel> = groups
+            .iter()
+            .map(|(_, group)| NodeModel::new(group, target.scheduler.as_ref()))
             .collect();
         for (p, slot) in nodes.iter().flat_map(NodeModel::slots) {
             procs[p as usize].slot = slot;
@@ -178,14 +192,16 @@ impl Sim {
         let network = CachedNetwork::new(target.network);
         // Below the horizon, adding the smallest delay between nodes to a time changes it:
         // its ulp is at most 2^-52 of it. Half the smallest delay covers the rounding of the
-        // tables' interpolation.
-        let horizon = network.least_remote_seconds() / 2.0 * 2f64.powi(52);
+        // tables' interpolation. Where processes are bound to cores, the engine's nodes are
+        // cores, and the delay between two cores of one node is the local table's.
+        let split = groups.len() > target.nodes.len();
+        let horizon = network.least_seconds(split) / 2.0 * 2f64.powi(52);
         Ok(Sim {
             nodes,
-            finishes: MinTree::new(target.nodes.len()),
+            finishes: MinTree::new(groups.len()),
             dirty: Vec::new(),
-            is_dirty: vec![false; target.nodes.len()],
-            slice_start: vec![0.0; target.nodes.len()],
+            is_dirty: vec![false; groups.len()],
+            slice_start: vec![0.0; groups.len()],
             name: target.name,
             network,
             spin: target.spin,
@@ -453,7 +469,7 @@ impl Sim {
         if let Some(sink) = &mut self.sink {
             let since = self.procs[p].wait_since;
             if t > since {
-                sink.waiting(p as ProcId, self.procs[p].node, since, t);
+                sink.waiting(p as ProcId, self.procs[p].host as usize, since, t);
             }
         }
         self.report(p, &current.kind);
@@ -557,7 +573,7 @@ impl Sim {
     /// Tells the sink, if any, that `p`'s event `kind` happened now.
     fn report(&mut self, p: usize, kind: &EventKind) {
         if let Some(sink) = &mut self.sink {
-            sink.event(p as ProcId, self.procs[p].node, self.now, kind);
+            sink.event(p as ProcId, self.procs[p].host as usize, self.now, kind);
         }
     }
 
@@ -623,7 +639,7 @@ impl Sim {
     /// One-way time of `bytes` from process `from` to process `to` on this target.
     #[inline]
     fn comm(&self, from: usize, to: usize, bytes: u64) -> f64 {
-        let local = self.procs[from].node == self.procs[to].node;
+        let local = self.procs[from].host == self.procs[to].host;
         self.network.seconds(local, bytes)
     }
 
@@ -752,7 +768,7 @@ impl Sim {
         bytes: u64,
         origin: u64,
     ) -> SimResult<()> {
-        let (node, now) = (self.procs[p].node, self.now);
+        let (node, now) = (self.procs[p].host as usize, self.now);
         let c = self.colls.entry(coll).or_insert_with(|| Collective {
             op,
             size,
@@ -859,7 +875,8 @@ impl Sim {
             let node = &self.nodes[n];
             let rate = node.rate();
             for p in node.runnable() {
-                sink.running(p, n, start, self.now, rate);
+                let host = self.procs[p as usize].host as usize;
+                sink.running(p, host, start, self.now, rate);
             }
         }
         self.slice_start[n] = self.now;
@@ -873,7 +890,8 @@ impl Sim {
         let start = self.slice_start[n];
         if self.now > start {
             let rate = self.nodes[n].alone_rate();
-            sink.running(p as ProcId, n, start, self.now, rate);
+            let host = self.procs[p].host as usize;
+            sink.running(p as ProcId, host, start, self.now, rate);
         }
         self.slice_start[n] = self.now;
     }

@@ -331,6 +331,7 @@ mod tests {
             network: Network::default(),
             spin: 0.0,
             scheduler: None,
+            bind_to_cores: false,
             procedures: Vec::new(),
         };
         let mut engine = Engine::with_procedures(2, &["F".into()], vec![target]).unwrap();

@@ -193,6 +193,7 @@ mod tests {
             network: Network::default(),
             spin: 0.0,
             scheduler: None,
+            bind_to_cores: false,
             procedures: Vec::new(),
         }
     }

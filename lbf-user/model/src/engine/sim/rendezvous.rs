@@ -269,6 +269,7 @@ mod tests {
             },
             spin: 0.0,
             scheduler: None,
+            bind_to_cores: false,
             procedures: Vec::new(),
         }
     }

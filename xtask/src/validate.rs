@@ -18,7 +18,8 @@
 //! input). Targets use the scheduler-aware node model (time slices of one 4 ms tick): waiting
 //! ranks poll, keeping their core (`wait = "spin"`), with MPICH, which polls flat out, and give
 //! it up (`wait = "yield"`) with Open MPI, which yields while it polls when it has more ranks
-//! than the machine has cores (docs/targets.md). Needs root and 2 CPUs; prints numbers and asserts
+//! than the machine has cores (docs/targets.md). With `--bind` the 2-core runs bind each rank
+//! to a core and the 2-core target binds them alike (`bind_to_cores`). Needs root and 2 CPUs; prints numbers and asserts
 //! nothing. The machine should be otherwise idle (the load average is printed per row).
 
 use std::path::{Path, PathBuf};
@@ -57,6 +58,11 @@ pub(crate) struct Args {
     /// run, left out of both sides.
     #[arg(long)]
     span: bool,
+    /// Bind each rank of the 2-core runs to one core, dealt out in turn (Open MPI's
+    /// `--bind-to core:overload-allowed --map-by core`, MPICH's `-bind-to core`), and predict
+    /// them with `bind_to_cores`: unbound, which ranks share a core changes from run to run.
+    #[arg(long)]
+    bind: bool,
     /// The directory of the `lbf-trace` and `lbf-gag` to run (another build's
     /// `target/release`, to compare); by default this build's, built first.
     #[arg(long)]
@@ -96,7 +102,7 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
     for mpi in &args.mpi {
         let progs = build_workloads(root, mpi)?;
         let wait = if mpi == "mpich" { "spin" } else { "yield" };
-        let targets = write_targets(&out, args.np, mpi, wait)?;
+        let targets = write_targets(&out, args.np, mpi, wait, args.bind)?;
         for workload in &args.workloads {
             let Some(job) = Job::new(workload, mpi, &progs, args)? else {
                 println!("{workload:<17} {mpi:<8} (hpcc is built for Open MPI only)");
@@ -148,6 +154,8 @@ struct Job {
     mpi: String,
     program: Vec<String>,
     dir: PathBuf,
+    /// Whether runs on more than one CPU bind each rank to one (`--bind`).
+    bind: bool,
 }
 
 impl Job {
@@ -185,13 +193,28 @@ impl Job {
             mpi: mpi.to_string(),
             program,
             dir,
+            bind: args.bind,
         }))
+    }
+
+    /// The launcher of `np` ranks on `cpus`, binding them to cores where asked.
+    fn launcher(&self, cpus: &str, np: u32) -> Result<Vec<String>> {
+        let mut cmd = launcher(&self.mpi, np, false)?;
+        if self.bind && cpus.contains(',') {
+            let binding: &[&str] = match self.mpi.as_str() {
+                // After launcher()'s `--bind-to none`, which it overrides.
+                "openmpi" => &["--bind-to", "core:overload-allowed", "--map-by", "core"],
+                _ => &["-bind-to", "core"],
+            };
+            cmd.extend(binding.iter().map(|s| s.to_string()));
+        }
+        Ok(cmd)
     }
 
     /// The wall seconds of one untraced run of `np` ranks on `cpus`.
     fn untraced(&self, cpus: &str, np: u32) -> Result<f64> {
         let mut cmd = vec!["taskset".to_string(), "-c".into(), cpus.into()];
-        cmd.extend(launcher(&self.mpi, np, false)?);
+        cmd.extend(self.launcher(cpus, np)?);
         cmd.extend(self.program.iter().cloned());
         let start = std::time::Instant::now();
         run_cmd_in(&cmd, &self.dir)?;
@@ -209,7 +232,7 @@ impl Job {
             "-c".into(),
             cpus.into(),
         ];
-        cmd.extend(launcher(&self.mpi, np, false)?);
+        cmd.extend(self.launcher(cpus, np)?);
         cmd.extend(self.program.iter().cloned());
         run_cmd_in(&cmd, &self.dir)?;
         Ok(())
@@ -337,16 +360,18 @@ fn median(xs: &[f64]) -> f64 {
 /// Writes one target file per configuration for `np` processes of `mpi`, under the
 /// scheduler-aware model with waiting ranks doing what `wait` says; returns their paths, in
 /// [`CONFIGS`] order.
-fn write_targets(dir: &Path, np: u32, mpi: &str, wait: &str) -> Result<Vec<PathBuf>> {
+fn write_targets(dir: &Path, np: u32, mpi: &str, wait: &str, bind: bool) -> Result<Vec<PathBuf>> {
     let procs: Vec<u32> = (0..np).collect();
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     CONFIGS
         .iter()
         .map(|&(label, _, cores)| {
             let path = dir.join(format!("{}-{mpi}.toml", label.replace(' ', "")));
+            let bound = bind && cores > 1;
             let text = format!(
-                "name = \"{label} {wait}\"\n[scheduler]\nwait = \"{wait}\"\n\
-                 [[node]]\nprocs = {procs:?}\ncores = {cores}\n"
+                "name = \"{label} {wait}{}\"\nbind_to_cores = {bound}\n\
+                 [scheduler]\nwait = \"{wait}\"\n[[node]]\nprocs = {procs:?}\ncores = {cores}\n",
+                if bound { " bound" } else { "" }
             );
             std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
             Ok(path)

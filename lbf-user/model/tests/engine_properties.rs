@@ -881,7 +881,8 @@ proptest! {
     }
 }
 
-/// A step of a random program for the time-slice reference: computation or an eager message.
+/// A step of a random program for the time-slice reference: computation, an eager message or
+/// a collective of every process.
 fn eager_action(n: usize) -> impl Strategy<Value = Action> {
     let cpu = prop_oneof![Just(0u64), 1u64..12_000_000];
     let eager = Protocol {
@@ -899,6 +900,10 @@ fn eager_action(n: usize) -> impl Strategy<Value = Action> {
                 cpu,
                 how: eager,
             }),
+        1 => (prop_oneof![Just(CollOp::Barrier), Just(CollOp::Bcast), Just(CollOp::Reduce),
+                          Just(CollOp::Allreduce), Just(CollOp::Alltoall)],
+              0u64..10_000, prop_oneof![Just(0u64), 1u64..4_000_000])
+            .prop_map(|(op, bytes, cpu)| Action::Collective { op, bytes, cpu }),
     ]
 }
 

@@ -2,12 +2,12 @@
 //! a plain simulation in integer nanoseconds that goes from one instant where something
 //! happens to the next, rotates every core's holder at every slice end where a process is
 //! queued, and keeps each process's remaining work explicitly. It shares nothing with the
-//! engine but the event types. Programs are eager messages and computation; every node
-//! runs at speed 1.
+//! engine but the event types. Programs are eager messages, collectives and computation;
+//! every node runs at speed 1.
 
 use std::collections::{HashMap, VecDeque};
 
-use lbf_model::event::{Event, EventKind};
+use lbf_model::event::{CollOp, Event, EventKind};
 use lbf_model::target::{Target, Wait};
 
 /// Where a process is with respect to its node's cores.
@@ -38,6 +38,43 @@ struct P {
 struct N {
     cores: Vec<Option<(usize, u64)>>,
     queue: VecDeque<usize>,
+}
+
+/// A collective in progress: who arrived, when the last did, the largest payload, whether
+/// its participants span nodes, and when everyone may leave once all have arrived.
+#[derive(Default)]
+struct Coll {
+    arrived: u32,
+    latest: u64,
+    bytes: u64,
+    nodes: Vec<usize>,
+    ends: Option<u64>,
+}
+
+/// The nanoseconds a collective takes after its last arrival (docs/engine.md,
+/// "Collectives"): `ceil(log2 size)` rounds of one message of the payload, twice as many for
+/// an all-reduce; an all-to-all `size - 1` rounds of a share of it.
+fn coll_cost(target: &Target, op: CollOp, size: u32, bytes: u64, spans: bool) -> u64 {
+    if size <= 1 {
+        return 0;
+    }
+    let table = if spans {
+        &target.network.remote
+    } else {
+        &target.network.local
+    };
+    let mut depth = 0;
+    while (1u32 << depth) < size {
+        depth += 1;
+    }
+    match op {
+        CollOp::Barrier | CollOp::Bcast | CollOp::Reduce => depth * ns(table.seconds(bytes)),
+        CollOp::Allreduce => 2 * depth * ns(table.seconds(bytes)),
+        CollOp::Alltoall => {
+            let rounds = u64::from(size - 1);
+            rounds * ns(table.seconds(bytes.div_ceil(rounds)))
+        }
+    }
 }
 
 /// Nanoseconds of `seconds`, from a table that the test builds from whole nanoseconds.
@@ -76,6 +113,7 @@ pub(crate) fn simulate(target: &Target, streams: &[Vec<Event>]) -> f64 {
         .collect();
     // message -> when it reaches its receiver
     let mut arrivals: HashMap<u64, u64> = HashMap::new();
+    let mut colls: HashMap<u64, Coll> = HashMap::new();
     let mut t = 0u64;
     loop {
         // Everything that happens at `t`, until nothing changes: first what the nodes do
@@ -93,6 +131,7 @@ pub(crate) fn simulate(target: &Target, streams: &[Vec<Event>]) -> f64 {
                     &mut procs,
                     &mut nodes,
                     &mut arrivals,
+                    &mut colls,
                     sched.wait,
                 );
             }
@@ -139,11 +178,9 @@ pub(crate) fn simulate(target: &Target, streams: &[Vec<Event>]) -> f64 {
                 }
             }
             if pr.waiting {
-                if let EventKind::RecvEnd { msg } = streams[p][pr.pos].kind {
-                    if let Some(&a) = arrivals.get(&msg) {
-                        if a > t {
-                            next = next.min(a);
-                        }
+                if let Some(a) = awaited(&streams[p][pr.pos], &arrivals, &colls) {
+                    if a > t {
+                        next = next.min(a);
                     }
                 }
             }
@@ -166,12 +203,22 @@ pub(crate) fn simulate(target: &Target, streams: &[Vec<Event>]) -> f64 {
     }
 }
 
-/// The work before event `e`, in nanoseconds: none before a receive's end (its CPU was
-/// spent waiting).
+/// The work before event `e`, in nanoseconds: none before a receive's or a collective's end
+/// (its CPU was spent waiting).
 fn work(e: &Event) -> u64 {
     match e.kind {
-        EventKind::RecvEnd { .. } => 0,
+        EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } => 0,
         _ => e.cpu_ns,
+    }
+}
+
+/// When what waiting event `e` waits for happens (its message arrives, its collective
+/// ends), if that is known yet.
+fn awaited(e: &Event, arrivals: &HashMap<u64, u64>, colls: &HashMap<u64, Coll>) -> Option<u64> {
+    match e.kind {
+        EventKind::RecvEnd { msg } => arrivals.get(&msg).copied(),
+        EventKind::CollEnd { coll } => colls.get(&coll).and_then(|c| c.ends),
+        _ => unreachable!("not a waiting event"),
     }
 }
 
@@ -195,6 +242,7 @@ fn settle(
     procs: &mut [P],
     nodes: &mut [N],
     arrivals: &mut HashMap<u64, u64>,
+    colls: &mut HashMap<u64, Coll>,
     wait: Wait,
 ) -> bool {
     let t = at.t;
@@ -206,13 +254,7 @@ fn settle(
         }
         let e = streams[p][pr.pos];
         if pr.waiting {
-            let EventKind::RecvEnd { msg } = e.kind else {
-                unreachable!()
-            };
-            if arrivals
-                .get(&msg)
-                .is_none_or(|&a| a > t || (a == t && !at.answering))
-            {
+            if awaited(&e, arrivals, colls).is_none_or(|a| a > t || (a == t && !at.answering)) {
                 return changed;
             }
             match pr.on {
@@ -229,7 +271,9 @@ fn settle(
                 }
             }
             procs[p].waiting = false;
-            arrivals.remove(&msg);
+            if let EventKind::RecvEnd { msg } = e.kind {
+                arrivals.remove(&msg);
+            }
         } else {
             if pr.left > 0 {
                 // Work to do: it needs a core.
@@ -252,8 +296,24 @@ fn settle(
                     };
                     arrivals.insert(msg, t + ns(table.seconds(bytes)));
                 }
-                EventKind::RecvEnd { msg } => {
-                    if arrivals.get(&msg).is_none_or(|&a| a > t) {
+                EventKind::CollStart {
+                    coll,
+                    op,
+                    size,
+                    bytes,
+                } => {
+                    let c = colls.entry(coll).or_default();
+                    c.arrived += 1;
+                    c.latest = c.latest.max(t);
+                    c.bytes = c.bytes.max(bytes);
+                    c.nodes.push(pr.node);
+                    if c.arrived == size {
+                        let spans = c.nodes.iter().any(|&n| n != c.nodes[0]);
+                        c.ends = Some(c.latest + coll_cost(target, op, size, c.bytes, spans));
+                    }
+                }
+                EventKind::RecvEnd { .. } | EventKind::CollEnd { .. } => {
+                    if awaited(&e, arrivals, colls).is_none_or(|a| a > t) {
                         procs[p].waiting = true;
                         match wait {
                             Wait::Spin if pr.on == On::Off => ask(p, t, procs, nodes),
@@ -262,7 +322,9 @@ fn settle(
                         }
                         return true;
                     }
-                    arrivals.remove(&msg);
+                    if let EventKind::RecvEnd { msg } = e.kind {
+                        arrivals.remove(&msg);
+                    }
                 }
                 EventKind::Exit => {
                     give_up(p, t, procs, nodes);

@@ -913,14 +913,12 @@ fn whole_ns_table() -> impl Strategy<Value = CommTable> {
     (1_000u64..800_000).prop_map(|ns| CommTable::new(vec![(0.0, ns as f64 * 1e-9)]).unwrap())
 }
 
-/// A target of two one-core nodes (speed 1), sliced where they hold more than one process.
-/// (With several cores per node, slices that end in the same instant on several cores are
-/// ties whose order the reference does not reproduce step by step; the unit tests of
-/// `engine::slices` cover them.)
+/// A target of two nodes (speed 1, one or two cores), sliced where they hold more processes
+/// than cores.
 fn sliced_target(n: usize) -> impl Strategy<Value = Target> {
     (
         proptest::collection::vec(0..2usize, n),
-        Just([1u32, 1]),
+        proptest::collection::vec(1u32..3, 2),
         whole_ns_table(),
         whole_ns_table(),
         prop_oneof![Just(1_000_000u64), Just(4_000_000), Just(2_500_000)],

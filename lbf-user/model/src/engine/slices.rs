@@ -179,6 +179,7 @@ impl SlicedNode {
     /// [`SlicedNode::pop_finished`]); else it goes on when it takes a core.
     pub(super) fn answer(&mut self, now: f64, slot: usize) -> bool {
         self.bring_to(now);
+        self.rotate_due(now);
         let queued = self.slots[slot].want == Want::Poll && self.slots[slot].core.is_none();
         self.slots[slot].want = Want::Resume;
         if self.slots[slot].core.is_none() && !queued {
@@ -266,13 +267,15 @@ impl SlicedNode {
     }
 
     /// Whether slice ends are steps: a process is queued and some process holding or wanting
-    /// a core can make progress (see the module's documentation).
+    /// a core can make progress (see the module's documentation). A held process counts: the
+    /// simulation is taking a step for it, and a slice ending in that very instant comes after
+    /// the step (finishes come before slice ends), not before it as a catch-up.
     fn rotating(&self) -> bool {
         !self.queue.is_empty()
             && self
                 .slots
                 .iter()
-                .any(|s| matches!(s.want, Want::Work(_) | Want::Resume))
+                .any(|s| matches!(s.want, Want::Work(_) | Want::Resume | Want::Held))
     }
 
     /// When a core held since `since` is next handed to the head of the queue: at the first
@@ -295,6 +298,19 @@ impl SlicedNode {
             .ceil()
             .max(1.0);
         since + slices * self.slice
+    }
+
+    /// Takes the slice ends due at `now` (within a billionth of a slice) before a wait
+    /// answered at `now` queues its process: at one instant, the node's own steps come before
+    /// answered waits, whichever the simulation's times, rounded their own way, put first. A
+    /// finish due then is left to the simulation, and the slice ends after it.
+    fn rotate_due(&mut self, now: f64) {
+        while let Some((t, c, Next::SliceEnd)) = self.next() {
+            if t > now + self.tie() {
+                return;
+            }
+            self.rotate(c, now);
+        }
     }
 
     /// Brings the node to `now` before the simulation changes it: the rotations of polling
@@ -361,6 +377,7 @@ impl SlicedNode {
 
     /// The process in `slot` joins the tail of the queue at `now`.
     fn enqueue(&mut self, slot: usize, now: f64) {
+        debug_assert!(!self.queue.contains(&slot), "slot {slot} queued twice");
         self.slots[slot].queued_at = now;
         self.queue.push_back(slot);
     }

@@ -196,13 +196,13 @@ fn run_spa(
         None => ["--source", "sockets", "--pid", &server_pid],
         Some(dir) => ["--source", "sockets", "--cgroup", dir],
     };
-    let n1 = live_node(&s, &hosts.names[1], "n1", "0", &n1);
+    let n1 = live_node(&s, Some(&hosts.names[1]), "n1", "0", &n1);
     let mut n1 = Daemon::spawn("lbf-node n1", n1, &root.join("node-n1.log"));
     let n2 = match select {
         Select::ByPid => ["--source", "sockets", "--pid", &clients_pid],
         Select::ByCgroupAndCommand => ["--source", "sockets", "--comm", &client_name],
     };
-    let n2 = live_node(&s, &hosts.names[2], "n2", "1-3", &n2);
+    let n2 = live_node(&s, Some(&hosts.names[2]), "n2", "1-3", &n2);
     let mut n2 = Daemon::spawn("lbf-node n2", n2, &root.join("node-n2.log"));
     n1.wait_attached(&root.join("node-n1.log"));
     match select {

@@ -77,8 +77,7 @@ impl Batcher {
     }
 
     /// Hands over the partial batch once it is a tenth of a second old, so that the builder
-    /// is never far behind a slow stream.
-    #[cfg(feature = "live")]
+    /// is never far behind a slow stream (a live capture, a paced replay).
     pub(crate) fn flush_if_old(&mut self) {
         if self.since.elapsed() > Duration::from_millis(100) {
             self.flush();
@@ -191,6 +190,9 @@ fn stream(
 ) -> Result<bool> {
     let start = Instant::now();
     let mut sent = 0u64;
+    // Paced every millisecond's worth of events, each batch handed over within a tenth of
+    // a second.
+    let every = rate.map_or(1, |r| (r / 1000.0).max(1.0) as u64);
     for event in events {
         let (event, shares) = event?;
         if !ids.contains(&event.proc) {
@@ -198,7 +200,8 @@ fn stream(
         }
         out.push(&event, &shares);
         sent += 1;
-        if let Some(rate) = rate.filter(|_| sent.is_multiple_of(256)) {
+        if let Some(rate) = rate.filter(|_| sent.is_multiple_of(every)) {
+            out.flush_if_old();
             let due = Duration::from_secs_f64(sent as f64 / rate);
             if let Some(wait) = due.checked_sub(start.elapsed()) {
                 std::thread::sleep(wait);

@@ -415,13 +415,15 @@ pub fn dedup(paths: Vec<PathBuf>) -> Vec<PathBuf> {
     out
 }
 
-/// Whether `path` is an ELF file.
+/// Whether `path` is an ELF file. Only a regular file is opened: a FIFO a command names
+/// (a job waiting on one) would block the open.
 fn is_elf(path: &Path) -> bool {
     use std::io::Read;
     let mut magic = [0u8; 4];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok()
+    std::fs::metadata(path).is_ok_and(|m| m.is_file())
+        && std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .is_ok()
         && magic == *b"\x7fELF"
 }
 

@@ -330,21 +330,27 @@ fn ev(proc: ProcId, cpu_ns: u64, kind: EventKind) -> Event {
     Event { proc, cpu_ns, kind }
 }
 
+/// A send or receive of `bytes` by `proc` after `cpu_ns`, on the connection from the
+/// client's port 40000 to the server's port 7000, as a node reports it.
+fn client_to_server(proc: ProcId, cpu_ns: u64, role: Role, bytes: u64) -> NodeEvent {
+    let dir = Direction {
+        from: tcp(CLIENT, 40_000),
+        to: tcp(SERVER, 7000),
+    };
+    NodeEvent::Stream {
+        proc,
+        cpu_ns,
+        op: Box::new(StreamOp { dir, role, bytes }),
+    }
+}
+
 /// A sender's events wait for the receiver's reads from the other node; while they do, the
 /// starved sender waits for that node (which must not be stopped); the receiver's node ending
 /// after reading part of the send settles the rest as it would at the end of a capture.
 #[test]
 fn a_send_waits_for_the_other_node_and_its_end_settles_it() {
     let mut m = matcher();
-    let dir = Direction {
-        from: tcp(CLIENT, 40_000),
-        to: tcp(SERVER, 7000),
-    };
-    let op = |proc, role, bytes| NodeEvent::Stream {
-        proc,
-        cpu_ns: 10,
-        op: Box::new(StreamOp { dir, role, bytes }),
-    };
+    let op = |proc, role, bytes| client_to_server(proc, 10, role, bytes);
     let mut out = Ready::default();
     m.push(op(0, Role::Send, 100), &ProcedureCpu::NONE, &mut out);
     m.push(
@@ -395,15 +401,7 @@ fn a_send_waits_for_the_other_node_and_its_end_settles_it() {
 #[test]
 fn procedure_shares_go_with_the_first_event_made_from_a_stream() {
     let mut m = matcher();
-    let dir = Direction {
-        from: tcp(CLIENT, 40_000),
-        to: tcp(SERVER, 7000),
-    };
-    let op = |proc, role, bytes| NodeEvent::Stream {
-        proc,
-        cpu_ns: 10,
-        op: Box::new(StreamOp { dir, role, bytes }),
-    };
+    let op = |proc, role, bytes| client_to_server(proc, 10, role, bytes);
     let share = |a, b| ProcedureCpu::from_slice(&[a, b]).unwrap();
     let mut out = Ready::default();
     m.push(op(0, Role::Send, 100), &share(4, 1), &mut out);

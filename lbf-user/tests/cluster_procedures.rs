@@ -11,6 +11,9 @@
 //! named). Needs root and Open MPI (with `CI=true`, their absence fails).
 
 mod cluster_support;
+// The capture tests' harness, for the SPA's launch and its procedure checks. It includes the
+// `machine` module as `cluster_support` does: two copies, which share no state (it has none).
+#[allow(clippy::duplicate_mod)]
 mod traced;
 
 use cluster_support::*;

@@ -30,7 +30,7 @@ use std::time::Instant;
 use traced::machine::{self, CpuWatch, BUSY_MACHINE};
 use traced::{
     can_trace, check_procedure_shares, lbf_trace, predict_on_this_machine, timed, workload_variant,
-    Mpi, Setup, BUSY,
+    Mpi, Setup, BUSY, SPA_WHAT_IFS,
 };
 
 /// Open MPI's binding of the SPA's ranks: dealt out to this machine's cores in turn, as

@@ -470,7 +470,6 @@ async fn admit(ctx: &Ctx, hello: &Hello) -> Result<Arc<Slot>, Refused> {
         )));
     }
     check_node_name(&hello.node).map_err(refuse)?;
-    check_procedures(hello, &ctx.config.procedures).map_err(refuse)?;
     if let Some(a) = hello
         .addresses
         .iter()
@@ -493,6 +492,7 @@ async fn admit(ctx: &Ctx, hello: &Hello) -> Result<Arc<Slot>, Refused> {
             hello.node
         )));
     }
+    check_procedures(hello, &ctx.config.procedures).map_err(refuse)?;
     let num_procs = ctx.config.procs.len();
     let mut ids = BTreeSet::new();
     for p in &hello.procs {

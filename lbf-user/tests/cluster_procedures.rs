@@ -172,7 +172,7 @@ fn refused_by_a_job_without_procedures(trace: &Path, root: &Path) {
     assert!(!ok, "{log}");
     assert!(
         log.contains("follows the procedures `servBusy1`, `servBusy2`, but the job")
-            && log.contains("follows none"),
+            && log.contains("follows no procedure"),
         "{log}"
     );
     builder.kill();

@@ -439,17 +439,16 @@ fn check_procedures(hello: &Hello, procedures: &[String]) -> Result<(), String> 
         return Ok(());
     }
     let list = |names: &[String]| match names {
-        [] => "none".to_string(),
-        _ => names
-            .iter()
-            .map(|n| format!("`{n}`"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        [] => "no procedure".to_string(),
+        _ => {
+            let names: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+            format!("the procedures {}", names.join(", "))
+        }
     };
     Err(format!(
-        "node `{}` follows the procedures {}, but the job (`[job] procedures` in the \
-         builder's configuration) follows {}; give the node the job's --procedure options, \
-         in that order",
+        "node `{}` follows {}, but the job (`[job] procedures` in the builder's \
+         configuration) follows {}; give every node the job's --procedure options, in that \
+         order",
         hello.node,
         list(&hello.procedures),
         list(procedures)

@@ -313,7 +313,7 @@ async fn stream(
                 Err(e) => break Ok(format!("connection lost: {e}")),
             },
         }
-        match take_batch(ctx, &node, (&owned, procedures), &buf, &mut io).await {
+        match take_batch(ctx, &node, &owned, procedures, &buf, &mut io).await {
             Ok(Some(seq)) => {
                 let _ = acks.send(builder_frame::Body::Ack(Ack { seq }));
             }
@@ -343,7 +343,8 @@ async fn stream(
 async fn take_batch(
     ctx: &Ctx,
     node: &str,
-    (owned, procedures): (&BTreeSet<ProcId>, usize),
+    owned: &BTreeSet<ProcId>,
+    procedures: usize,
     body: &[u8],
     io: &mut NodeIo,
 ) -> Result<Option<u64>, String> {

@@ -78,9 +78,15 @@ fn run_across_two_hosts() -> (f64, f64, Shares) {
         &root.join("job.log"),
     );
     let pid = |d: &Daemon| d.child.id().to_string();
-    let n1 = live_node(&s, &hosts.names[1], "n1", "0", &["--pid", &pid(&job)]);
+    let n1 = live_node(&s, Some(&hosts.names[1]), "n1", "0", &["--pid", &pid(&job)]);
     let n1 = Daemon::spawn("lbf-node n1", n1, &root.join("node-n1.log"));
-    let n2 = live_node(&s, &hosts.names[2], "n2", "1", &["--pid", &pid(&rshd)]);
+    let n2 = live_node(
+        &s,
+        Some(&hosts.names[2]),
+        "n2",
+        "1",
+        &["--pid", &pid(&rshd)],
+    );
     let n2 = Daemon::spawn("lbf-node n2", n2, &root.join("node-n2.log"));
     let (mut n1, mut n2) = (n1, n2);
     n1.wait_attached(&root.join("node-n1.log"));

@@ -8,9 +8,15 @@
 //! measured time; and a builder killed mid-run and restarted from its journal must still do
 //! all of that but the timing, with the server's node selecting it by its cgroup and the
 //! clients' node selecting them by command name (both, in the first test, by the PID of the
-//! script that starts them). Needs root; skips otherwise.
+//! script that starts them); in that run the nodes also follow the SPA's two procedures
+//! (`--procedure servBusy1@PATH`), whose CPU in the server must reach the merged trace
+//! through the builder's matching and its journal. Needs root; skips otherwise.
 
 mod cluster_support;
+// The capture tests' harness, for its check of the SPA's procedure CPU. It includes the
+// `machine` module as `cluster_support` does: two copies, which share no state (it has none).
+#[allow(clippy::duplicate_mod)]
+mod traced;
 
 use cluster_support::*;
 use serde_json::Value;
@@ -26,6 +32,9 @@ const ROUNDS: u32 = 20;
 const WORK_MS: u32 = 12;
 /// The server's port on host n1.
 const PORT: u16 = 7300;
+/// The restarted run's `[job]` procedures and what-if, and the what-if for `lbf-gag predict`.
+const JOB_PROCEDURES: &str = "procedures = [\"servBusy1\", \"servBusy2\"]\nmove = [\"servBusy1\"]";
+const WHAT_IF: [&str; 2] = ["--move", "servBusy1"];
 /// The most events the builder may hold at once behind connections between hosts.
 const HELD_BOUND: u64 = 200;
 
@@ -47,7 +56,7 @@ fn a_tcp_program_across_two_hosts_is_matched_and_predicted_centrally() {
         let run = run_spa(
             &format!("sockets-{attempt}"),
             ROUNDS,
-            Select::ByPid,
+            (Select::ByPid, false),
             |_, b| b,
         );
         // What one node reports waits for the other's next batch (a tenth of a second
@@ -61,7 +70,9 @@ fn a_tcp_program_across_two_hosts_is_matched_and_predicted_centrally() {
 /// replays its journal into a fresh matcher and engine, takes the nodes' resent batches, and
 /// completes as if undisturbed: every message matched, nothing lost, the prediction that of
 /// `lbf-gag predict` on the merged trace. The server's node selects it by its cgroup, the
-/// clients' node them by command name, from their exec on.
+/// clients' node them by command name, from their exec on. The server's node follows its
+/// procedures: their CPU, which its sends and receives to the clients' host carry, reaches
+/// the merged trace, the journal's batches included, and the builder moves one.
 #[test]
 fn a_builder_restarted_mid_run_still_matches_every_message_between_hosts() {
     if !can_trace() {
@@ -71,7 +82,7 @@ fn a_builder_restarted_mid_run_still_matches_every_message_between_hosts() {
     let run = run_spa(
         "sockets-restart",
         3 * ROUNDS,
-        Select::ByCgroupAndCommand,
+        (Select::ByCgroupAndCommand, true),
         |s, builder| {
             s.wait_events(200);
             builder.kill();
@@ -138,14 +149,16 @@ struct Run {
 }
 
 /// One run of the SPA with its server on host n1 and its clients on host n2, `rounds` rounds
-/// each, the nodes selecting them as `select` says, `meanwhile` called with the builder once
-/// the job has started (it returns the builder to wait for); checked for completeness: every
-/// message matched across the hosts, nothing lost, the builder's prediction equal to `lbf-gag
-/// predict` on the merged trace.
+/// each, the nodes selecting them as `select` says, the server's node following its
+/// procedures if `procedures` (and the builder moving servBusy1), `meanwhile` called with the
+/// builder once the job has started (it returns the builder to wait for); checked for
+/// completeness: every message matched across the hosts, nothing lost, the builder's
+/// predictions equal to `lbf-gag predict` on the merged trace, and with `procedures` the
+/// server's CPU in them in the merged trace.
 fn run_spa(
     tag: &str,
     rounds: u32,
-    select: Select,
+    (select, procedures): (Select, bool),
     meanwhile: impl FnOnce(&BuilderSetup, Daemon) -> Daemon,
 ) -> Run {
     let hosts = Hosts::new(&tag.replace("sockets-", "s"));
@@ -158,6 +171,9 @@ fn run_spa(
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let as_run = format!("[[node]]\ncores = {cores}\nprocs = [0, 1, 2, 3]\n");
     let s = hub_builder(&root, &hosts, 4, &as_run);
+    if procedures {
+        s.add_job_keys(JOB_PROCEDURES);
+    }
     // The builder, the nodes and the job, all started from here on, at the highest priority.
     machine::raise_priority();
     let builder = s.start("builder.log");
@@ -192,17 +208,29 @@ fn run_spa(
     let cgroup = (select == Select::ByCgroupAndCommand)
         .then(|| Cgroup::holding(&format!("lbf-{client_name}"), &server_pid));
     let cgroup_dir = cgroup.as_ref().map(|c| c.0.display().to_string());
-    let n1 = match &cgroup_dir {
+    let mut n1 = match &cgroup_dir {
         None => ["--source", "sockets", "--pid", &server_pid],
         Some(dir) => ["--source", "sockets", "--cgroup", dir],
-    };
-    let n1 = live_node(&s, &hosts.names[1], "n1", "0", &n1);
+    }
+    .to_vec();
+    // Selected by cgroup, the server's procedures are named with their program's path.
+    let followed = ["servBusy1", "servBusy2"].map(|p| format!("{p}@{spa}"));
+    if procedures {
+        n1.extend(followed.iter().flat_map(|f| ["--procedure", f]));
+    }
+    let n1 = live_node(&s, Some(&hosts.names[1]), "n1", "0", &n1);
     let mut n1 = Daemon::spawn("lbf-node n1", n1, &root.join("node-n1.log"));
-    let n2 = match select {
+    let mut n2 = match select {
         Select::ByPid => ["--source", "sockets", "--pid", &clients_pid],
         Select::ByCgroupAndCommand => ["--source", "sockets", "--comm", &client_name],
-    };
-    let n2 = live_node(&s, &hosts.names[2], "n2", "1-3", &n2);
+    }
+    .to_vec();
+    // Every node of the job follows its procedures, the clients' in their copy of the SPA.
+    let followed_by_clients = ["servBusy1", "servBusy2"].map(|p| format!("{p}@{spa_client}"));
+    if procedures {
+        n2.extend(followed_by_clients.iter().flat_map(|f| ["--procedure", f]));
+    }
+    let n2 = live_node(&s, Some(&hosts.names[2]), "n2", "1-3", &n2);
     let mut n2 = Daemon::spawn("lbf-node n2", n2, &root.join("node-n2.log"));
     n1.wait_attached(&root.join("node-n1.log"));
     match select {
@@ -263,7 +291,14 @@ fn run_spa(
     assert_eq!(report["complete"], true, "{report}\n{logs}");
     assert_eq!(report["lost_events"], 0, "{report}\n{logs}");
     let predicted = report_predictions(&report);
-    assert_eq!(predict(&s.merged(), &root, &["as-run"]), predicted);
+    let what_if: &[&str] = if procedures { &WHAT_IF } else { &[] };
+    assert_eq!(
+        predict_with(&s.merged(), &root, &["as-run"], what_if),
+        predicted
+    );
+    if procedures {
+        traced::check_procedure_shares(&s.merged(), rounds, f64::from(WORK_MS));
+    }
     assert_every_stream_message_merged(&out, &s.merged(), &report, &logs);
     Run {
         measured: report["measured_seconds"].as_f64().unwrap(),

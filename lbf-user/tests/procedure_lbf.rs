@@ -27,10 +27,10 @@ mod traced;
 use std::process::Command;
 use std::time::Instant;
 
-use lbf::trace::TraceReader;
 use traced::machine::{self, CpuWatch, BUSY_MACHINE};
 use traced::{
-    can_trace, lbf_trace, predict_on_this_machine, timed, workload_variant, Mpi, Setup, BUSY,
+    can_trace, check_procedure_shares, lbf_trace, predict_on_this_machine, timed, workload_variant,
+    Mpi, Setup, BUSY, SPA_WHAT_IFS,
 };
 
 /// Open MPI's binding of the SPA's ranks: dealt out to this machine's cores in turn, as
@@ -125,45 +125,11 @@ fn trace_original(spa: Spa) -> std::path::PathBuf {
     run.trace
 }
 
-/// Checks that the server's events carry the CPU of its procedures (`ITERS` calls of each
-/// per client served, at 2 `MS` and `MS`), and the clients' none.
-fn check_shares(trace: &std::path::Path) {
-    let mut reader = TraceReader::open(trace).expect("the trace");
-    assert_eq!(reader.header().procedures, ["servBusy1", "servBusy2"]);
-    let procs = reader.header().procs.len();
-    let mut totals = vec![[0u64; 2]; procs];
-    while let Some(e) = reader.next_event().expect("reading the trace") {
-        let p = e.event.proc as usize;
-        totals[p][0] += e.procedures.0[0];
-        totals[p][1] += e.procedures.0[1];
-    }
-    let mut sorted = totals.clone();
-    sorted.sort();
-    let server = sorted[procs - 1];
-    let want = [
-        f64::from(ITERS) * 2.0 * MS * 1e6,
-        2.0 * f64::from(ITERS) * MS * 1e6,
-    ];
-    for i in 0..2 {
-        let got = server[i] as f64;
-        assert!(
-            (got - want[i]).abs() <= 0.05 * want[i],
-            "servBusy{}: {got} ns in the server's events, {} ns run: {totals:?}",
-            i + 1,
-            want[i]
-        );
-    }
-    assert!(
-        sorted[..procs - 1].iter().all(|t| *t == [0, 0]),
-        "clients ran no procedure: {totals:?}"
-    );
-}
-
 /// One attempt: trace, predict, run the builds `cases` (target name, defines, tolerance).
 fn attempt(spa: Spa, cases: &[(&str, &[&str], f64)], options: &[&str]) -> Result<(), String> {
     let watch = CpuWatch::start(&[], &[]);
     let trace = trace_original(spa);
-    check_shares(&trace);
+    check_procedure_shares(&trace, ITERS, MS);
     let mut args = spa.predict_options().to_vec();
     args.extend(options);
     let predictions = predict_on_this_machine(&trace, &args);
@@ -228,23 +194,12 @@ const MOVE_AND_ZERO_SOCKETS: [(&str, &[&str], f64); 4] = [
 /// documentation for why it is not yet the 3 %).
 const SOCKETS_TOLERANCE: f64 = 0.25;
 
-const WHAT_IFS: [&str; 8] = [
-    "--move",
-    "servBusy1",
-    "--move",
-    "servBusy2",
-    "--zero",
-    "servBusy1",
-    "--zero",
-    "servBusy2",
-];
-
 #[test]
 fn spa_over_mpi_moves_and_zeroes_its_procedures() {
     if !(can_trace() && machine::require("Open MPI (mpirun.openmpi)", has("mpirun.openmpi"))) {
         return;
     }
-    timed(|| attempt(Spa::Mpi, &MOVE_AND_ZERO_MPI, &WHAT_IFS));
+    timed(|| attempt(Spa::Mpi, &MOVE_AND_ZERO_MPI, &SPA_WHAT_IFS));
 }
 
 /// servBusy1, the SPA server's hot function, made twice as fast: predicted from the same
@@ -263,7 +218,7 @@ fn spa_over_sockets_moves_and_zeroes_its_procedures() {
     if !can_trace() {
         return;
     }
-    timed(|| attempt(Spa::Sockets, &MOVE_AND_ZERO_SOCKETS, &WHAT_IFS));
+    timed(|| attempt(Spa::Sockets, &MOVE_AND_ZERO_SOCKETS, &SPA_WHAT_IFS));
 }
 
 /// Whether `program` is on the `PATH`.

@@ -390,7 +390,7 @@ impl Roster {
                             if op.role == Role::Recv {
                                 stats.wait_ns += cpu_ns;
                             }
-                            sink.stream_op(id, cpu_ns, &op);
+                            sink.stream_op(id, cpu_ns, procedures, &op);
                         }
                     }
                 }

@@ -92,20 +92,21 @@ impl Timeline {
         self.push(tid, cpu_at, None)
     }
 
-    /// Queues `kind` after `cpu_ns` of CPU since the previous event, for a stream of events
-    /// that already carry their CPU (the builder's).
-    pub fn emit_after(&mut self, cpu_ns: u64, kind: EventKind) {
-        self.push_slot(cpu_ns, Some(vec![Item::Event(kind)]));
+    /// Queues `kind` after `cpu_ns` of CPU since the previous event, of which `procedures`
+    /// in traced procedures, for a stream of events that already carry their CPU (the
+    /// builder's).
+    pub fn emit_after(&mut self, cpu_ns: u64, procedures: ProcedureCpu, kind: EventKind) {
+        self.push_slot_with(cpu_ns, procedures, Some(vec![Item::Event(kind)]));
     }
 
-    /// Queues, after `cpu_ns` of CPU, an event to be settled with [`Timeline::settle`];
-    /// returns its slot.
-    pub fn open_after(&mut self, cpu_ns: u64) -> u64 {
-        self.push_slot(cpu_ns, None)
+    /// Queues, after `cpu_ns` of CPU (of which `procedures` in traced procedures), an event
+    /// to be settled with [`Timeline::settle`]; returns its slot.
+    pub fn open_after(&mut self, cpu_ns: u64, procedures: ProcedureCpu) -> u64 {
+        self.push_slot_with(cpu_ns, procedures, None)
     }
 
-    /// Settles slot `slot` as `kinds` (at least one): the first carries the slot's CPU, the
-    /// others none.
+    /// Settles slot `slot` as `kinds` (at least one): the first carries the slot's CPU and
+    /// procedure CPU, the others none.
     pub fn settle(&mut self, slot: u64, kinds: Vec<EventKind>) {
         debug_assert!(!kinds.is_empty());
         if let Some(s) = slot
@@ -162,10 +163,6 @@ impl Timeline {
         *base = (*base).max(cpu_at);
         let procedures = self.procedures.share(tid, cpu_at);
         self.push_slot_with(cpu_ns, procedures, items)
-    }
-
-    fn push_slot(&mut self, cpu_ns: u64, items: Option<Vec<Item>>) -> u64 {
-        self.push_slot_with(cpu_ns, ProcedureCpu::NONE, items)
     }
 
     fn push_slot_with(

@@ -4,12 +4,12 @@
 //! sent its last batch.
 
 use super::status::{Gate, Status};
-use super::streams::StreamMatcher;
+use super::streams::{Ready, StreamMatcher};
 use super::wire::NodeEvent;
 use anyhow::{Context, Result};
 use lbf_capture::sockets::channels::EndClosed;
 use lbf_model::engine::{Engine, Prediction};
-use lbf_model::event::EventKind;
+use lbf_model::event::{EventKind, ProcedureCpu};
 use lbf_model::report::{add_teardown, table};
 use lbf_model::target::Target;
 use lbf_model::trace::{Header, Summary, TraceWriter};
@@ -31,6 +31,9 @@ pub struct Work {
     pub node: String,
     /// Its events.
     pub events: Vec<NodeEvent>,
+    /// The CPU each event's process spent in the job's procedures since its previous event:
+    /// one per event, or none when the job follows no procedure.
+    pub procedures: Vec<ProcedureCpu>,
     /// The ends of connections between hosts it says closed.
     pub closed: Vec<EndClosed>,
     /// How the node's run ended, on its final batch.
@@ -54,7 +57,7 @@ const HELLO_POLL: Duration = Duration::from_millis(20);
 
 /// What the engine thread needs.
 pub struct Applier {
-    /// The job's trace header (its processes).
+    /// The job's trace header (its processes, the procedures its nodes follow).
     pub header: Header,
     /// The targets.
     pub targets: Vec<Target>,
@@ -79,7 +82,11 @@ impl Applier {
     ) -> Result<()> {
         let procs = self.header.procs.len();
         let mut header = self.header.clone();
-        let mut engine = Some(Engine::new(procs, self.targets.clone())?);
+        let mut engine = Some(Engine::with_procedures(
+            procs,
+            &header.procedures,
+            self.targets.clone(),
+        )?);
         let part = self.merged_trace.as_deref().map(part_path);
         let mut trace = match &part {
             Some(path) => Some(
@@ -96,7 +103,7 @@ impl Applier {
         let mut gates: BTreeMap<String, (Vec<u32>, Arc<Gate>)> = BTreeMap::new();
         let mut streams = StreamMatcher::new();
         let mut addressed = BTreeSet::new();
-        let mut ready = Vec::new();
+        let mut ready = Ready::default();
         let mut waiting = VecDeque::new();
         while let Some(w) = self.next_work(&mut work, &mut waiting, clocks.origin.is_some()) {
             let Some(e) = engine.as_mut() else {
@@ -133,8 +140,9 @@ impl Applier {
             }
             let held_before = streams.view().held_events;
             let pushed = w.events.len();
-            for event in w.events {
-                streams.push(event, &mut ready);
+            for (i, event) in w.events.into_iter().enumerate() {
+                let shares = w.procedures.get(i).unwrap_or(&ProcedureCpu::NONE);
+                streams.push(event, shares, &mut ready);
             }
             for end in w.closed {
                 streams.closed(end, &mut ready);
@@ -149,12 +157,13 @@ impl Applier {
                 // Every node's stream is complete: what is still open stays unmatched.
                 streams.finish(&mut ready);
             }
-            for event in ready.drain(..) {
+            for (event, shares) in ready.drain() {
                 origin += 1;
                 if let Some(t) = trace.as_mut() {
-                    t.write_event(&event).context("writing the merged trace")?;
+                    t.write_event_with(&event, &shares, None)
+                        .context("writing the merged trace")?;
                 }
-                if let Err(err) = e.push(event, origin) {
+                if let Err(err) = e.push_with_procedures(event, &shares, origin) {
                     self.status.fail(format!(
                         "{err} (\"at N\" is the N-th event applied; line N + 1 of the merged \
                          trace)"
@@ -417,6 +426,7 @@ mod tests {
                 cpu_ns: 1_000_000,
                 kind,
             })],
+            procedures: Vec::new(),
             closed: Vec::new(),
             end: end.then(End::default),
         }

@@ -79,7 +79,7 @@ pub fn serve(config: ServeConfig, exit_when_done: bool) -> Result<()> {
             procs: config.procs.clone(),
             // Hosts may capture from different sources; the merged trace says none.
             source: None,
-            procedures: Vec::new(),
+            procedures: config.procedures.clone(),
         },
         targets: config.targets.clone(),
         merged_trace: config.merged_trace.clone(),
@@ -124,20 +124,25 @@ fn recover(
         if status.hello(&hello.node).is_none() {
             status.add_node(hello, 0, false);
         }
+        let invalid = |e: String| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("journal of node `{}`: {e}", hello.node),
+            )
+        };
+        check_procedures(hello, &config.procedures).map_err(invalid)?;
         let owned: BTreeSet<ProcId> = hello.procs.iter().map(|p| p.id).collect();
-        let decoded = decode_batch(&batch, |p| owned.contains(&p) && (p as usize) < num_procs)
-            .map_err(|e| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("journal of node `{}`: {e}", hello.node),
-                )
-            })?;
+        let decoded = decode_batch(&batch, hello.procedures.len(), |p| {
+            owned.contains(&p) && (p as usize) < num_procs
+        })
+        .map_err(invalid)?;
         let end = batch.end;
         let n = decoded.events.len() as u64;
         status.batch(&hello.node, batch.seq, n, batch.lost_events, end.is_some());
         let item = Work {
             node: hello.node.clone(),
             events: decoded.events,
+            procedures: decoded.procedures,
             closed: decoded.closed,
             end,
         };
@@ -280,6 +285,7 @@ async fn stream(
     let (acks, ack_rx) = mpsc::unbounded_channel();
     let writer = tokio::spawn(write_acks(wr, ack_rx, ctx.done.clone()));
     let owned: BTreeSet<ProcId> = slot.hello.procs.iter().map(|p| p.id).collect();
+    let procedures = slot.hello.procedures.len();
     let gate = ctx
         .status
         .gate(&node)
@@ -307,7 +313,7 @@ async fn stream(
                 Err(e) => break Ok(format!("connection lost: {e}")),
             },
         }
-        match take_batch(ctx, &node, &owned, &buf, &mut io).await {
+        match take_batch(ctx, &node, &owned, procedures, &buf, &mut io).await {
             Ok(Some(seq)) => {
                 let _ = acks.send(builder_frame::Body::Ack(Ack { seq }));
             }
@@ -331,12 +337,14 @@ async fn stream(
     }
 }
 
-/// Journals one received frame, hands its events to the engine, and returns the sequence
-/// number to acknowledge (`None` for nothing to acknowledge).
+/// Journals one received frame of the node that owns the processes `owned` and follows
+/// `procedures` procedures, hands its events to the engine, and returns the sequence number
+/// to acknowledge (`None` for nothing to acknowledge).
 async fn take_batch(
     ctx: &Ctx,
     node: &str,
     owned: &BTreeSet<ProcId>,
+    procedures: usize,
     body: &[u8],
     io: &mut NodeIo,
 ) -> Result<Option<u64>, String> {
@@ -353,7 +361,7 @@ async fn take_batch(
             batch.seq, io.last_seq
         ));
     }
-    let decoded = decode_batch(&batch, |p| owned.contains(&p))?;
+    let decoded = decode_batch(&batch, procedures, |p| owned.contains(&p))?;
     io.journal
         .append_body(body)
         .map_err(|e| format!("cannot journal (not acknowledged): {e}"))?;
@@ -365,6 +373,7 @@ async fn take_batch(
     let work = Work {
         node: node.to_string(),
         events: decoded.events,
+        procedures: decoded.procedures,
         closed: decoded.closed,
         end,
     };
@@ -424,6 +433,29 @@ fn results(outcome: &Outcome) -> Results {
     }
 }
 
+/// Checks that the node of `hello` follows the job's `procedures`, in that order (the
+/// shares of its batches are read by position); the error names both lists.
+fn check_procedures(hello: &Hello, procedures: &[String]) -> Result<(), String> {
+    if hello.procedures == procedures {
+        return Ok(());
+    }
+    let list = |names: &[String]| match names {
+        [] => "no procedure".to_string(),
+        _ => {
+            let names: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+            format!("the procedures {}", names.join(", "))
+        }
+    };
+    Err(format!(
+        "node `{}` follows {}, but the job (`[job] procedures` in the builder's \
+         configuration) follows {}; give every node the job's --procedure options, in that \
+         order",
+        hello.node,
+        list(&hello.procedures),
+        list(procedures)
+    ))
+}
+
 /// Checks a hello; the node's slot if it may stream.
 async fn admit(ctx: &Ctx, hello: &Hello) -> Result<Arc<Slot>, Refused> {
     let refuse = |reason: String| Refused {
@@ -460,6 +492,7 @@ async fn admit(ctx: &Ctx, hello: &Hello) -> Result<Arc<Slot>, Refused> {
             hello.node
         )));
     }
+    check_procedures(hello, &ctx.config.procedures).map_err(refuse)?;
     let num_procs = ctx.config.procs.len();
     let mut ids = BTreeSet::new();
     for p in &hello.procs {

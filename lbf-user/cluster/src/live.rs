@@ -9,8 +9,9 @@ use anyhow::{bail, Context, Result};
 use lbf_capture::ids;
 use lbf_capture::select::Source;
 use lbf_capture::EventSink;
-use lbf_model::event::{Event, ProcId, ProcInfo};
+use lbf_model::event::{Event, EventDetail, ProcId, ProcInfo, ProcedureCpu};
 use lbf_model::stream::{EndClosed, StreamOp};
+use lbf_probe::procedures::{self as traced_procedures, ProcedureSpec};
 use lbf_probe::{self, InitWatch, Tracer, TracerOptions};
 use lbf_record::{Recorder, Scope};
 use std::collections::BTreeSet;
@@ -58,6 +59,7 @@ pub struct Live {
     procs: BTreeSet<ProcId>,
     host: String,
     selection: Selection,
+    procedures: Vec<String>,
 }
 
 impl Live {
@@ -67,7 +69,8 @@ impl Live {
     /// `selection` to match a process and traces the selected processes. Needs root;
     /// afterwards the capture needs much less (see [`super::privileges`]). `procs` are the
     /// global ids this node announces: MPI ranks, or for PVM and sockets the ids its
-    /// processes take in order of their first message.
+    /// processes take in order of their first message. `procedures` are followed (see
+    /// [`Live::procedures`]), found as [`procedure_objects`] says.
     pub fn start(
         selection: &Selection,
         source: Source,
@@ -75,6 +78,7 @@ impl Live {
         mpi_libs: &[PathBuf],
         ringbuf_bytes: u32,
         procs: BTreeSet<ProcId>,
+        procedures: &[ProcedureSpec],
     ) -> Result<Live> {
         // Probes first, then the wait: a process found by the selection is traced within
         // milliseconds, before its first MPI call (loading takes most of a second).
@@ -92,6 +96,16 @@ impl Live {
             } else {
                 mpi_libs.to_vec()
             })?;
+        }
+        // Before any process is traced: their first events' shares are whole.
+        let attached = traced_procedures::attach_all(
+            recorder.tracer(),
+            procedures,
+            |spec| procedure_objects(selection, spec),
+            "lbf-node",
+        )?;
+        for (name, found) in &attached {
+            eprintln!("lbf-node: procedure {name}: {}", found.describe());
         }
         let tracer = recorder.tracer();
         // Processes that start the named program later are traced from their exec on.
@@ -129,7 +143,14 @@ impl Live {
             procs,
             host,
             selection: selection.clone(),
+            procedures: attached.into_iter().map(|(name, _)| name).collect(),
         })
+    }
+
+    /// The procedures followed, in order, as the hello lists them and the batches' shares
+    /// come.
+    pub fn procedures(&self) -> &[String] {
+        &self.procedures
     }
 
     /// Captures until every traced process has ended or `stop` is set, streaming the events
@@ -142,7 +163,7 @@ impl Live {
         // numbers the messages it matched here (PVM's ids are the same on every host).
         let numbered_here = self.source != Source::Mpi;
         let filter = Filter {
-            out: Some(Batcher::new(tx)),
+            out: Some(Batcher::new(tx, self.procedures.len())),
             renumber: numbered_here.then(|| self.procs.iter().copied().collect()),
             origin: (self.source == Source::Sockets).then(|| node.to_string()),
             procs: self.procs,
@@ -193,6 +214,33 @@ impl Live {
         }
         Ok(())
     }
+}
+
+/// The objects a procedure `spec` of the processes `selection` names is looked for in: with
+/// PIDs, what they map and the programs their command lines name
+/// ([`traced_procedures::objects_of_selected`]), and the object `spec` names by its path
+/// (`NAME@/path/to/program`), with its libraries. Other selections find their processes
+/// later, after the probes are attached, so `spec` must name its object's path.
+pub fn procedure_objects(selection: &Selection, spec: &ProcedureSpec) -> Result<Vec<PathBuf>> {
+    let named = spec
+        .object_path()
+        .map(|path| traced_procedures::objects_of_command(&[path.to_string_lossy().into_owned()]));
+    let objects = match (selection, named) {
+        (Selection::Pids(pids), named) => {
+            let mut objects = traced_procedures::objects_of_selected(pids);
+            objects.extend(named.unwrap_or_default());
+            objects
+        }
+        (_, Some(named)) => named,
+        (_, None) => bail!(
+            "--procedure {}: without --pid, the processes are not known when the probes are \
+             attached; name the program or library that defines it by its path, e.g. \
+             --procedure {}@/path/to/program",
+            spec.text,
+            traced_procedures::trace_name(spec)
+        ),
+    };
+    Ok(traced_procedures::dedup(objects))
 }
 
 /// The PIDs `selection` matches now.
@@ -276,8 +324,13 @@ impl EventSink for Filter {
         }
     }
 
-    /// Passes the event on.
+    /// Passes the event on, without procedure CPU.
     fn event(&mut self, event: &Event) {
+        self.event_with(event, &EventDetail::NONE);
+    }
+
+    /// Passes the event on with its process's CPU in the followed procedures.
+    fn event_with(&mut self, event: &Event, detail: &EventDetail) {
         let Some(proc) = self.global(event.proc) else {
             self.foreign += 1;
             return;
@@ -287,23 +340,24 @@ impl EventSink for Filter {
             None => event.kind,
         };
         if let Some(out) = self.out.as_mut() {
-            out.push(&Event {
+            let event = Event {
                 proc,
                 cpu_ns: event.cpu_ns,
                 kind,
-            });
+            };
+            out.push(&event, &detail.procedures);
             out.flush_if_old();
         }
     }
 
     /// Passes a send or receive on a connection between hosts on, for the builder to match.
-    fn stream_op(&mut self, proc: ProcId, cpu_ns: u64, op: &StreamOp) {
+    fn stream_op(&mut self, proc: ProcId, cpu_ns: u64, procedures: &ProcedureCpu, op: &StreamOp) {
         let Some(proc) = self.global(proc) else {
             self.foreign += 1;
             return;
         };
         if let Some(out) = self.out.as_mut() {
-            out.push_stream(proc, cpu_ns, op);
+            out.push_stream(proc, cpu_ns, procedures, op);
             out.flush_if_old();
         }
     }

@@ -75,6 +75,8 @@ pub struct NodeConfig {
     pub token: String,
     /// The processes it streams, with global ids.
     pub procs: Vec<Proc>,
+    /// The procedures it follows, in the order of its batches' shares (none: empty).
+    pub procedures: Vec<String>,
     /// The spool's directory.
     pub spool_dir: PathBuf,
     /// The spool's size limit in bytes.
@@ -157,6 +159,7 @@ pub fn run(
         host: Some(host_facts()),
         procs: config.procs.clone(),
         run_start_unix_ns: 0,
+        procedures: config.procedures.clone(),
         addresses: host_addresses()
             .iter()
             .map(|a| match a {

@@ -1,12 +1,16 @@
 //! The builder's configuration file (`lbf-gag serve --config FILE`, TOML; see
 //! `deploy/builder.toml` and `docs/cluster.md`): where to listen, the TLS files, the journal,
-//! the job's processes and targets, and the nodes' tokens. Relative paths are relative to the
+//! the job's processes, the procedures its nodes follow, its targets (with the procedure
+//! what-ifs), and the nodes' tokens. Relative paths are relative to the
 //! configuration file's directory.
 
 use anyhow::{bail, Context, Result};
 use clap::ValueEnum;
-use lbf_model::config::{load_target, preset, short_form, Layout, ShortForm};
+use lbf_model::config::{
+    load_target, parse_speedup, preset, short_form, Layout, ProcedureArgs, ShortForm,
+};
 use lbf_model::event::ProcInfo;
+use lbf_model::procedure::{check_list, resolve as resolve_changes, ProcedureError};
 use lbf_model::target::{Target, MAX_PROCS};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -33,7 +37,11 @@ pub struct ServeConfig {
     pub report: Option<PathBuf>,
     /// The job's processes, ids `0..n`.
     pub procs: Vec<ProcInfo>,
-    /// The targets to predict.
+    /// The procedures every node follows (`lbf-node --procedure`), in the order of the
+    /// shares their batches carry; empty if none.
+    pub procedures: Vec<String>,
+    /// The targets to predict: the files' and short forms', then one per procedure what-if
+    /// (`move`, `zero`, `speedup`) and placement.
     pub targets: Vec<Target>,
     /// Each node's token, by node name.
     pub tokens: BTreeMap<String, String>,
@@ -69,6 +77,14 @@ struct Job {
     targets: Vec<PathBuf>,
     #[serde(default)]
     short: Vec<Short>,
+    #[serde(default)]
+    procedures: Vec<String>,
+    #[serde(default, rename = "move")]
+    moves: Vec<String>,
+    #[serde(default)]
+    zero: Vec<String>,
+    #[serde(default)]
+    speedup: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -152,6 +168,20 @@ impl ServeConfig {
         if targets.is_empty() {
             bail!("[job] names no target: add `targets = [\"FILE.toml\"]` or a [[job.short]]");
         }
+        let procedures = file.job.procedures.clone();
+        check_list(&procedures).map_err(|e| anyhow::anyhow!("[job] procedures {e}"))?;
+        let targets = what_ifs(&file.job)?.extend(targets, &procs);
+        for t in &targets {
+            resolve_changes(&t.procedures, &procedures).map_err(|e| match e {
+                ProcedureError::Unknown { name, .. } => anyhow::anyhow!(
+                    "[job]: target `{}` changes procedure `{name}`, which is not in \
+                     `procedures = {procedures:?}`; add it there, and `--procedure {name}` \
+                     to every lbf-node",
+                    t.name
+                ),
+                other => anyhow::anyhow!("[job]: target `{}`: {other}", t.name),
+            })?;
+        }
         let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
         for (name, token) in &file.tokens {
             check_node_name(name).map_err(|e| anyhow::anyhow!("[tokens]: {e}"))?;
@@ -173,10 +203,26 @@ impl ServeConfig {
             merged_trace: file.merged_trace.as_deref().map(resolve),
             report: file.report.as_deref().map(resolve),
             procs,
+            procedures,
             targets,
             tokens: file.tokens,
         })
     }
+}
+
+/// The procedure what-ifs of `[job]` (`move`, `zero`, `speedup = ["NAME=S"]`), as
+/// `lbf-gag predict`'s `--move`, `--zero` and `--speedup` state them.
+fn what_ifs(job: &Job) -> Result<ProcedureArgs> {
+    let speedups = job
+        .speedup
+        .iter()
+        .map(|s| parse_speedup(s).map_err(|e| anyhow::anyhow!("[job] speedup: {e}")))
+        .collect::<Result<_>>()?;
+    Ok(ProcedureArgs {
+        moves: job.moves.clone(),
+        zeros: job.zero.clone(),
+        speedups,
+    })
 }
 
 /// The job's processes: `procs = N` (named `p0`, `p1`, ...) or `names = [...]`.
@@ -321,6 +367,96 @@ mod tests {
             err.contains("procs = 4294967295 is more than lbf models"),
             "{err}"
         );
+    }
+
+    /// `BASE` with `keys` added to its `[job]`.
+    fn with_job_keys(keys: &str) -> Result<ServeConfig, String> {
+        let text = BASE.replace("procs = 4\n", &format!("procs = 4\n{keys}\n"));
+        ServeConfig::parse(&text, Path::new(".")).map_err(|e| format!("{e:#}"))
+    }
+
+    /// Each what-if makes one more target from each placement, as `lbf-gag predict`'s
+    /// options do, after the placements and in the order move, zero, speed-up.
+    #[test]
+    fn procedures_and_what_ifs_make_targets() {
+        let c = with_job_keys(
+            "procedures = [\"servBusy1\", \"servBusy2\"]\nmove = [\"servBusy1\"]\n\
+             zero = [\"servBusy2\"]\nspeedup = [\"servBusy1=2\"]",
+        )
+        .unwrap();
+        assert_eq!(c.procedures, ["servBusy1", "servBusy2"]);
+        let names: Vec<&str> = c.targets.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "2x1 block gige",
+                "move servBusy1",
+                "zero servBusy2",
+                "speedup servBusy1=2"
+            ]
+        );
+        assert_eq!(c.targets[3].nodes, c.targets[0].nodes);
+        assert_eq!(
+            c.targets[3].procedures[0].action,
+            lbf_model::procedure::ProcedureAction::Speedup(2.0)
+        );
+        // Without procedures, a job has none and no more targets.
+        let plain = with_job_keys("").unwrap();
+        assert!(plain.procedures.is_empty() && plain.targets.len() == 1);
+    }
+
+    /// A target file's `[[procedure]]` tables work as in `lbf-gag predict`, against the
+    /// job's procedures.
+    #[test]
+    fn a_target_file_may_change_a_procedure_of_the_job() {
+        let dir = std::env::temp_dir().join(format!("lbf-serve-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("moved.toml"),
+            "[[node]]\nprocs = [0, 1, 2, 3]\n[[procedure]]\nname = \"f\"\nmove = true\nto = [1]\n",
+        )
+        .unwrap();
+        let text = |procedures: &str| {
+            BASE.replace(
+                "procs = 4\n",
+                &format!("procs = 4\ntargets = [\"moved.toml\"]\n{procedures}\n"),
+            )
+        };
+        let c = ServeConfig::parse(&text("procedures = [\"f\"]"), &dir).unwrap();
+        assert_eq!(c.targets[0].procedures[0].name, "f");
+        let err = format!("{:#}", ServeConfig::parse(&text(""), &dir).err().unwrap());
+        assert!(
+            err.contains("changes procedure `f`, which is not in `procedures = []`"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_procedures_and_what_ifs_are_named() {
+        let err = with_job_keys("move = [\"servBusy1\"]").err().unwrap();
+        assert!(
+            err.contains("target `move servBusy1` changes procedure `servBusy1`")
+                && err.contains("--procedure servBusy1"),
+            "{err}"
+        );
+        let err = with_job_keys("procedures = [\"f\", \"g\", \"f\"]")
+            .err()
+            .unwrap();
+        assert!(
+            err.contains("[job] procedures lists `f` twice (the second time at index 2)"),
+            "{err}"
+        );
+        let nine: Vec<String> = (0..9).map(|i| format!("\"f{i}\"")).collect();
+        let err = with_job_keys(&format!("procedures = [{}]", nine.join(", ")))
+            .err()
+            .unwrap();
+        assert!(err.contains("lists 9 procedures"), "{err}");
+        for bad in ["f", "f=0", "f=x"] {
+            let keys = format!("procedures = [\"f\"]\nspeedup = [\"{bad}\"]");
+            let err = with_job_keys(&keys).err().unwrap();
+            assert!(err.contains("[job] speedup: `"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use super::node::Chunk;
 use super::wire::{BatchBuilder, BATCH_EVENTS};
 use anyhow::{bail, Context, Result};
-use lbf_model::event::{Event, ProcId, ProcInfo};
+use lbf_model::event::{Event, ProcId, ProcInfo, ProcedureCpu};
 #[cfg(feature = "live")]
 use lbf_model::stream::{EndClosed, StreamOp};
 use lbf_model::trace::{synthetic, TraceReader};
@@ -25,26 +25,34 @@ pub(crate) struct Batcher {
 }
 
 impl Batcher {
-    pub(crate) fn new(tx: mpsc::Sender<Chunk>) -> Self {
+    /// Batches for a node that follows `procedures` procedures.
+    pub(crate) fn new(tx: mpsc::Sender<Chunk>, procedures: usize) -> Self {
         Batcher {
-            builder: BatchBuilder::default(),
+            builder: BatchBuilder::new(procedures),
             tx,
             since: Instant::now(),
             closed: false,
         }
     }
 
-    pub(crate) fn push(&mut self, event: &Event) {
+    /// Packs an event and its process's CPU in the followed procedures since its previous.
+    pub(crate) fn push(&mut self, event: &Event, shares: &ProcedureCpu) {
         self.started_batch();
-        self.builder.push(event);
+        self.builder.push(event, shares);
         self.flush_if_full();
     }
 
     /// Packs a send or receive on a connection between hosts.
     #[cfg(feature = "live")]
-    pub(crate) fn push_stream(&mut self, proc: ProcId, cpu_ns: u64, op: &StreamOp) {
+    pub(crate) fn push_stream(
+        &mut self,
+        proc: ProcId,
+        cpu_ns: u64,
+        shares: &ProcedureCpu,
+        op: &StreamOp,
+    ) {
         self.started_batch();
-        self.builder.push_stream(proc, cpu_ns, op);
+        self.builder.push_stream(proc, cpu_ns, shares, op);
         self.flush_if_full();
     }
 
@@ -69,8 +77,7 @@ impl Batcher {
     }
 
     /// Hands over the partial batch once it is a tenth of a second old, so that the builder
-    /// is never far behind a slow stream.
-    #[cfg(feature = "live")]
+    /// is never far behind a slow stream (a live capture, a paced replay).
     pub(crate) fn flush_if_old(&mut self) {
         if self.since.elapsed() > Duration::from_millis(100) {
             self.flush();
@@ -116,8 +123,9 @@ impl Batcher {
     }
 }
 
-/// The processes `ids` of the trace at `path`, as the trace's header names them.
-pub fn replay_procs(path: &Path, ids: &BTreeSet<ProcId>) -> Result<Vec<ProcInfo>> {
+/// The processes `ids` of the trace at `path`, as the trace's header names them, and the
+/// procedures the trace follows (which a replay of it follows too).
+pub fn replay_procs(path: &Path, ids: &BTreeSet<ProcId>) -> Result<(Vec<ProcInfo>, Vec<String>)> {
     let reader = TraceReader::open(path).with_context(|| path.display().to_string())?;
     let procs = &reader.header().procs;
     if let Some(id) = ids.iter().find(|&&id| id as usize >= procs.len()) {
@@ -128,11 +136,13 @@ pub fn replay_procs(path: &Path, ids: &BTreeSet<ProcId>) -> Result<Vec<ProcInfo>
             procs.len().saturating_sub(1)
         );
     }
-    Ok(ids.iter().map(|&id| procs[id as usize].clone()).collect())
+    let infos = ids.iter().map(|&id| procs[id as usize].clone()).collect();
+    Ok((infos, reader.header().procedures.clone()))
 }
 
-/// Streams the events of processes `ids` from the trace at `path`, at most `rate` events
-/// per second if given; the end carries the trace's measured seconds.
+/// Streams the events of processes `ids` from the trace at `path`, with their shares of the
+/// trace's procedures, at most `rate` events per second if given; the end carries the
+/// trace's measured seconds.
 pub fn replay(
     path: &Path,
     ids: &BTreeSet<ProcId>,
@@ -140,12 +150,13 @@ pub fn replay(
     tx: mpsc::Sender<Chunk>,
 ) -> Result<()> {
     let mut reader = TraceReader::open(path).with_context(|| path.display().to_string())?;
+    let procedures = reader.header().procedures.len();
     let events = std::iter::from_fn(|| reader.next_event().transpose());
     let events = events.map(|e| {
-        e.map(|e| e.event)
+        e.map(|e| (e.event, e.procedures))
             .with_context(|| path.display().to_string())
     });
-    let mut out = Batcher::new(tx);
+    let mut out = Batcher::new(tx, procedures);
     if stream(events, ids, rate, &mut out)? {
         let measured = reader.summary().map_or(0.0, |s| s.measured_seconds);
         out.end(measured, 0.0, 0);
@@ -161,31 +172,36 @@ pub fn synthetic(
     rate: Option<f64>,
     tx: mpsc::Sender<Chunk>,
 ) -> Result<()> {
-    let mut out = Batcher::new(tx);
-    if stream(synthetic::events(config).map(Ok), ids, rate, &mut out)? {
+    let mut out = Batcher::new(tx, 0);
+    let events = synthetic::events(config).map(|e| Ok((e, ProcedureCpu::NONE)));
+    if stream(events, ids, rate, &mut out)? {
         out.end(0.0, 0.0, 0);
     }
     Ok(())
 }
 
-/// Hands `out` the events of processes `ids`, paced to `rate` events per second if given.
-/// False if the node went away before the end.
+/// Hands `out` the events of processes `ids` (each with its shares of the procedures),
+/// paced to `rate` events per second if given. False if the node went away before the end.
 fn stream(
-    events: impl Iterator<Item = Result<Event>>,
+    events: impl Iterator<Item = Result<(Event, ProcedureCpu)>>,
     ids: &BTreeSet<ProcId>,
     rate: Option<f64>,
     out: &mut Batcher,
 ) -> Result<bool> {
     let start = Instant::now();
     let mut sent = 0u64;
+    // Paced every millisecond's worth of events, each batch handed over within a tenth of
+    // a second.
+    let every = rate.map_or(1, |r| (r / 1000.0).max(1.0) as u64);
     for event in events {
-        let event = event?;
+        let (event, shares) = event?;
         if !ids.contains(&event.proc) {
             continue;
         }
-        out.push(&event);
+        out.push(&event, &shares);
         sent += 1;
-        if let Some(rate) = rate.filter(|_| sent.is_multiple_of(256)) {
+        if let Some(rate) = rate.filter(|_| sent.is_multiple_of(every)) {
+            out.flush_if_old();
             let due = Duration::from_secs_f64(sent as f64 / rate);
             if let Some(wait) = due.checked_sub(start.elapsed()) {
                 std::thread::sleep(wait);

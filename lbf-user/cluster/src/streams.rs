@@ -31,10 +31,42 @@ use lbf_capture::sockets::channels::{
     Channels, Direction, EndClosed, Endpoint, Outcome, Role, StreamOp,
 };
 use lbf_capture::timeline::{Item, Timeline};
-use lbf_model::event::{Event, ProcId};
+use lbf_model::event::{Event, ProcId, ProcedureCpu};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
+
+/// Engine events let go, in order, each with the CPU its process spent in the followed
+/// procedures since its previous event. An event made from a send or receive carries its
+/// shares on the first event made from it (as in a capture: the first carries the CPU).
+#[derive(Debug, Default)]
+pub struct Ready {
+    /// The events.
+    pub events: Vec<Event>,
+    /// Their shares: empty while every one is none (a job without procedures costs nothing
+    /// more), else one per event.
+    shares: Vec<ProcedureCpu>,
+}
+
+impl Ready {
+    /// Appends `event` with its shares.
+    pub fn push(&mut self, event: Event, shares: &ProcedureCpu) {
+        if !shares.is_none() || !self.shares.is_empty() {
+            self.shares.resize(self.events.len(), ProcedureCpu::NONE);
+            self.shares.push(*shares);
+        }
+        self.events.push(event);
+    }
+
+    /// Takes every event with its shares, in order; leaves it empty.
+    pub fn drain(&mut self) -> impl Iterator<Item = (Event, ProcedureCpu)> + '_ {
+        let shares = std::mem::take(&mut self.shares);
+        self.events.drain(..).enumerate().map(move |(i, e)| {
+            let s = shares.get(i).copied().unwrap_or(ProcedureCpu::NONE);
+            (e, s)
+        })
+    }
+}
 
 /// A send or receive waiting for its match.
 struct Pending {
@@ -108,19 +140,24 @@ impl StreamMatcher {
         }
     }
 
-    /// Takes one event of a node's stream; appends to `out` the engine events it lets go.
-    pub fn push(&mut self, event: NodeEvent, out: &mut Vec<Event>) {
+    /// Takes one event of a node's stream, whose process spent `shares` in the followed
+    /// procedures since its previous event; appends to `out` the engine events it lets go.
+    pub fn push(&mut self, event: NodeEvent, shares: &ProcedureCpu, out: &mut Ready) {
         match event {
             // Nothing held (an MPI job's every event): no lookup.
-            NodeEvent::Event(e) if self.held.is_empty() => out.push(e),
+            NodeEvent::Event(e) if self.held.is_empty() => out.push(e, shares),
             NodeEvent::Event(e) => match self.held.get_mut(&e.proc) {
                 // Its first held event is still open: nothing more can go.
-                Some(t) => t.emit_after(e.cpu_ns, e.kind),
-                None => out.push(e),
+                Some(t) => t.emit_after(e.cpu_ns, *shares, e.kind),
+                None => out.push(e, shares),
             },
             NodeEvent::Stream { proc, cpu_ns, op } => {
                 self.view.operations += 1;
-                let slot = self.held.entry(proc).or_default().open_after(cpu_ns);
+                let slot = self
+                    .held
+                    .entry(proc)
+                    .or_default()
+                    .open_after(cpu_ns, *shares);
                 let token = self.next_token;
                 self.next_token += 1;
                 let StreamOp { dir, role, bytes } = *op;
@@ -146,7 +183,7 @@ impl StreamMatcher {
     }
 
     /// An end of a connection closed on its node; appends to `out` the events that lets go.
-    pub fn closed(&mut self, end: EndClosed, out: &mut Vec<Event>) {
+    pub fn closed(&mut self, end: EndClosed, out: &mut Ready) {
         let ends = self.dirs.entry(end.dir).or_default();
         match end.role {
             Role::Send => ends.sent_in_all = Some(end.bytes),
@@ -157,7 +194,7 @@ impl StreamMatcher {
 
     /// Node `node`'s stream ended: every end it holds is done. Appends to `out` the events
     /// that lets go.
-    pub fn node_ended(&mut self, node: &str, out: &mut Vec<Event>) {
+    pub fn node_ended(&mut self, node: &str, out: &mut Ready) {
         self.ended.insert(node.to_string());
         let dirs: Vec<Direction> = self.dirs.keys().copied().collect();
         for dir in dirs {
@@ -167,7 +204,7 @@ impl StreamMatcher {
 
     /// Every node ended: settles what is still open, as at the end of a capture, and appends
     /// to `out` every event held.
-    pub fn finish(&mut self, out: &mut Vec<Event>) {
+    pub fn finish(&mut self, out: &mut Ready) {
         let outcomes = self.channels.finish();
         self.apply(outcomes, out);
         self.dirs.clear();
@@ -221,7 +258,7 @@ impl StreamMatcher {
 
     /// Settles the slots `outcomes` name, with ids unique in the job, and lets go what that
     /// frees.
-    fn apply(&mut self, outcomes: Vec<Outcome>, out: &mut Vec<Event>) {
+    fn apply(&mut self, outcomes: Vec<Outcome>, out: &mut Ready) {
         let mut touched = BTreeSet::new();
         for o in outcomes {
             match o.unmatched() {
@@ -252,7 +289,7 @@ impl StreamMatcher {
     }
 
     /// Lets go the events of `proc` up to its first open slot; forgets it if none is left.
-    fn drain(&mut self, proc: ProcId, out: &mut Vec<Event>) {
+    fn drain(&mut self, proc: ProcId, out: &mut Ready) {
         if let Some(t) = self.held.get_mut(&proc) {
             drain_into(t, proc, false, out);
             if t.held() == 0 {
@@ -263,7 +300,7 @@ impl StreamMatcher {
 
     /// Marks the ends of `dir` done that are (see the module documentation), settling what
     /// that decides; forgets the direction once both are.
-    fn check(&mut self, dir: Direction, out: &mut Vec<Event>) {
+    fn check(&mut self, dir: Direction, out: &mut Ready) {
         let (sent, received) = self.channels.moved(dir);
         let gone = |end: Endpoint| {
             self.owners
@@ -292,11 +329,11 @@ impl StreamMatcher {
 }
 
 /// Hands the settled events of `t` (`all`: every one) to `out` as events of `proc`.
-fn drain_into(t: &mut Timeline, proc: ProcId, all: bool, out: &mut Vec<Event>) {
-    t.drain(all, |cpu_ns, _, item| {
+fn drain_into(t: &mut Timeline, proc: ProcId, all: bool, out: &mut Ready) {
+    t.drain(all, |cpu_ns, shares, item| {
         // The builder's timelines hold engine events only.
         if let Item::Event(kind) = item {
-            out.push(Event { proc, cpu_ns, kind });
+            out.push(Event { proc, cpu_ns, kind }, shares);
         }
     });
 }

@@ -8,7 +8,7 @@
 //! peer sending garbage costs nothing.
 
 use lbf_capture::sockets::channels::{Direction, EndClosed, Endpoint, Role, StreamOp};
-use lbf_model::event::{CollOp, Event, EventKind, ProcId};
+use lbf_model::event::{CollOp, Event, EventKind, ProcId, ProcedureCpu, MAX_PROCEDURES};
 use lbf_proto::prost::Message;
 use lbf_proto::{Batch, Closed, Conn};
 use std::collections::HashMap;
@@ -71,6 +71,9 @@ impl NodeEvent {
 pub struct Decoded {
     /// Its events, in order.
     pub events: Vec<NodeEvent>,
+    /// The CPU each event's process spent in each procedure the node follows since its
+    /// previous event: one entry per event, or none when the node follows no procedure.
+    pub procedures: Vec<ProcedureCpu>,
     /// The ends of connections between hosts it says closed.
     pub closed: Vec<EndClosed>,
 }
@@ -81,11 +84,25 @@ pub struct BatchBuilder {
     batch: Batch,
     /// The index of each direction in the batch's `conns`.
     conns: HashMap<Direction, u32>,
+    /// How many procedures the node follows: `proc_ns` entries per event.
+    procedures: usize,
 }
 
 impl BatchBuilder {
-    /// Appends one event.
-    pub fn push(&mut self, event: &Event) {
+    /// A builder for a node that follows `procedures` procedures (at most
+    /// [`MAX_PROCEDURES`]; 0: none, and no `proc_ns` column).
+    pub fn new(procedures: usize) -> Self {
+        assert!(procedures <= MAX_PROCEDURES, "{procedures} procedures");
+        BatchBuilder {
+            procedures,
+            ..Default::default()
+        }
+    }
+
+    /// Appends one event, whose process spent `shares` in the followed procedures since its
+    /// previous event.
+    pub fn push(&mut self, event: &Event, shares: &ProcedureCpu) {
+        self.push_shares(shares);
         let b = &mut self.batch;
         let code = match event.kind {
             EventKind::Send {
@@ -136,14 +153,23 @@ impl BatchBuilder {
         b.cpu_ns.push(event.cpu_ns);
     }
 
-    /// Appends a send or receive of `proc` on a connection between hosts, after `cpu_ns`.
-    pub fn push_stream(&mut self, proc: ProcId, cpu_ns: u64, op: &StreamOp) {
+    /// Appends a send or receive of `proc` on a connection between hosts, after `cpu_ns`
+    /// of which `shares` in the followed procedures.
+    pub fn push_stream(&mut self, proc: ProcId, cpu_ns: u64, shares: &ProcedureCpu, op: &StreamOp) {
+        self.push_shares(shares);
         let conn = self.conn(op.dir);
         let b = &mut self.batch;
         b.stream.push(conn << 1 | u32::from(op.role == Role::Recv));
         b.bytes.push(op.bytes);
         b.proc_kind.push(proc << KIND_BITS | STREAM);
         b.cpu_ns.push(cpu_ns);
+    }
+
+    /// Appends an event's entries of the `proc_ns` column (none without procedures).
+    fn push_shares(&mut self, shares: &ProcedureCpu) {
+        self.batch
+            .proc_ns
+            .extend_from_slice(shares.first(self.procedures));
     }
 
     /// Appends the close of an end of a connection between hosts.
@@ -245,10 +271,16 @@ fn op_code(op: CollOp) -> u32 {
     }
 }
 
-/// The content of `batch`. `owns(proc)` says whether the sending node announced the process;
-/// an event of another, an unknown kind, a short column or a connection the batch does not
-/// name is an error naming it.
-pub fn decode_batch(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Decoded, String> {
+/// The content of `batch` from a node that follows `procedures` procedures (its hello's
+/// list). `owns(proc)` says whether the sending node announced the process; an event of
+/// another, an unknown kind, a short column, a `proc_ns` column of another length than
+/// `procedures` entries per event, or a connection the batch does not name is an error
+/// naming it.
+pub fn decode_batch(
+    batch: &Batch,
+    procedures: usize,
+    owns: impl Fn(ProcId) -> bool,
+) -> Result<Decoded, String> {
     let n = batch.proc_kind.len();
     if batch.cpu_ns.len() != n {
         return Err(format!(
@@ -258,6 +290,30 @@ pub fn decode_batch(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Deco
             batch.cpu_ns.len()
         ));
     }
+    if procedures > MAX_PROCEDURES {
+        return Err(format!(
+            "batch {}: a node follows at most {MAX_PROCEDURES} procedures, not {procedures}",
+            batch.seq
+        ));
+    }
+    if batch.proc_ns.len() != n * procedures {
+        return Err(format!(
+            "batch {}: {} events of a node following {procedures} procedures need {} entries \
+             in `proc_ns` ({procedures} per event), but it has {}",
+            batch.seq,
+            n,
+            n * procedures,
+            batch.proc_ns.len()
+        ));
+    }
+    let shares = match procedures {
+        0 => Vec::new(),
+        p => batch
+            .proc_ns
+            .chunks_exact(p)
+            .map(|c| ProcedureCpu::from_slice(c).expect("at most MAX_PROCEDURES, checked"))
+            .collect(),
+    };
     let bad = |what: String| format!("batch {}: {what}", batch.seq);
     let short = |column: &str| bad(format!("column `{column}` is too short"));
     let dirs = batch
@@ -358,7 +414,11 @@ pub fn decode_batch(batch: &Batch, owns: impl Fn(ProcId) -> bool) -> Result<Deco
             })
         })
         .collect::<Result<_, String>>()?;
-    Ok(Decoded { events, closed })
+    Ok(Decoded {
+        events,
+        procedures: shares,
+        closed,
+    })
 }
 
 /// `message` as one frame: its length, then its bytes.
@@ -459,12 +519,12 @@ mod tests {
     fn every_kind_round_trips_through_bytes() {
         let mut builder = BatchBuilder::default();
         for e in sample() {
-            builder.push(&e);
+            builder.push(&e, &ProcedureCpu::NONE);
         }
         let bytes = builder.take().encode_to_vec();
         let batch = Batch::decode(bytes.as_slice()).unwrap();
         let events: Vec<NodeEvent> = sample().into_iter().map(NodeEvent::Event).collect();
-        assert_eq!(decode_batch(&batch, |_| true).unwrap().events, events);
+        assert_eq!(decode_batch(&batch, 0, |_| true).unwrap().events, events);
         assert!(builder.is_empty());
     }
 
@@ -472,14 +532,14 @@ mod tests {
     fn foreign_processes_and_short_columns_are_named() {
         let mut builder = BatchBuilder::default();
         for e in sample() {
-            builder.push(&e);
+            builder.push(&e, &ProcedureCpu::NONE);
         }
         let mut batch = builder.take();
         batch.seq = 4;
-        let err = decode_batch(&batch, |p| p < 2000).unwrap_err();
+        let err = decode_batch(&batch, 0, |p| p < 2000).unwrap_err();
         assert!(err.contains("process 2000"), "{err}");
         batch.bytes.pop();
-        let err = decode_batch(&batch, |_| true).unwrap_err();
+        let err = decode_batch(&batch, 0, |_| true).unwrap_err();
         assert!(err.contains("batch 4") && err.contains("bytes"), "{err}");
     }
 
@@ -487,10 +547,7 @@ mod tests {
     /// direction named once per batch, IPv4 and IPv6 alike.
     #[test]
     fn streams_and_closes_round_trip_through_bytes() {
-        let end = |ip: &str, port| Endpoint::Inet {
-            addr: SocketAddr::new(ip.parse().unwrap(), port),
-            netns: 0,
-        };
+        let end = inet;
         let v4 = Direction {
             from: end("10.0.0.2", 40000),
             to: end("10.0.0.1", 7000),
@@ -507,14 +564,14 @@ mod tests {
             .enumerate()
         {
             let o = op(dir, role, 100 + i as u64);
-            builder.push_stream(i as u32, 7, &o);
+            builder.push_stream(i as u32, 7, &ProcedureCpu::NONE, &o);
             expected.push(NodeEvent::Stream {
                 proc: i as u32,
                 cpu_ns: 7,
                 op: Box::new(o),
             });
             let e = sample()[i];
-            builder.push(&e);
+            builder.push(&e, &ProcedureCpu::NONE);
             expected.push(NodeEvent::Event(e));
         }
         let closed = EndClosed {
@@ -526,22 +583,100 @@ mod tests {
         let mut batch = builder.take();
         assert_eq!(batch.conns.len(), 2);
         batch = Batch::decode(batch.encode_to_vec().as_slice()).unwrap();
-        let decoded = decode_batch(&batch, |_| true).unwrap();
+        let decoded = decode_batch(&batch, 0, |_| true).unwrap();
         assert_eq!(decoded.events, expected);
         assert_eq!(decoded.closed, [closed]);
         batch.conns[1].to_ip.pop();
-        let err = decode_batch(&batch, |_| true).unwrap_err();
+        let err = decode_batch(&batch, 0, |_| true).unwrap_err();
         assert!(err.contains("conn 1") && err.contains("15 bytes"), "{err}");
         batch.conns.pop();
-        let err = decode_batch(&batch, |_| true).unwrap_err();
+        let err = decode_batch(&batch, 0, |_| true).unwrap_err();
         assert!(err.contains("conn 1 is not in the batch"), "{err}");
+    }
+
+    /// The TCP end at `ip`, `port`.
+    fn inet(ip: &str, port: u16) -> Endpoint {
+        Endpoint::Inet {
+            addr: SocketAddr::new(ip.parse().unwrap(), port),
+            netns: 0,
+        }
+    }
+
+    /// A node following procedures: every event, a stream's send or receive too, carries
+    /// its shares through bytes, in order; a node following none sends no `proc_ns`.
+    #[test]
+    fn procedure_shares_round_trip_per_event_and_stream() {
+        let mut builder = BatchBuilder::new(2);
+        let mut shares = Vec::new();
+        for (i, e) in sample().into_iter().enumerate() {
+            let s = ProcedureCpu::from_slice(&[i as u64 * 1000, (i % 3) as u64]).unwrap();
+            builder.push(&e, &s);
+            shares.push(s);
+        }
+        let op = StreamOp {
+            dir: Direction {
+                from: inet("10.0.0.2", 40000),
+                to: inet("10.0.0.1", 7000),
+            },
+            role: Role::Send,
+            bytes: 9,
+        };
+        let s = ProcedureCpu::from_slice(&[7, 1 << 40]).unwrap();
+        builder.push_stream(3, 8, &s, &op);
+        shares.push(s);
+        let batch = Batch::decode(builder.take().encode_to_vec().as_slice()).unwrap();
+        assert_eq!(batch.proc_ns.len(), 2 * shares.len());
+        let decoded = decode_batch(&batch, 2, |_| true).unwrap();
+        assert_eq!(decoded.procedures, shares);
+        let mut events: Vec<NodeEvent> = sample().into_iter().map(NodeEvent::Event).collect();
+        events.push(NodeEvent::Stream {
+            proc: 3,
+            cpu_ns: 8,
+            op: Box::new(op),
+        });
+        assert_eq!(decoded.events, events);
+        let mut plain = BatchBuilder::default();
+        plain.push(&sample()[0], &shares[1]);
+        let plain = plain.take();
+        assert!(plain.proc_ns.is_empty());
+        assert!(decode_batch(&plain, 0, |_| true)
+            .unwrap()
+            .procedures
+            .is_empty());
+    }
+
+    /// A `proc_ns` column that is not the hello's procedures per event is refused, named.
+    #[test]
+    fn a_proc_ns_column_of_another_length_is_refused() {
+        let mut builder = BatchBuilder::new(2);
+        for e in sample() {
+            builder.push(&e, &ProcedureCpu::NONE);
+        }
+        let mut batch = builder.take();
+        batch.seq = 6;
+        let n = batch.proc_kind.len();
+        // Read as from a node following 3 procedures, one, or none.
+        for p in [3, 1, 0] {
+            let err = decode_batch(&batch, p, |_| true).unwrap_err();
+            assert!(
+                err.contains("batch 6")
+                    && err.contains(&format!("need {} entries in `proc_ns`", n * p))
+                    && err.contains(&format!("it has {}", 2 * n)),
+                "{err}"
+            );
+        }
+        batch.proc_ns.pop();
+        let err = decode_batch(&batch, 2, |_| true).unwrap_err();
+        assert!(err.contains(&format!("it has {}", 2 * n - 1)), "{err}");
+        let err = decode_batch(&batch, 9, |_| true).unwrap_err();
+        assert!(err.contains("at most 8 procedures"), "{err}");
     }
 
     #[test]
     fn a_batch_costs_a_few_bytes_per_event() {
         let mut builder = BatchBuilder::default();
         for i in 0..1000u64 {
-            builder.push(&Event {
+            let send = Event {
                 proc: (i % 4) as u32,
                 cpu_ns: 50_000 + i,
                 kind: EventKind::Send {
@@ -549,7 +684,8 @@ mod tests {
                     bytes: 64,
                     rendezvous: false,
                 },
-            });
+            };
+            builder.push(&send, &ProcedureCpu::NONE);
         }
         let len = builder.take().encoded_len();
         assert!(len < 10 * 1000, "{len} bytes for 1000 sends");

@@ -130,6 +130,30 @@ impl std::fmt::Display for ProcedureError {
 
 impl std::error::Error for ProcedureError {}
 
+/// Checks a list of followed procedures (a trace header's, a builder's `[job]`): at most
+/// [`MAX_PROCEDURES`](crate::event::MAX_PROCEDURES), each once. The error says what the list
+/// does wrong (`lists 9 procedures; ...`, ``lists `f` twice ...``), for the caller to prefix
+/// with where the list is.
+pub fn check_list(procedures: &[String]) -> Result<(), String> {
+    use crate::event::MAX_PROCEDURES;
+    if procedures.len() > MAX_PROCEDURES {
+        return Err(format!(
+            "lists {} procedures; a trace follows at most {MAX_PROCEDURES}",
+            procedures.len()
+        ));
+    }
+    match procedures
+        .iter()
+        .enumerate()
+        .find(|(i, name)| procedures[..*i].contains(name))
+    {
+        Some((i, name)) => Err(format!(
+            "lists `{name}` twice (the second time at index {i})"
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The index of each change's procedure in the trace's list `recorded`, checking that each is
 /// recorded, changed once, and (for a speed-up) positive.
 pub fn resolve(

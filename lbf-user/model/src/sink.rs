@@ -2,7 +2,7 @@
 //! order per process, and an in-memory one ([`EventLog`]). A trace writer, the live predictor
 //! and a cluster node's stream are sinks too.
 
-use crate::event::{Event, EventDetail, EventKind, ProcId, ProcInfo};
+use crate::event::{Event, EventDetail, EventKind, ProcId, ProcInfo, ProcedureCpu};
 use crate::stream::{EndClosed, StreamOp};
 
 /// Receives what a capture produces, in order per process.
@@ -29,14 +29,20 @@ pub trait EventSink {
     /// The next event of `proc`, a send or receive on a connection to another host, which
     /// the capture leaves to be matched where both ends meet (only a socket capture told to,
     /// `lbf-capture`'s `SocketCapture::matching_between_hosts`, makes these; a cluster node passes
-    /// them on to the builder). A sink that matches nothing elsewhere keeps its CPU as a
-    /// `Keepalive`.
-    fn stream_op(&mut self, proc: ProcId, cpu_ns: u64, _op: &StreamOp) {
-        self.event(&Event {
+    /// them on to the builder). `cpu_ns` is the CPU since the process's previous event, of
+    /// which `procedures` in each traced procedure (as [`EventDetail::procedures`]). A sink
+    /// that matches nothing elsewhere keeps both as a `Keepalive`.
+    fn stream_op(&mut self, proc: ProcId, cpu_ns: u64, procedures: &ProcedureCpu, _op: &StreamOp) {
+        let event = Event {
             proc,
             cpu_ns,
             kind: EventKind::Keepalive,
-        });
+        };
+        let detail = EventDetail {
+            procedures: *procedures,
+            monotonic_ns: None,
+        };
+        self.event_with(&event, &detail);
     }
     /// An end of a connection to another host closed (see [`EventSink::stream_op`]); not a
     /// process's event, and in no order with them.

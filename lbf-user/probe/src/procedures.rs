@@ -62,6 +62,17 @@ impl std::str::FromStr for ProcedureSpec {
     }
 }
 
+impl ProcedureSpec {
+    /// The object given after `@` if it is a path (has a `/`), not a file name to look for
+    /// among the objects searched.
+    pub fn object_path(&self) -> Option<&Path> {
+        self.object
+            .as_deref()
+            .filter(|o| o.contains('/'))
+            .map(Path::new)
+    }
+}
+
 fn ensure_nonempty(what: &str, text: &str) -> Result<(), String> {
     match what.is_empty() {
         true => Err(format!(
@@ -80,6 +91,47 @@ pub struct FoundProcedure {
     pub symbol: String,
     /// Its offset in the object's file.
     pub offset: u64,
+}
+
+impl FoundProcedure {
+    /// Where it is, as the tools print it: `servBusy1 at offset 0x1189 of /path/spa`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{} at offset {:#x} of {}",
+            self.symbol,
+            self.offset,
+            self.object.display()
+        )
+    }
+}
+
+/// Finds each of `specs` in the objects `objects(spec)` lists and attaches its probes, the
+/// i-th as the trace's procedure i; returns each one's name in the trace
+/// ([`trace_name`]) and where it was found. More than [`MAX_PROCEDURES`] specs, or a name
+/// given twice, is an error (`tool` names the program in it).
+pub fn attach_all(
+    tracer: &mut Tracer,
+    specs: &[ProcedureSpec],
+    mut objects: impl FnMut(&ProcedureSpec) -> Result<Vec<PathBuf>>,
+    tool: &str,
+) -> Result<Vec<(String, FoundProcedure)>> {
+    ensure!(
+        specs.len() <= MAX_PROCEDURES,
+        "--procedure is given {} times; {tool} follows at most {MAX_PROCEDURES}",
+        specs.len()
+    );
+    let mut attached: Vec<(String, FoundProcedure)> = Vec::new();
+    for (index, spec) in specs.iter().enumerate() {
+        let found = find(spec, &objects(spec)?)?;
+        let name = trace_name(spec);
+        ensure!(
+            !attached.iter().any(|(n, _)| *n == name),
+            "--procedure {name} is given twice"
+        );
+        tracer.attach_procedure(index, &found)?;
+        attached.push((name, found));
+    }
+    Ok(attached)
 }
 
 /// A function symbol of one object.
@@ -309,6 +361,24 @@ pub fn objects_of_pids(pids: &[u32]) -> Vec<PathBuf> {
     dedup(objects.into_iter().filter(|p| is_elf(p)).collect())
 }
 
+/// The objects procedures of the running processes `pids` are looked for in: those they map
+/// ([`objects_of_pids`]), then the programs their command lines name, with the libraries
+/// those link ([`objects_of_command`]): a launcher's (`mpirun -np 4 ./spa`, a job script)
+/// names the program it starts, which it does not map. Each file once.
+pub fn objects_of_selected(pids: &[u32]) -> Vec<PathBuf> {
+    let mut objects = objects_of_pids(pids);
+    for pid in pids {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let words: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .filter(|w| !w.is_empty())
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect();
+        objects.extend(objects_of_command(&words));
+    }
+    dedup(objects)
+}
+
 /// `programs` and the libraries they link, each once, programs first.
 fn with_libraries(programs: Vec<PathBuf>) -> Vec<PathBuf> {
     let mut objects = programs.clone();
@@ -330,24 +400,30 @@ fn with_libraries(programs: Vec<PathBuf>) -> Vec<PathBuf> {
     dedup(objects)
 }
 
-/// `paths` without repeats (the first of each kept).
-fn dedup(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+/// `paths` without repeats, the same file by two paths counting as one (the first of each
+/// kept): a function found twice in one file would be taken for two.
+pub fn dedup(paths: Vec<PathBuf>) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = Vec::new();
+    let mut files: Vec<PathBuf> = Vec::new();
     for p in paths {
-        if !out.contains(&p) {
+        let file = p.canonicalize().unwrap_or_else(|_| p.clone());
+        if !files.contains(&file) {
+            files.push(file);
             out.push(p);
         }
     }
     out
 }
 
-/// Whether `path` is an ELF file.
+/// Whether `path` is an ELF file. Only a regular file is opened: a FIFO a command names
+/// (a job waiting on one) would block the open.
 fn is_elf(path: &Path) -> bool {
     use std::io::Read;
     let mut magic = [0u8; 4];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok()
+    std::fs::metadata(path).is_ok_and(|m| m.is_file())
+        && std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .is_ok()
         && magic == *b"\x7fELF"
 }
 

@@ -12,6 +12,7 @@ use lbf::net::node::{self, NodeConfig};
 use lbf::net::privileges::{self, CAPTURE_KEEPS};
 use lbf::net::source;
 use lbf::net::tls;
+use lbf::probe::procedures::ProcedureSpec;
 use lbf::probe::TracerOptions;
 use lbf::trace::synthetic;
 use lbf_proto::Proc;
@@ -113,6 +114,20 @@ struct Cli {
     #[arg(long = "mpi-lib", value_name = "PATH", help_heading = "Live capture")]
     mpi_libs: Vec<PathBuf>,
 
+    /// Follow the CPU the captured processes spend in the function NAME, as lbf-trace
+    /// --procedure does (repeatable, at most 8; NAME@OBJECT, 0xADDRESS@OBJECT): every event
+    /// then carries it, for the builder's procedure what-ifs (its [job] must list the same
+    /// procedures, in the same order). With --pid, NAME is looked for in what those
+    /// processes map and in the programs their command lines name (a launcher's); with
+    /// another selection the processes are not known yet, so give the object's path:
+    /// NAME@/path/to/program.
+    #[arg(
+        long = "procedure",
+        value_name = "NAME[@OBJECT]",
+        help_heading = "Live capture"
+    )]
+    procedure: Vec<ProcedureSpec>,
+
     /// Kernel ring buffer size in bytes, split evenly among one ring buffer per CPU. The
     /// default is 16 MiB, or 2 MiB per CPU where that is more (see lbf-trace --help).
     #[arg(long, default_value_t = TracerOptions::default_ringbuf_bytes(), help_heading = "Live capture")]
@@ -162,6 +177,14 @@ Examples:
 
   # a running job, by PID, with the builder on the same host
   lbf-node --builder 127.0.0.1:7400 --ca builder.pem --procs 4-7 --pid 5120,5121,5122,5123
+
+  # follow the CPU of two functions of the program that mpirun (PID 4242) runs (the
+  # builder's [job] lists procedures = [\"servBusy1\", \"servBusy2\"]); selecting by
+  # command name, give the program's path
+  lbf-node --builder gag.example:7400 --ca builder.pem --procs 0-3 --pid 4242 \\
+      --procedure servBusy1 --procedure servBusy2
+  lbf-node --builder gag.example:7400 --ca builder.pem --procs 0-3 --comm prted \\
+      --procedure servBusy1@/opt/spa/spa --procedure servBusy2@/opt/spa/spa
 
   # a PVM master and its 4 workers, all on this host, started by the script with PID 6001
   lbf-node --builder 127.0.0.1:7400 --ca builder.pem --procs 0-4 --source pvm --pid 6001
@@ -304,15 +327,21 @@ fn run(cli: Cli) -> Result<u64> {
         .clone()
         .unwrap_or_else(|| node::host_facts().hostname);
     let tls = tls::client_config(&cli.ca)?;
-    let (names, live) = match (&cli.replay, &cli.synthetic) {
+    if !cli.procedure.is_empty() && (cli.replay.is_some() || cli.synthetic.is_some()) {
+        bail!(
+            "--procedure goes with a live capture; a replayed trace streams the procedures it \
+             followed"
+        );
+    }
+    let (names, procedures, live) = match (&cli.replay, &cli.synthetic) {
         (Some(trace), _) => {
-            let infos = source::replay_procs(trace, &cli.procs)?;
+            let (infos, procedures) = source::replay_procs(trace, &cli.procs)?;
             let procs = infos.into_iter().map(|p| Proc {
                 id: p.id,
                 name: p.name,
                 start_ns: p.start_ns,
             });
-            (procs.collect(), None)
+            (procs.collect(), procedures, None)
         }
         (None, Some(config)) => {
             if let Some(id) = cli.procs.iter().find(|&&id| id >= config.procs) {
@@ -321,7 +350,7 @@ fn run(cli: Cli) -> Result<u64> {
                     config.procs
                 );
             }
-            (procs_named(&cli.procs, "rank"), None)
+            (procs_named(&cli.procs, "rank"), Vec::new(), None)
         }
         (None, None) => {
             let selection = selection(&cli)?;
@@ -333,13 +362,15 @@ fn run(cli: Cli) -> Result<u64> {
                 &cli.mpi_libs,
                 cli.ringbuf_size,
                 cli.procs.clone(),
+                &cli.procedure,
             )?;
             let prefix = match source {
                 Source::Mpi => "rank ",
                 Source::Pvm => "task ",
                 Source::Sockets => "process ",
             };
-            (procs_named(&cli.procs, prefix), Some(live))
+            let procedures = live.procedures().to_vec();
+            (procs_named(&cli.procs, prefix), procedures, Some(live))
         }
     };
     let keep: &[caps::Capability] = if live.is_some() { &CAPTURE_KEEPS } else { &[] };
@@ -363,6 +394,7 @@ fn run(cli: Cli) -> Result<u64> {
         node: node_name,
         token,
         procs: names,
+        procedures,
         spool_dir: cli.spool_dir.clone(),
         spool_bytes: cli.spool_size,
         ack_timeout: Duration::from_secs_f64(cli.ack_timeout),

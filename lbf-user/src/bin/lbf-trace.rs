@@ -980,37 +980,23 @@ fn attach_procedures(cli: &Cli, tracer: &mut probe::Tracer) -> Result<Vec<String
     if cli.procedure.is_empty() {
         return Ok(Vec::new());
     }
-    if cli.procedure.len() > traced_procedures::MAX_PROCEDURES {
-        bail!(
-            "--procedure is given {} times; lbf-trace follows at most {}",
-            cli.procedure.len(),
-            traced_procedures::MAX_PROCEDURES
-        );
-    }
     let objects = if cli.command.is_empty() {
         traced_procedures::objects_of_pids(&cli.pids)
     } else {
         traced_procedures::objects_of_command(&cli.command)
     };
-    let mut names: Vec<String> = Vec::new();
-    for (index, spec) in cli.procedure.iter().enumerate() {
-        let found = traced_procedures::find(spec, &objects)?;
-        let name = traced_procedures::trace_name(spec);
-        if names.contains(&name) {
-            bail!("--procedure {name} is given twice");
+    let attached = traced_procedures::attach_all(
+        tracer,
+        &cli.procedure,
+        |_| Ok(objects.clone()),
+        "lbf-trace",
+    )?;
+    if cli.verbose {
+        for (name, found) in &attached {
+            eprintln!("lbf-trace: procedure {name}: {}", found.describe());
         }
-        tracer.attach_procedure(index, &found)?;
-        if cli.verbose {
-            eprintln!(
-                "lbf-trace: procedure {name}: {} at offset {:#x} of {}",
-                found.symbol,
-                found.offset,
-                found.object.display()
-            );
-        }
-        names.push(name);
     }
-    Ok(names)
+    Ok(attached.into_iter().map(|(name, _)| name).collect())
 }
 
 /// This machine's name, for the trace header.

@@ -236,6 +236,13 @@ impl BuilderSetup {
         d
     }
 
+    /// Adds the lines `keys` to the configuration's `[job]` (e.g. `procedures = [...]`).
+    pub(crate) fn add_job_keys(&self, keys: &str) {
+        let text = std::fs::read_to_string(&self.config).unwrap();
+        let text = text.replacen("[tokens]\n", &format!("{keys}\n[tokens]\n"), 1);
+        std::fs::write(&self.config, text).unwrap();
+    }
+
     /// GET `path` from the builder's HTTP endpoint.
     pub(crate) fn get(&self, path: &str) -> Option<String> {
         http_get_in(self.netns.as_deref(), &self.http, path)
@@ -349,16 +356,17 @@ pub(crate) fn compile(cc: &str, source: &str, dir: &Path) -> PathBuf {
     bin
 }
 
-/// `lbf-node` on host `netns` streaming the processes `procs` (global ids) under live
-/// capture, with `args`: the selection (`--pid PID`, `--comm NAME`, ...) and other options.
+/// `lbf-node` on host `netns` (this one if `None`) streaming the processes `procs` (global
+/// ids) under live capture, with `args`: the selection (`--pid PID`, `--comm NAME`, ...) and
+/// other options.
 pub(crate) fn live_node(
     s: &BuilderSetup,
-    netns: &str,
+    netns: Option<&str>,
     name: &str,
     procs: &str,
     args: &[&str],
 ) -> Command {
-    let mut node = in_netns(Some(netns), env!("CARGO_BIN_EXE_lbf-node"));
+    let mut node = in_netns(netns, env!("CARGO_BIN_EXE_lbf-node"));
     node.env("LBF_NODE_TOKEN", format!("token-{name}-for-tests-only"))
         .args(["--builder", &s.listen, "--node", name, "--procs", procs])
         .arg("--ca")
@@ -383,11 +391,22 @@ pub(crate) fn http_get(addr: &str, path: &str) -> Option<String> {
 /// `lbf-gag predict --json` on `trace` with the target files in `dir`: predicted seconds
 /// per target name.
 pub(crate) fn predict(trace: &Path, dir: &Path, targets: &[&str]) -> Vec<(String, f64)> {
+    predict_with(trace, dir, targets, &[])
+}
+
+/// [`predict`] with more options (`--move NAME`, ...) after the target files.
+pub(crate) fn predict_with(
+    trace: &Path,
+    dir: &Path,
+    targets: &[&str],
+    options: &[&str],
+) -> Vec<(String, f64)> {
     let mut c = Command::new(env!("CARGO_BIN_EXE_lbf-gag"));
     c.args(["predict", "--json"]).arg(trace);
     for t in targets {
         c.arg("--target").arg(dir.join(format!("{t}.toml")));
     }
+    c.args(options);
     let out: Output = c.output().unwrap();
     assert!(
         out.status.success(),

@@ -3,10 +3,12 @@
 //! busy ([`timed`]).
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use lbf::engine::Engine;
 use lbf::event::{Event, EventKind};
 use lbf::target::{Network, Node, Target};
+use lbf::trace::TraceReader;
 
 use super::machine::{self, BUSY_MACHINE};
 use super::tracer::Traced;
@@ -313,4 +315,53 @@ pub(crate) fn predict_on(t: &Traced, cores: u32, spin: f64) -> f64 {
             .expect("the engine takes the events");
     }
     engine.finish().expect("the prediction")[0].predicted_seconds
+}
+
+/// `lbf-gag predict`'s options for the SPA's four procedure what-ifs: each of `servBusy1`
+/// and `servBusy2` moved to the clients, and made free.
+pub(crate) const SPA_WHAT_IFS: [&str; 8] = [
+    "--move",
+    "servBusy1",
+    "--move",
+    "servBusy2",
+    "--zero",
+    "servBusy1",
+    "--zero",
+    "servBusy2",
+];
+
+/// Checks that the SPA's server's events in `trace` carry the CPU of its procedures
+/// `servBusy1` and `servBusy2` (the header's, in that order) within 5 %: `iters` calls of
+/// each per client served, at `2 ms` and `ms` milliseconds (`tests/workloads/*/spa.c`, run
+/// with `ITERS COMPUTE_MS`), and the clients' events none.
+pub(crate) fn check_procedure_shares(trace: &Path, iters: u32, ms: f64) {
+    let mut reader = TraceReader::open(trace).expect("the trace");
+    assert_eq!(reader.header().procedures, ["servBusy1", "servBusy2"]);
+    let procs = reader.header().procs.len();
+    let mut totals = vec![[0u64; 2]; procs];
+    while let Some(e) = reader.next_event().expect("reading the trace") {
+        let p = e.event.proc as usize;
+        totals[p][0] += e.procedures.0[0];
+        totals[p][1] += e.procedures.0[1];
+    }
+    let mut sorted = totals.clone();
+    sorted.sort();
+    let server = sorted[procs - 1];
+    let want = [
+        f64::from(iters) * 2.0 * ms * 1e6,
+        2.0 * f64::from(iters) * ms * 1e6,
+    ];
+    for i in 0..2 {
+        let got = server[i] as f64;
+        assert!(
+            (got - want[i]).abs() <= 0.05 * want[i],
+            "servBusy{}: {got} ns in the server's events, {} ns run: {totals:?}",
+            i + 1,
+            want[i]
+        );
+    }
+    assert!(
+        sorted[..procs - 1].iter().all(|t| *t == [0, 0]),
+        "clients ran no procedure: {totals:?}"
+    );
 }

@@ -11,7 +11,7 @@ use lbf_capture::sockets::SocketCapture;
 use lbf_capture::{EventLog, EventSink};
 use lbf_common::syscalls::nr;
 use lbf_common::Record;
-use lbf_model::event::{EventKind, ProcInfo};
+use lbf_model::event::{EventKind, ProcInfo, ProcedureCpu};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 
@@ -36,7 +36,7 @@ impl EventSink for NodeSink {
         self.out
             .push(Out::Event(NodeEvent::Event(Event { proc, ..*e })));
     }
-    fn stream_op(&mut self, proc: ProcId, cpu_ns: u64, op: &StreamOp) {
+    fn stream_op(&mut self, proc: ProcId, cpu_ns: u64, _: &ProcedureCpu, op: &StreamOp) {
         let proc = self.ids[proc as usize];
         let op = Box::new(*op);
         self.out
@@ -102,10 +102,10 @@ fn matcher() -> StreamMatcher {
 }
 
 /// Feeds `m` a batch of `items` of `node` as the applier does: events, then closes.
-fn batch(m: &mut StreamMatcher, items: &[Out], out: &mut Vec<Event>) {
+fn batch(m: &mut StreamMatcher, items: &[Out], out: &mut Ready) {
     for item in items {
         if let Out::Event(e) = item {
-            m.push(e.clone(), out);
+            m.push(e.clone(), &ProcedureCpu::NONE, out);
         }
     }
     for item in items {
@@ -213,7 +213,7 @@ fn same_as_one_host(
     let mut most_alternating = 0;
     for (name, batches) in orders {
         let mut m = matcher();
-        let mut events = Vec::new();
+        let mut events = Ready::default();
         let mut most_directions = 0;
         let last = |node: &str| batches.iter().rposition(|(n, _)| *n == node).unwrap();
         let (last_s, last_c) = (last("s"), last("c"));
@@ -225,7 +225,7 @@ fn same_as_one_host(
             }
         }
         m.finish(&mut events);
-        assert_eq!(canonical(&events), reference, "{name}");
+        assert_eq!(canonical(&events.events), reference, "{name}");
         let view = m.view();
         assert_eq!(view.held_events, 0, "{name}");
         assert_eq!(
@@ -306,16 +306,20 @@ fn a_peer_no_node_holds_is_unmatched_at_once() {
         from: tcp(CLIENT, 40_000),
         to: tcp("192.0.2.9", 80),
     };
-    let mut out = Vec::new();
+    let mut out = Ready::default();
     let op = |role, bytes| NodeEvent::Stream {
         proc: 0,
         cpu_ns: 5,
         op: Box::new(StreamOp { dir, role, bytes }),
     };
-    m.push(op(Role::Send, 100), &mut out);
-    m.push(NodeEvent::Event(ev(0, 1, EventKind::Exit)), &mut out);
+    m.push(op(Role::Send, 100), &ProcedureCpu::NONE, &mut out);
+    m.push(
+        NodeEvent::Event(ev(0, 1, EventKind::Exit)),
+        &ProcedureCpu::NONE,
+        &mut out,
+    );
     assert_eq!(
-        out,
+        out.events,
         [ev(0, 5, EventKind::Keepalive), ev(0, 1, EventKind::Exit)]
     );
     assert_eq!(m.view().unmatched_sends, 1);
@@ -326,41 +330,55 @@ fn ev(proc: ProcId, cpu_ns: u64, kind: EventKind) -> Event {
     Event { proc, cpu_ns, kind }
 }
 
+/// A send or receive of `bytes` by `proc` after `cpu_ns`, on the connection from the
+/// client's port 40000 to the server's port 7000, as a node reports it.
+fn client_to_server(proc: ProcId, cpu_ns: u64, role: Role, bytes: u64) -> NodeEvent {
+    let dir = Direction {
+        from: tcp(CLIENT, 40_000),
+        to: tcp(SERVER, 7000),
+    };
+    NodeEvent::Stream {
+        proc,
+        cpu_ns,
+        op: Box::new(StreamOp { dir, role, bytes }),
+    }
+}
+
 /// A sender's events wait for the receiver's reads from the other node; while they do, the
 /// starved sender waits for that node (which must not be stopped); the receiver's node ending
 /// after reading part of the send settles the rest as it would at the end of a capture.
 #[test]
 fn a_send_waits_for_the_other_node_and_its_end_settles_it() {
     let mut m = matcher();
-    let dir = Direction {
-        from: tcp(CLIENT, 40_000),
-        to: tcp(SERVER, 7000),
-    };
-    let op = |proc, role, bytes| NodeEvent::Stream {
-        proc,
-        cpu_ns: 10,
-        op: Box::new(StreamOp { dir, role, bytes }),
-    };
-    let mut out = Vec::new();
-    m.push(op(0, Role::Send, 100), &mut out);
-    m.push(NodeEvent::Event(ev(0, 3, EventKind::Exit)), &mut out);
-    assert!(out.is_empty());
+    let op = |proc, role, bytes| client_to_server(proc, 10, role, bytes);
+    let mut out = Ready::default();
+    m.push(op(0, Role::Send, 100), &ProcedureCpu::NONE, &mut out);
+    m.push(
+        NodeEvent::Event(ev(0, 3, EventKind::Exit)),
+        &ProcedureCpu::NONE,
+        &mut out,
+    );
+    assert!(out.events.is_empty());
     assert_eq!(m.held_of(0), 2);
     assert_eq!(m.awaited(|p| p == 0), HashSet::from(["s".to_string()]));
     assert!(m.awaited(|_| false).is_empty());
 
-    m.push(NodeEvent::Event(ev(1, 1, EventKind::RecvStart)), &mut out);
-    m.push(op(1, Role::Recv, 60), &mut out);
+    m.push(
+        NodeEvent::Event(ev(1, 1, EventKind::RecvStart)),
+        &ProcedureCpu::NONE,
+        &mut out,
+    );
+    m.push(op(1, Role::Recv, 60), &ProcedureCpu::NONE, &mut out);
     // The receive's message is known (its last byte is sent), the send's cuts are not.
-    assert_eq!(out.len(), 2);
-    assert!(matches!(out[1].kind, EventKind::RecvEnd { .. }));
+    assert_eq!(out.events.len(), 2);
+    assert!(matches!(out.events[1].kind, EventKind::RecvEnd { .. }));
     m.node_ended("s", &mut out);
-    let msg = match out[1].kind {
+    let msg = match out.events[1].kind {
         EventKind::RecvEnd { msg } => msg,
         _ => unreachable!(),
     };
     assert_eq!(
-        out[2..],
+        out.events[2..],
         [
             ev(
                 0,
@@ -377,6 +395,55 @@ fn a_send_waits_for_the_other_node_and_its_end_settles_it() {
     assert_eq!(m.view().held_events, 0);
 }
 
+/// The CPU in procedures that a node reports with a send or receive between hosts goes with
+/// the first event made from it (a send cut into two messages: the first), and that of events
+/// held behind it stays theirs, whether they went straight on or waited.
+#[test]
+fn procedure_shares_go_with_the_first_event_made_from_a_stream() {
+    let mut m = matcher();
+    let op = |proc, role, bytes| client_to_server(proc, 10, role, bytes);
+    let share = |a, b| ProcedureCpu::from_slice(&[a, b]).unwrap();
+    let mut out = Ready::default();
+    m.push(op(0, Role::Send, 100), &share(4, 1), &mut out);
+    let exit = NodeEvent::Event(ev(0, 3, EventKind::Exit));
+    m.push(exit, &share(2, 0), &mut out);
+    let start = NodeEvent::Event(ev(1, 1, EventKind::RecvStart));
+    m.push(start, &share(0, 1), &mut out);
+    m.push(op(1, Role::Recv, 60), &share(7, 0), &mut out);
+    m.push(op(1, Role::Recv, 40), &ProcedureCpu::NONE, &mut out);
+    let got: Vec<(ProcId, &str, u64, ProcedureCpu)> = out
+        .drain()
+        .map(|(e, s)| {
+            let kind = match e.kind {
+                EventKind::Send { .. } => "send",
+                EventKind::RecvEnd { .. } => "recv_end",
+                EventKind::RecvStart => "recv_start",
+                EventKind::Exit => "exit",
+                _ => "other",
+            };
+            (e.proc, kind, e.cpu_ns, s)
+        })
+        .collect();
+    let of = |p| -> Vec<_> { got.iter().filter(|g| g.0 == p).cloned().collect() };
+    assert_eq!(
+        of(0),
+        [
+            (0, "send", 10, share(4, 1)),
+            (0, "send", 0, ProcedureCpu::NONE),
+            (0, "exit", 3, share(2, 0)),
+        ]
+    );
+    assert_eq!(
+        of(1),
+        [
+            (1, "recv_start", 1, share(0, 1)),
+            (1, "recv_end", 10, share(7, 0)),
+            (1, "recv_end", 10, ProcedureCpu::NONE),
+        ]
+    );
+    assert!(out.events.is_empty());
+}
+
 /// An end's close may arrive before its last events (another batch, another process's stream
 /// on the node): the direction is let go only once the bytes the close counts are matched.
 #[test]
@@ -391,7 +458,7 @@ fn a_close_ahead_of_its_end_s_events_waits_for_them() {
         cpu_ns: 1,
         op: Box::new(StreamOp { dir, role, bytes }),
     };
-    let mut out = Vec::new();
+    let mut out = Ready::default();
     for role in [Role::Send, Role::Recv] {
         m.closed(
             EndClosed {
@@ -403,14 +470,14 @@ fn a_close_ahead_of_its_end_s_events_waits_for_them() {
         );
     }
     assert_eq!(m.view().directions, 1);
-    m.push(op(0, Role::Send, 20), &mut out);
-    m.push(op(1, Role::Recv, 20), &mut out);
-    m.push(op(0, Role::Send, 30), &mut out);
+    m.push(op(0, Role::Send, 20), &ProcedureCpu::NONE, &mut out);
+    m.push(op(1, Role::Recv, 20), &ProcedureCpu::NONE, &mut out);
+    m.push(op(0, Role::Send, 30), &ProcedureCpu::NONE, &mut out);
     assert_eq!(m.view().directions, 1, "30 bytes are not received yet");
-    m.push(op(1, Role::Recv, 30), &mut out);
+    m.push(op(1, Role::Recv, 30), &ProcedureCpu::NONE, &mut out);
     assert_eq!(m.view().directions, 0);
     assert_eq!(m.view().messages, 2);
-    assert_eq!(out.len(), 4);
+    assert_eq!(out.events.len(), 4);
 }
 
 /// A node's capture matches itself what it sees both ends of (a TCP connection on loopback),
@@ -537,17 +604,23 @@ fn a_receiver_closed_before_the_second_of_two_sends_it_read_together() {
         cpu_ns: 1,
         op: Box::new(StreamOp { dir, role, bytes }),
     };
-    let mut out = Vec::new();
-    m.push(op(1, Role::Send, 16), &mut out);
-    m.push(op(0, Role::Recv, 1016), &mut out);
+    let mut out = Ready::default();
+    m.push(op(1, Role::Send, 16), &ProcedureCpu::NONE, &mut out);
+    m.push(op(0, Role::Recv, 1016), &ProcedureCpu::NONE, &mut out);
     let closed = EndClosed {
         dir,
         role: Role::Recv,
         bytes: 1016,
     };
     m.closed(closed, &mut out);
-    m.push(op(1, Role::Send, 1000), &mut out);
-    let of = |p| -> Vec<EventKind> { out.iter().filter(|e| e.proc == p).map(|e| e.kind).collect() };
+    m.push(op(1, Role::Send, 1000), &ProcedureCpu::NONE, &mut out);
+    let of = |p| -> Vec<EventKind> {
+        out.events
+            .iter()
+            .filter(|e| e.proc == p)
+            .map(|e| e.kind)
+            .collect()
+    };
     let msg = match of(0)[..] {
         [EventKind::RecvEnd { msg }] => msg,
         ref other => panic!("{other:?}"),

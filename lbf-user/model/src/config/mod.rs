@@ -17,7 +17,7 @@ pub use cli::{parse_preset, TargetArgs};
 pub use cluster::{load_cluster, parse_cluster, Cluster, Host, Segment};
 pub use file::{load_target, load_target_on, parse_target, parse_target_on, procs_placed};
 pub use presets::{preset, NetworkPreset, PRESETS};
-pub use procedures::{as_run, ProcedureArgs};
+pub use procedures::{as_run, parse_speedup, ProcedureArgs};
 pub use short::{short_form, Layout, ShortForm};
 pub use table::MAX_TABLE_POINTS;
 

@@ -180,8 +180,9 @@ pub fn as_run(procs: &[ProcInfo]) -> Target {
     }
 }
 
-/// clap's parser for `--speedup NAME=S`.
-fn parse_speedup(text: &str) -> Result<(String, f64), String> {
+/// `NAME=S` as a procedure and its speed-up (clap's parser for `--speedup`; the builder's
+/// `[job] speedup` entries); the error says what is wrong.
+pub fn parse_speedup(text: &str) -> Result<(String, f64), String> {
     let (name, s) = text
         .rsplit_once('=')
         .ok_or_else(|| format!("`{text}` is not NAME=S (such as servBusy1=2)"))?;

@@ -5,7 +5,7 @@ use super::rules::MessageRules;
 use super::{
     Header, LineEvent, Summary, TraceError, TraceErrorKind, FORMAT_NAME, READABLE_VERSIONS,
 };
-use crate::event::{ProcInfo, MAX_PROCEDURES};
+use crate::event::ProcInfo;
 use crate::source::Source;
 use serde::Deserialize;
 use std::fs::File;
@@ -192,21 +192,8 @@ fn parse_header(text: &[u8]) -> Result<Header, TraceErrorKind> {
         }
     };
     let procedures = raw.procedures.unwrap_or_default();
-    if procedures.len() > MAX_PROCEDURES {
-        return Err(TraceErrorKind::BadHeader(format!(
-            "\"procedures\" lists {} procedures; a trace follows at most {MAX_PROCEDURES}",
-            procedures.len()
-        )));
-    }
-    if let Some((i, name)) = procedures
-        .iter()
-        .enumerate()
-        .find(|(i, name)| procedures[..*i].contains(name))
-    {
-        return Err(TraceErrorKind::BadHeader(format!(
-            "\"procedures\" lists `{name}` twice (the second time at index {i})"
-        )));
-    }
+    crate::procedure::check_list(&procedures)
+        .map_err(|e| TraceErrorKind::BadHeader(format!("\"procedures\" {e}")))?;
     Ok(Header {
         procs,
         source,

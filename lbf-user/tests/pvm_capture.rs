@@ -3,8 +3,9 @@
 //! (`PvmRouteDirect`), and the group program (`pvm_joingroup`, `pvm_bcast`, `pvm_barrier`). pvmd is started by the traced command, so the tasks it spawns are
 //! traced too. Each run must match every message once, agree with the programs' own counts
 //! and CPU times, and predict its own configuration. Under `lbf-trace --procs`, a longer
-//! run's events must flow while it runs, and a task beyond the count must be reported. Needs
-//! root and PVM; skips otherwise.
+//! run's events must flow while it runs, and a task beyond the count must be reported; under
+//! `lbf-trace --procedure`, the tasks' events must carry the CPU of the procedure followed.
+//! Needs root and PVM; skips otherwise (fails with `CI=true`).
 
 mod traced;
 
@@ -175,4 +176,86 @@ fn lbf_trace_with_too_small_procs_leaves_the_task_beyond_out_and_says_so() {
         assert_eq!(procs.len(), workers());
         assert!(summary.lost_events > 0);
     }
+}
+
+/// `lbf-trace --procedure compute` on the PVM master/worker (its tasks spawned by pvmd, from a
+/// binary named inside a shell command): each worker's events carry the CPU it spent in
+/// `compute`, which its own LBF-CHECK line counts as `work_ns` (within 5 %), and the
+/// master's none.
+#[test]
+fn lbf_trace_follows_a_procedure_of_the_pvm_tasks() {
+    if !can_run_pvm() {
+        return;
+    }
+    let command = pvm_command("master_worker", &format!("{} 10 5", workers()));
+    let args = [
+        "--source",
+        "pvm",
+        "--procedure",
+        "compute",
+        "--",
+        "sh",
+        "-c",
+    ];
+    let run = lbf_trace("pvm-procedure", &[&args[..], &[&command]].concat());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    // Each task's work, by PID, from its LBF-CHECK line (a worker's comes through the master,
+    // after a `[tTID]` prefix).
+    let field = |line: &str, key: &str| -> Option<i64> {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+    };
+    let work: std::collections::HashMap<i64, (bool, i64)> = run
+        .stdout
+        .lines()
+        .filter(|l| l.contains("LBF-CHECK "))
+        .filter_map(|l| {
+            let master = l.contains("role=master");
+            Some((field(l, "pid")?, (master, field(l, "work_ns")?)))
+        })
+        .collect();
+    assert_eq!(work.len(), workers() + 1, "LBF-CHECK lines: {}", run.stdout);
+    let mut reader = lbf::trace::TraceReader::open(&run.trace).expect("the trace");
+    assert_eq!(reader.header().procedures, ["compute"]);
+    // A trace's process is named like `master_worker[PID]`.
+    let pids: Vec<i64> = reader
+        .header()
+        .procs
+        .iter()
+        .map(|p| {
+            let pid = p
+                .name
+                .rsplit_once('[')
+                .and_then(|(_, r)| r.strip_suffix(']'));
+            pid.and_then(|pid| pid.parse().ok())
+                .unwrap_or_else(|| panic!("no PID in the process name {:?}", p.name))
+        })
+        .collect();
+    let mut in_compute = vec![0u64; pids.len()];
+    while let Some(e) = reader.next_event().expect("reading the trace") {
+        in_compute[e.event.proc as usize] += e.procedures.0[0];
+    }
+    let mut compared = 0;
+    for (p, pid) in pids.iter().enumerate() {
+        let Some(&(master, work_ns)) = work.get(pid) else {
+            continue;
+        };
+        compared += 1;
+        let got = in_compute[p] as f64;
+        if master {
+            assert_eq!(in_compute[p], 0, "the master ran compute: {in_compute:?}");
+        } else {
+            let want = work_ns as f64;
+            assert!(
+                (got - want).abs() <= 0.05 * want,
+                "task {pid}: {got} ns in compute in its events, {want} ns of work by its own \
+                 count ({in_compute:?})"
+            );
+        }
+    }
+    assert_eq!(
+        compared,
+        workers() + 1,
+        "tasks in the trace: {pids:?}, in LBF-CHECK: {work:?}"
+    );
 }

@@ -187,6 +187,55 @@ impl Returns {
 /// The program of the MPI and PVM probes as a uprobe session (see `lbf-ebpf/src/mpi.rs`).
 const SESSION_PROGRAM: &str = "mpi_session";
 
+/// The BTF tracepoint programs that follow processes and their CPU clocks.
+const LIFECYCLE_PROGRAMS: [&str; 4] = [
+    "sched_switch",
+    "task_newtask",
+    "sched_process_exec",
+    "sched_process_exit",
+];
+
+/// Verifies and attaches the lifecycle programs (`programs`: [`LIFECYCLE_PROGRAMS`], by name).
+fn attach_lifecycle(programs: Vec<(&str, &mut aya::programs::Program)>) -> Result<()> {
+    ensure!(
+        programs.len() == LIFECYCLE_PROGRAMS.len(),
+        "eBPF programs missing from the object: only {:?} of {LIFECYCLE_PROGRAMS:?}",
+        programs.iter().map(|(n, _)| *n).collect::<Vec<_>>()
+    );
+    let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
+    for (name, prog) in programs {
+        let prog: &mut BtfTracePoint = prog.try_into()?;
+        prog.load(name, &btf)
+            .with_context(|| format!("verifying eBPF program {name}"))?;
+        prog.attach()
+            .with_context(|| format!("attaching to BTF tracepoint {name}"))?;
+    }
+    Ok(())
+}
+
+/// Verifies the MPI probes' programs (`programs`, by name): the session program where
+/// `returns` takes them as needed, else the entry and the return program.
+fn load_uprobe_programs(
+    programs: Vec<(&str, &mut aya::programs::Program)>,
+    returns: Returns,
+) -> Result<()> {
+    let want = if returns == Returns::AsNeeded { 1 } else { 2 };
+    ensure!(
+        programs.len() == want,
+        "the MPI probes' eBPF programs are missing from the object (found {:?})",
+        programs.iter().map(|(n, _)| *n).collect::<Vec<_>>()
+    );
+    for (name, prog) in programs {
+        let prog: &mut UProbe = prog.try_into()?;
+        match returns {
+            Returns::AsNeeded => prog.load_session(),
+            _ => prog.load(),
+        }
+        .with_context(|| format!("verifying eBPF program {name}"))?;
+    }
+    Ok(())
+}
+
 /// The loaded kernel side: scheduler hooks attached, MPI libraries probed on demand.
 pub struct Tracer {
     /// The loaded object; `super::syscalls` attaches its system call hooks.
@@ -283,33 +332,33 @@ impl Tracer {
             .load(OBJECT)
             .context("loading lbf's eBPF object into the kernel")?;
         let rings = create_rings(&mut ebpf, count, ring)?;
-        let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
-        for name in [
-            "sched_switch",
-            "task_newtask",
-            "sched_process_exec",
-            "sched_process_exit",
-        ] {
-            let prog: &mut BtfTracePoint = program(&mut ebpf, name)?;
-            prog.load(name, &btf)
-                .with_context(|| format!("verifying eBPF program {name}"))?;
-            prog.attach()
-                .with_context(|| format!("attaching to BTF tracepoint {name}"))?;
-        }
         let mode = AttachMode::detect()?;
         let returns = Returns::choose(mode, options.all_returns)?;
-        if returns == Returns::AsNeeded {
-            let prog: &mut UProbe = program(&mut ebpf, SESSION_PROGRAM)?;
-            prog.load_session()
-                .with_context(|| format!("verifying eBPF program {SESSION_PROGRAM}"))?;
-        } else {
-            let (enter, exit) = mode.programs();
-            for name in [enter, exit] {
-                let prog: &mut UProbe = program(&mut ebpf, name)?;
-                prog.load()
-                    .with_context(|| format!("verifying eBPF program {name}"))?;
+        // The MPI probes' programs are the largest to verify: they load on a thread of their
+        // own while this one reads the kernel's BTF and loads and attaches the lifecycle
+        // hooks (the kernel verifies privileged programs in parallel).
+        let uprobes: Vec<&str> = match returns {
+            Returns::AsNeeded => vec![SESSION_PROGRAM],
+            _ => {
+                let (enter, exit) = mode.programs();
+                vec![enter, exit]
+            }
+        };
+        let mut lifecycle = Vec::new();
+        let mut mpi = Vec::new();
+        for (name, prog) in ebpf.programs_mut() {
+            if LIFECYCLE_PROGRAMS.contains(&name) {
+                lifecycle.push((name, prog));
+            } else if uprobes.contains(&name) {
+                mpi.push((name, prog));
             }
         }
+        std::thread::scope(|scope| {
+            let mpi = scope.spawn(move || load_uprobe_programs(mpi, returns));
+            let lifecycle = attach_lifecycle(lifecycle);
+            let mpi = mpi.join().expect("the thread loading the MPI probes' programs");
+            lifecycle.and(mpi)
+        })?;
         Ok(Self {
             ebpf,
             mode,

@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use super::on_demand::OnDemand;
 use crate::engine::{Engine, EngineError};
 use crate::event::{Event, EventKind, MsgId, ProcId, ProcInfo};
 use crate::target::{Network, Node, Target};
@@ -38,6 +39,9 @@ pub struct Machine {
     pub network: Network,
     /// How much a waiting process loads its host (see [`Target::spin`]).
     pub spin: f64,
+    /// Whether each process is bound to one core of its host, a host's processes dealt out
+    /// to its cores in id order (see [`Target::bind_to_cores`]).
+    pub bind_to_cores: bool,
 }
 
 /// The host of each process, by process id.
@@ -74,7 +78,7 @@ impl Machine {
             network: self.network.clone(),
             spin: self.spin,
             scheduler: None,
-            bind_to_cores: false,
+            bind_to_cores: self.bind_to_cores,
             procedures: Vec::new(),
         }
     }
@@ -288,11 +292,15 @@ pub struct Progress {
 
 /// The best placements found for `procs` on `machine` within `options`, best first, with the
 /// baselines and the `extra` starts (labelled, such as the work-rate model's) among them as
-/// scored; `progress` is called after every pass.
+/// scored; `progress` is called after every pass. With `on_demand` (a master/worker program
+/// whose master deals its tasks on demand) candidates are scored by dealing the tasks again
+/// ([`OnDemand::seconds`]) instead of by the engine's replay.
+#[allow(clippy::too_many_arguments)] // the search's inputs, each of its own kind
 pub fn search(
     procs: &[ProcInfo],
     events: &[Event],
     machine: &Machine,
+    on_demand: Option<&OnDemand>,
     extra: Vec<(String, Placement)>,
     options: SearchOptions,
     progress: impl FnMut(Progress),
@@ -306,7 +314,7 @@ pub fn search(
         by_communication(n, machine, &communication(events)),
     ));
     let placements: Vec<Placement> = starts.iter().map(|(_, p)| p.clone()).collect();
-    let times = score(procs, events, machine, &placements)?;
+    let times = score_by(procs, events, machine, on_demand, &placements)?;
     let seen: Vec<Scored> = starts
         .into_iter()
         .zip(times)
@@ -321,19 +329,36 @@ pub fn search(
         procs,
         events,
         machine,
+        on_demand,
         seen,
         SearchOptions { budget, ..options },
         progress,
     )
 }
 
+/// The predicted run time of each of `placements`: by the engine ([`score`]), or with
+/// `on_demand` by dealing its tasks again.
+fn score_by(
+    procs: &[ProcInfo],
+    events: &[Event],
+    machine: &Machine,
+    on_demand: Option<&OnDemand>,
+    placements: &[Placement],
+) -> Result<Vec<f64>, EngineError> {
+    match on_demand {
+        Some(d) => Ok(placements.iter().map(|p| d.seconds(machine, p)).collect()),
+        None => score(procs, events, machine, placements),
+    }
+}
+
 /// Improves the best of the placements `seen` (scored) by moves and swaps, a batch per pass,
 /// while that helps and `options.budget` lasts; returns the best placements seen, best
-/// first.
+/// first. `on_demand` scores as in [`search`].
 pub fn improve(
     procs: &[ProcInfo],
     events: &[Event],
     machine: &Machine,
+    on_demand: Option<&OnDemand>,
     mut seen: Vec<Scored>,
     options: SearchOptions,
     mut progress: impl FnMut(Progress),
@@ -356,7 +381,7 @@ pub fn improve(
         if batch.is_empty() {
             break; // every neighbour of the best was tried: a local optimum
         }
-        let times = score(procs, events, machine, &batch)?;
+        let times = score_by(procs, events, machine, on_demand, &batch)?;
         scored += batch.len();
         let mut improved = false;
         for (placement, seconds) in batch.into_iter().zip(times) {
@@ -516,6 +541,7 @@ mod tests {
                 remote: CommTable::new(vec![(0.0, 0.010)]).unwrap(),
             },
             spin: 0.0,
+            bind_to_cores: false,
         }
     }
 
@@ -549,6 +575,7 @@ mod tests {
             &procs,
             &events,
             &machine(),
+            None,
             Vec::new(),
             SearchOptions::default(),
             |_| passes += 1,
@@ -580,6 +607,7 @@ mod tests {
             &procs,
             &events,
             &machine(),
+            None,
             vec![start],
             SearchOptions::default(),
             |_| {},

@@ -10,6 +10,7 @@ use lbf::advise::hostfiles::{
     mpich_machinefile, open_mpi_hostfile, open_mpi_rankfile, target_toml,
 };
 use lbf::advise::master_worker::{declared, recognise, MasterWorker};
+use lbf::advise::on_demand::OnDemand;
 use lbf::advise::search::{search, Host, Machine, Progress, Scored, SearchOptions};
 use lbf::advise::work_rate_placement::{self, WorkRateAdvice};
 use lbf::config::{load_cluster, NetworkPreset};
@@ -59,6 +60,12 @@ pub(crate) struct Advise {
     /// How much a waiting process loads its host, 0 to 1 (see `predict --help`).
     #[arg(long, default_value_t = 0.0)]
     spin: f64,
+
+    /// Bind each process to one core of its host, as `mpirun --bind-to core` does: a host's
+    /// processes are dealt out to its cores in turn, each core shared by its own processes
+    /// only (see `predict --help`).
+    #[arg(long)]
+    bind_to_cores: bool,
 
     /// How long the search may improve its best placement, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
@@ -136,8 +143,29 @@ pub(crate) fn advise(args: &Advise) -> Result<()> {
         .iter()
         .map(|a| ("work-rate".to_string(), a.placement.clone()))
         .collect();
-    let found = search(&procs, &events, &machine, extra, options, show_progress)
-        .with_context(|| format!("{trace}: scoring placements"))?;
+    // A master that deals its tasks on demand: placements are scored by dealing them again.
+    let on_demand = mw
+        .as_ref()
+        .and_then(|mw| OnDemand::read(&procs, &events, mw.master));
+    if let Some(d) = &on_demand {
+        eprintln!(
+            "advise: process {} deals {} tasks on demand to {} workers: placements are scored \
+             by dealing them again, not by replaying the traced deal",
+            d.master,
+            d.tasks.len(),
+            d.workers.len()
+        );
+    }
+    let found = search(
+        &procs,
+        &events,
+        &machine,
+        on_demand.as_ref(),
+        extra,
+        options,
+        show_progress,
+    )
+    .with_context(|| format!("{trace}: scoring placements"))?;
     eprintln!();
     let best = &found[0];
     // The engine's rank and time for the model's placement (a start, so always kept).
@@ -155,7 +183,10 @@ pub(crate) fn advise(args: &Advise) -> Result<()> {
         }
     } else {
         print!("{}", table(&machine, &found, args.top));
-        print!("{}", by_hosts(&procs, &events, &machine, options)?);
+        print!(
+            "{}",
+            by_hosts(&procs, &events, &machine, on_demand.as_ref(), options)?
+        );
         if let Some(mw) = &mw {
             println!("{}", figures(mw));
         }
@@ -196,6 +227,7 @@ fn machine(args: &Advise) -> Result<Machine> {
                 .collect(),
             network,
             spin: args.spin,
+            bind_to_cores: args.bind_to_cores,
         });
     }
     let hosts = args.hosts.unwrap_or(1);
@@ -221,6 +253,7 @@ fn machine(args: &Advise) -> Result<Machine> {
             .collect(),
         network: args.network.network(),
         spin: args.spin,
+        bind_to_cores: args.bind_to_cores,
     })
 }
 
@@ -279,6 +312,7 @@ fn by_hosts(
     procs: &[lbf::event::ProcInfo],
     events: &[Event],
     machine: &Machine,
+    on_demand: Option<&OnDemand>,
     options: SearchOptions,
 ) -> Result<String> {
     let mut out = String::from("hosts used  best predicted\n");
@@ -293,6 +327,7 @@ fn by_hosts(
             procs,
             events,
             &fewer,
+            on_demand,
             Vec::new(),
             SearchOptions { budget, ..options },
             |_| {},

@@ -7,7 +7,9 @@
 //! placement), advised, and then the advised placement and others (the baselines among them)
 //! are run for real, 3 times each: the advised placement must measure fastest or within 5 %
 //! of the fastest, and the predicted times must order the measured ones with a Spearman rank
-//! correlation of at least 0.9.
+//! correlation of at least 0.9. The programs: a master/worker program whose master deals
+//! its tasks on demand, and a stencil whose ranks have subdomains of different sizes. See
+//! docs/advise.md for what the emulation is and a run's figures.
 
 mod traced;
 
@@ -16,38 +18,27 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use lbf::advise::search::{describe as describe_on, Host};
+
 use traced::machine::{self, machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
 use traced::{
-    host_figures, parse_checks, traced_job_retried, workload_built_by, EmulatedCluster, HostSpec,
-    Mpi,
+    host_figures, parse_checks, run, traced_job_retried, workload_built_by, EmulatedCluster,
+    HostSpec, Mpi,
 };
 
-/// The cluster: a fast host of 2 cores, a slower one of 2, a slow one of 1, by their quotas
-/// (the cgroups run a little faster than their quotas: `lbf-node calibrate --cpu` measures
-/// them at some 0.37, 0.30 and 0.21 of a CPU); 1.19 of this machine's 2 CPUs in all, so that
-/// other work on the machine leaves the hosts their quotas. A rank sharing a core of `a`
-/// runs slower than any core alone.
+/// The cluster: a fast host of 2 cores, a slower one of 2, a slow one of 1, by their cores'
+/// quotas (`lbf-node calibrate --cpu` reads them a little faster on a quiet machine, slower
+/// on a busy one); 1.19 of this machine's 2 CPUs in all, so that other work on the machine
+/// leaves the hosts their quotas. A rank sharing a core of `a` runs slower than any core
+/// alone.
 const HOSTS: [HostSpec; 3] = [
-    HostSpec {
-        name: "a",
-        cores: 2,
-        speed: 0.3,
-    },
-    HostSpec {
-        name: "b",
-        cores: 2,
-        speed: 0.22,
-    },
-    HostSpec {
-        name: "c",
-        cores: 1,
-        speed: 0.15,
-    },
+    HostSpec::new("a", 2, 0.3),
+    HostSpec::new("b", 2, 0.22),
+    HostSpec::new("c", 1, 0.15),
 ];
-/// Every host's link, both ways, and its token bucket (the smallest that keeps tbf's timer
-/// from slowing a 100 Mbit/s link; see tests/calibrate.rs).
-const RATE: &str = "100mbit";
-const BURST: u32 = 4096;
+/// Every host's link, both ways: its rate and its token bucket in bytes (the smallest that
+/// keeps tbf's timer from slowing a 100 Mbit/s link; see tests/calibrate.rs).
+const LINK: (&str, u32) = ("100mbit", 4096);
 /// Runs of each placement measured; the median counts.
 const RUNS: usize = 3;
 /// Placements measured: the advised one, the baselines, and others spread over the advice's
@@ -80,23 +71,7 @@ fn ready() -> bool {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("advise-cluster-{name}"));
-    std::fs::create_dir_all(&dir).expect("a scratch directory");
-    dir
-}
-
-/// Runs `command`, which must succeed; its standard output.
-fn run(command: &mut Command) -> String {
-    let out = command
-        .output()
-        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{command:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 output")
+    traced::scratch(&format!("advise-cluster-{name}"))
 }
 
 /// `lbf-node calibrate ARGS` in network namespace `ns`.
@@ -107,31 +82,36 @@ fn calibrate_in(ns: &str) -> Command {
     c
 }
 
+/// The table `key` (`local` or `remote`) of a file `lbf-node calibrate` wrote.
+fn table_of(file: &Path, key: &str) -> String {
+    let text = std::fs::read_to_string(file).expect("the table file");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key} = ")))
+        .unwrap_or_else(|| panic!("no {key} table in {text}"))
+        .to_string()
+}
+
 /// The cluster file of `cluster`, measured: each host's speed by `calibrate --cpu` in its
-/// first core's cgroup against this machine's CPU 0 (both on CPU 0), the network's table by
-/// `calibrate --peer` from the first host to the second (outside the cgroups: the network
-/// alone). Its cores are the emulation's.
+/// first core's cgroup (against calibrate's reference, this machine kind measured idle: a
+/// reference measured here and now would count the other work of a busy machine as a slower
+/// CPU), the network's table by
+/// `calibrate --peer` from the first host to the second and within a host by `calibrate
+/// --local` (outside the cgroups: the network alone). Its cores are the emulation's.
 fn measure_cluster_file(cluster: &EmulatedCluster, dir: &Path) -> PathBuf {
     let node = env!("CARGO_BIN_EXE_lbf-node");
-    let reference = dir.join("reference.toml");
-    run(Command::new("taskset")
-        .args([
-            "-c",
-            "0",
-            node,
-            "calibrate",
-            "--cpu",
-            "--seconds",
-            "1",
-            "-o",
-        ])
-        .arg(&reference));
+    // Within a host: TCP over its loopback (see `traced::across`), the same kernel for all.
+    let local = dir.join("local.toml");
+    let listing = run(calibrate_in(&cluster.hosts[0].ns)
+        .args(["--local", "--max-bytes", "1M", "--min-reps", "3"])
+        .args(["--seconds-per-size", "0.02", "-o"])
+        .arg(&local));
+    eprintln!("within a host:\n{listing}");
+    let local = table_of(&local, "local");
     let mut text = String::new();
     for h in &cluster.hosts {
         let file = dir.join(format!("host-{}.toml", h.spec.name));
         run(&mut h.core(0).run(&format!(
-            "taskset -c 0 {node} calibrate --cpu --seconds 1 --reference {} -o {}",
-            reference.display(),
+            "{node} calibrate --cpu --seconds 1 -o {}",
             file.display()
         )));
         let (speed, _) = host_figures(&file);
@@ -140,7 +120,7 @@ fn measure_cluster_file(cluster: &EmulatedCluster, dir: &Path) -> PathBuf {
             h.spec.name, h.spec.cores, h.spec.speed
         );
         text += &format!(
-            "[[host]]\nname = \"{}\"\ncores = {}\nspeed = {speed}\n\n",
+            "[[host]]\nname = \"{}\"\ncores = {}\nspeed = {speed}\nlocal = {local}\n\n",
             h.spec.name, h.spec.cores
         );
     }
@@ -160,11 +140,7 @@ fn measure_cluster_file(cluster: &EmulatedCluster, dir: &Path) -> PathBuf {
         "the network, {} to {}:\n{listing}",
         a.spec.name, b.spec.name
     );
-    let remote = std::fs::read_to_string(&table).expect("the table");
-    let remote = remote
-        .lines()
-        .find_map(|l| l.strip_prefix("remote = "))
-        .expect("a remote table");
+    let remote = table_of(&table, "remote");
     let names: Vec<String> = cluster
         .hosts
         .iter()
@@ -238,8 +214,10 @@ fn choose(advice: &[Advised]) -> Vec<Advised> {
         }
     }
     assert!(
-        chosen.len() >= 3,
-        "the advice lists neither block nor round-robin: {advice:?}"
+        ["block", "round-robin"]
+            .iter()
+            .all(|label| advice.iter().any(|a| a.label == *label)),
+        "the advice lists no block or no round-robin placement: {advice:?}"
     );
     // Then, while any is APART from all chosen, the one farthest from them: the measured
     // placements spread over the advice's range as evenly as it allows.
@@ -329,17 +307,15 @@ fn spearman_of_rankings() {
 
 /// `host: processes | ...` of `placement`.
 fn describe(placement: &[usize]) -> String {
-    let mut parts = Vec::new();
-    for (h, host) in HOSTS.iter().enumerate() {
-        let procs: Vec<String> = (0..placement.len())
-            .filter(|&p| placement[p] == h)
-            .map(|p| p.to_string())
-            .collect();
-        if !procs.is_empty() {
-            parts.push(format!("{}: {}", host.name, procs.join(" ")));
-        }
-    }
-    parts.join(" | ")
+    let hosts: Vec<Host> = HOSTS
+        .iter()
+        .map(|h| Host {
+            name: h.name.to_string(),
+            cores: h.cores,
+            speed: h.speed,
+        })
+        .collect();
+    describe_on(&hosts, placement)
 }
 
 /// The experiment for `program args` of `procs` ranks: measure the cluster, trace the
@@ -351,7 +327,7 @@ fn experiment(name: &str, args: &str, procs: usize) {
     }
     let dir = scratch(name);
     let program = workload_built_by("mpicc.openmpi", "mpi", name, &[]);
-    let cluster = EmulatedCluster::new(&HOSTS, RATE, BURST, &dir);
+    let cluster = EmulatedCluster::new(&HOSTS, LINK.0, LINK.1, &dir);
     let cluster_file = measure_cluster_file(&cluster, &dir);
     let block: Vec<usize> = (0..procs).map(|p| [0, 0, 1, 1, 2][p % 5]).collect();
     let (trace, traced_seconds) =
@@ -454,9 +430,10 @@ fn master_worker_advice_holds_on_an_emulated_cluster() {
     experiment("master_worker", "12 20", 4);
 }
 
-/// A stencil (a halo exchange on a ring of 4 ranks, 32 KiB and 800 B to each neighbour per
-/// step): the advice is the engine's replay of the trace on each placement.
+/// A stencil of uneven subdomains (`stencil.c`: a ring of 4 ranks, rank r computing r + 1
+/// shares of 3 ms a step between posting and completing a 32 KiB halo exchange with each
+/// neighbour): the advice is the engine's replay of the trace on each placement.
 #[test]
 fn stencil_advice_holds_on_an_emulated_cluster() {
-    experiment("halo", "15 8", 4);
+    experiment("stencil", "30 3", 4);
 }

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use traced::machine::{self, machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
 use traced::{
-    across, host_figures, lbf_trace, read_trace, timed, traced_job_retried, workload,
+    across, host_figures, lbf_trace, read_trace, run, timed, traced_job_retried, workload,
     workload_built_by, Cgroup, Mpi, NetnsPair, BUSY,
 };
 
@@ -34,23 +34,7 @@ fn ready() -> bool {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("calibrate-{name}"));
-    std::fs::create_dir_all(&dir).expect("a scratch directory");
-    dir
-}
-
-/// Runs `command`, which must succeed; its standard output.
-fn run(command: &mut Command) -> String {
-    let out = command
-        .output()
-        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{command:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 output")
+    traced::scratch(&format!("calibrate-{name}"))
 }
 
 /// `lbf-node calibrate ARGS` in network namespace `ns`.

@@ -10,7 +10,7 @@ use std::process::Command;
 
 use super::cgroup::Cgroup;
 use super::mpi::Mpi;
-use super::netns::{across, ip, netns_ssh, shape, wait_ready, SshHost};
+use super::netns::{across, ip, netns_ssh, shape, wait_ready, Enter, SshHost};
 
 /// CPU time a core's quota gives per period, in microseconds: the period is this over the
 /// speed. The smallest quota the kernel takes, so that the period is as short as it can be:
@@ -27,6 +27,13 @@ pub(crate) struct HostSpec {
     pub cores: u32,
     /// Each core's speed, as a share of one of this machine's CPUs.
     pub speed: f64,
+}
+
+impl HostSpec {
+    /// Host `name` of `cores` cores of `speed` each.
+    pub(crate) const fn new(name: &'static str, cores: u32, speed: f64) -> Self {
+        HostSpec { name, cores, speed }
+    }
 }
 
 /// An emulated host.
@@ -147,18 +154,14 @@ impl EmulatedCluster {
                 addr: &h.addr,
                 ns: &h.ns,
                 prelude: format!(
-                    "echo $$ > {group}/cgroup.procs\nmkdir -p {shm}\n\
-                     export LBF_HOST_CGROUP={group} LBF_HOST_CORES={cores} \
-                     OMPI_MCA_btl_vader_backing_directory={shm}",
+                    "echo $$ > {group}/cgroup.procs\n\
+                     export LBF_HOST_CGROUP={group} LBF_HOST_CORES={cores}",
                     group = h.group.path().display(),
                     cores = h.spec.cores,
-                    shm = cluster.shm(h).display(),
                 ),
             })
             .collect();
-        cluster.ssh = netns_ssh(dir, &ssh_hosts);
-        // Every "host" has this machine's hostname, and Open MPI names its shared-memory
-        // segments after the hostname: each host gets a directory of its own for them.
+        cluster.ssh = netns_ssh(dir, &ssh_hosts, Enter::Nsenter);
         std::fs::write(
             &cluster.bind,
             "#!/bin/sh\n\
@@ -176,11 +179,6 @@ impl EmulatedCluster {
             .expect("chmod");
         assert!(status.success(), "chmod +x {}", cluster.bind.display());
         cluster
-    }
-
-    /// The directory of host `h`'s shared-memory segments.
-    fn shm(&self, h: &EmulatedHost) -> PathBuf {
-        Path::new("/dev/shm").join(&h.ns)
     }
 
     /// The shell command that runs `program args` with Open MPI, rank `i` on host
@@ -223,7 +221,6 @@ impl Drop for EmulatedCluster {
     fn drop(&mut self) {
         for h in &self.hosts {
             let _ = Command::new("ip").args(["netns", "del", &h.ns]).status();
-            let _ = std::fs::remove_dir_all(self.shm(h));
         }
         let _ = Command::new("ip")
             .args(["netns", "del", &self.switch])

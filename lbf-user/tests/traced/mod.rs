@@ -9,6 +9,8 @@
 
 #![allow(dead_code)] // each test crate uses its own part
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::Mutex;
 
 pub(crate) mod cgroup;
@@ -36,4 +38,25 @@ static TRACING: Mutex<()> = Mutex::new(());
 /// (see [`machine::require`]).
 pub(crate) fn can_trace() -> bool {
     machine::require("root (tracing loads eBPF)", machine::is_root())
+}
+
+/// A scratch directory `name` under the tests' temporary directory, made if missing.
+pub(crate) fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
+/// Runs `command`, which must succeed; its standard output.
+pub(crate) fn run(command: &mut Command) -> String {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{command:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
 }

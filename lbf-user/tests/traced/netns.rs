@@ -80,7 +80,7 @@ impl NetnsPair {
                 prelude: String::new(),
             })
             .collect();
-        netns_ssh(dir, &hosts)
+        netns_ssh(dir, &hosts, Enter::IpNetnsExec)
     }
 
     /// Shapes both directions of the link with a token bucket (`tc qdisc ... tbf`) of `rate`
@@ -152,21 +152,27 @@ pub(crate) struct SshHost<'a> {
     pub prelude: String,
 }
 
+/// How a command enters a host's network namespace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Enter {
+    /// `ip netns exec`, which also mounts a `/sys` of the namespace (its network devices,
+    /// which UCX reads under MPICH) and so hides this machine's cgroups.
+    IpNetnsExec,
+    /// `nsenter --net`: the network namespace alone, so the command sees this machine's
+    /// files, cgroups included.
+    Nsenter,
+}
+
 /// Writes an `ssh` for mpirun into `dir` that runs the command in the network namespace of
-/// the host with its address, after the host's prelude: how an MPI job spans namespaces. It
-/// enters only the network namespace (`nsenter --net`), so the command sees this machine's
-/// files, cgroups included.
-pub(crate) fn netns_ssh(dir: &Path, hosts: &[SshHost]) -> PathBuf {
+/// the host with its address (entered as `enter` says), after the host's prelude: how an
+/// MPI job spans namespaces.
+pub(crate) fn netns_ssh(dir: &Path, hosts: &[SshHost], enter: Enter) -> PathBuf {
     let path = dir.join(format!("netns-ssh-{}", std::process::id()));
     let cases: String = hosts
         .iter()
         .map(|h| {
-            format!(
-                "  {})\n    {}\n    ns={} ;;\n",
-                h.addr,
-                h.prelude.replace('\n', "\n    "),
-                h.ns
-            )
+            let prelude: String = h.prelude.lines().map(|l| format!("    {l}\n")).collect();
+            format!("  {})\n{prelude}    ns={} ;;\n", h.addr, h.ns)
         })
         .collect();
     std::fs::write(
@@ -179,8 +185,12 @@ host=$1; shift
 case "$host" in
 {cases}  *) echo "netns-ssh: no network namespace has $host" >&2; exit 1 ;;
 esac
-exec nsenter --net=/run/netns/"$ns" sh -c "$*"
-"#
+exec {enter} sh -c "$*"
+"#,
+            enter = match enter {
+                Enter::IpNetnsExec => "ip netns exec \"$ns\"",
+                Enter::Nsenter => "nsenter --net=/run/netns/\"$ns\"",
+            }
         ),
     )
     .expect("writing netns-ssh");
@@ -194,8 +204,13 @@ exec nsenter --net=/run/netns/"$ns" sh -c "$*"
 }
 
 /// mpirun's arguments (before the program) that start ranks through `ssh` (see
-/// [`netns_ssh`]) and keep the job's traffic between hosts on the network `net` (a CIDR
-/// block); ranks on one host share memory (Open MPI) or not (MPICH).
+/// [`netns_ssh`]) and keep the job's traffic on the network `net` (a CIDR block), over TCP
+/// also between ranks of one host. Open MPI's shared memory would hold a 4 KiB to 64 KiB
+/// message until the receiving rank runs, where TCP leaves it in the kernel: on a host
+/// emulated by CPU quotas, whose ranks stop for most of every period, that couples ranks as
+/// no real host's do; and one tracer sees every namespace as one host, so it would take
+/// every message of the job for one between ranks of a host (see
+/// `lbf_capture::mpi::eager`), sent by rendezvous above 4 KiB.
 pub(crate) fn across(mpi: Mpi, net: &str, ssh: &Path) -> Vec<String> {
     let ssh = ssh.display().to_string();
     let words: Vec<&str> = match mpi {
@@ -211,7 +226,7 @@ pub(crate) fn across(mpi: Mpi, net: &str, ssh: &Path) -> Vec<String> {
             "ob1",
             "--mca",
             "btl",
-            "tcp,vader,self",
+            "tcp,self",
             "--mca",
             "btl_tcp_if_include",
             net,

@@ -315,12 +315,10 @@ impl OnDemand {
         }
         end = end.max(now + self.finish[m] / speed[m].max(1e-12));
         // Processes outside the dealing end after their own work.
-        for p in 0..placement.len() {
-            if p != m && !self.workers.contains(&(p as ProcId)) {
-                end = end.max(ready(p) + self.finish[p] / speed[p].max(1e-12));
-            }
-        }
-        end
+        let outside = (0..placement.len())
+            .filter(|&p| p != m && !self.workers.contains(&(p as ProcId)))
+            .map(|p| ready(p) + self.finish[p] / speed[p].max(1e-12));
+        outside.fold(end, f64::max)
     }
 }
 

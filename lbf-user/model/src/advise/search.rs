@@ -110,6 +110,22 @@ impl Machine {
     }
 }
 
+/// `placement` on `hosts` in a line: `a: 0 1 | b: 2 3` (the hosts used, each with its
+/// processes).
+pub fn describe(hosts: &[Host], placement: &[usize]) -> String {
+    let mut parts = Vec::new();
+    for (h, host) in hosts.iter().enumerate() {
+        let procs: Vec<String> = (0..placement.len())
+            .filter(|&p| placement[p] == h)
+            .map(|p| p.to_string())
+            .collect();
+        if !procs.is_empty() {
+            parts.push(format!("{}: {}", host.name, procs.join(" ")));
+        }
+    }
+    parts.join(" | ")
+}
+
 /// The predicted run time of each of `placements` of the processes `procs` whose events are
 /// `events`, on `machine`: one pass of the engine over the events.
 pub fn score(

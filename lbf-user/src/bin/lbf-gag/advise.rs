@@ -11,7 +11,7 @@ use lbf::advise::hostfiles::{
 };
 use lbf::advise::master_worker::{declared, recognise, MasterWorker};
 use lbf::advise::on_demand::OnDemand;
-use lbf::advise::search::{search, Host, Machine, Progress, Scored, SearchOptions};
+use lbf::advise::search::{describe, search, Host, Machine, Progress, Scored, SearchOptions};
 use lbf::advise::work_rate_placement::{self, WorkRateAdvice};
 use lbf::config::{load_cluster, NetworkPreset};
 use lbf::event::Event;
@@ -110,7 +110,11 @@ Examples:
 The predicted times are the engine's, as `predict` gives them for one target each. For a
 master/worker program (one process exchanging with all others, the others not with each
 other, or --master) the work-rate model's placement (label `work-rate`) is scored too, and
-the model's own rate and time are printed next to the engine's prediction for it.";
+the model's own rate and time are printed next to the engine's prediction for it. When its
+master hands the tasks out on demand (each result answered with the next task to its
+sender, in no fixed rotation), every placement is scored by dealing the trace's tasks again,
+each to the worker that reports first, rather than by replaying the traced deal (a note on
+stderr says so; see docs/advise.md).";
 
 /// Runs `lbf-gag advise`.
 pub(crate) fn advise(args: &Advise) -> Result<()> {
@@ -286,25 +290,10 @@ fn table(machine: &Machine, found: &[Scored], top: usize) -> String {
             i + 1,
             s.label,
             s.seconds,
-            describe(machine, &s.placement)
+            describe(&machine.hosts, &s.placement)
         );
     }
     out
-}
-
-/// `host0: 0 1 | host1: 2 3`.
-fn describe(machine: &Machine, placement: &[usize]) -> String {
-    let mut parts = Vec::new();
-    for (h, host) in machine.hosts.iter().enumerate() {
-        let procs: Vec<String> = (0..placement.len())
-            .filter(|&p| placement[p] == h)
-            .map(|p| p.to_string())
-            .collect();
-        if !procs.is_empty() {
-            parts.push(format!("{}: {}", host.name, procs.join(" ")));
-        }
-    }
-    parts.join(" | ")
 }
 
 /// The best predicted time using 1, 2, ... of the hosts (each a short search of its own).

@@ -48,6 +48,9 @@ const MEASURED: usize = 7;
 /// advised one and the baselines and every other measured one: closer, the runs' own spread
 /// (a few %) would order them rather than the placements.
 const APART: f64 = 0.03;
+/// The slowest placement measured beyond the baselines, predicted, as a multiple of the
+/// advised one's prediction: the measurements must fit in nextest's 3 minutes.
+const SLOWEST: f64 = 2.0;
 /// How much slower than the fastest measured the advised placement may measure.
 const ADVISED_SLACK: f64 = 0.05;
 /// The least Spearman rank correlation between predicted and measured times.
@@ -197,7 +200,8 @@ fn advise(trace: &Path, cluster_file: &Path, procs: usize) -> Vec<Advised> {
 }
 
 /// The placements to measure: the advised one, the baselines, then up to [`MEASURED`] in
-/// all, each the one whose predicted time is farthest from those chosen (at least [`APART`]).
+/// all, each the one whose predicted time is farthest from those chosen (at least [`APART`],
+/// at most [`SLOWEST`] times the advised one's).
 fn choose(advice: &[Advised]) -> Vec<Advised> {
     let mut chosen = vec![advice[0].clone()];
     let add = |a: &Advised, chosen: &mut Vec<Advised>| {
@@ -227,10 +231,11 @@ fn choose(advice: &[Advised]) -> Vec<Advised> {
             .map(|c| (a.predicted - c.predicted).abs() / a.predicted.min(c.predicted))
             .fold(f64::INFINITY, f64::min)
     };
+    let slowest = advice[0].predicted * SLOWEST;
     while chosen.len() < MEASURED {
         let Some(far) = advice
             .iter()
-            .filter(|a| distance(a, &chosen) >= APART)
+            .filter(|a| a.predicted <= slowest && distance(a, &chosen) >= APART)
             .max_by(|a, b| distance(a, &chosen).total_cmp(&distance(b, &chosen)))
         else {
             break;

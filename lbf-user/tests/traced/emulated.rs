@@ -1,8 +1,8 @@
 //! A heterogeneous cluster emulated on this machine: each host a network namespace on a
 //! bridge (in a namespace of its own, the "switch", where mpirun runs), every link shaped by
 //! a token bucket, and each of a host's cores a CPU cgroup whose quota is the core's speed.
-//! An MPI job's ranks join their host's cgroup through the job's `ssh` and their core's
-//! through [`EmulatedCluster::bind`], which deals a host's ranks out to its cores in turn as
+//! An MPI job's processes join their host's cgroup through the job's `ssh`, and its ranks
+//! their core's through the core binder (`bind` in the cluster's directory), which deals a host's ranks out to its cores in turn as
 //! `mpirun --bind-to core` would, and as `lbf-gag advise --bind-to-cores` models.
 
 use std::path::{Path, PathBuf};
@@ -46,7 +46,10 @@ pub(crate) struct EmulatedHost {
     pub addr: String,
     /// Its cores' cgroups (dropped before the host's).
     cores: Vec<Cgroup>,
-    /// The host's cgroup, parent of its cores'.
+    /// The cgroup of the job's other processes on the host (Open MPI's daemon): cgroup v2
+    /// keeps processes out of a group whose children have controllers.
+    daemons: Cgroup,
+    /// The host's cgroup, parent of its cores' and its daemons'.
     group: Cgroup,
 }
 
@@ -78,6 +81,7 @@ impl EmulatedCluster {
     /// token bucket of `burst` bytes (each host's link both ways: a message between two hosts
     /// crosses two buckets), scripts in `dir`.
     pub(crate) fn new(hosts: &[HostSpec], rate: &str, burst: u32, dir: &Path) -> Self {
+        remove_stale();
         let pid = std::process::id();
         let switch = format!("lbf{pid}-sw");
         ip(&["netns", "add", &switch]);
@@ -114,6 +118,7 @@ impl EmulatedCluster {
                     core
                 })
                 .collect();
+            let daemons = Cgroup::under(Some(&group), "daemons");
             let addr = format!("10.232.0.{}", i + 1);
             ip(&["netns", "add", &ns]);
             cluster.hosts.push(EmulatedHost {
@@ -121,6 +126,7 @@ impl EmulatedCluster {
                 ns: ns.clone(),
                 addr: addr.clone(),
                 cores,
+                daemons,
                 group,
             });
             ip(&[
@@ -154,8 +160,9 @@ impl EmulatedCluster {
                 addr: &h.addr,
                 ns: &h.ns,
                 prelude: format!(
-                    "echo $$ > {group}/cgroup.procs\n\
+                    "echo $$ > {daemons}/cgroup.procs\n\
                      export LBF_HOST_CGROUP={group} LBF_HOST_CORES={cores}",
+                    daemons = h.daemons.path().display(),
                     group = h.group.path().display(),
                     cores = h.spec.cores,
                 ),
@@ -214,6 +221,43 @@ impl EmulatedCluster {
             self.bind.display(),
             program.display()
         )
+    }
+}
+
+/// Removes the namespaces and cgroups (`lbfPID-...`) that a test killed before its drop
+/// (nextest's timeout) left: those of processes that no longer exist.
+fn remove_stale() {
+    let dead = |name: &str| {
+        name.strip_prefix("lbf")
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+            .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+    };
+    let listing = Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    for ns in listing.lines().filter_map(|l| l.split_whitespace().next()) {
+        if dead(ns) {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+    for root in ["/sys/fs/cgroup", "/sys/fs/cgroup/cpu"] {
+        let Ok(entries) = std::fs::read_dir(root) else {
+            continue;
+        };
+        for group in entries
+            .flatten()
+            .filter(|e| dead(&e.file_name().to_string_lossy()))
+        {
+            if let Ok(children) = std::fs::read_dir(group.path()) {
+                for child in children.flatten().filter(|c| c.path().is_dir()) {
+                    let _ = std::fs::remove_dir(child.path());
+                }
+            }
+            let _ = std::fs::remove_dir(group.path());
+        }
     }
 }
 

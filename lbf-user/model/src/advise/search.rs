@@ -7,9 +7,10 @@
 //! hop-bytes.
 //!
 //! [`search`] starts from simple placements (block, round-robin, the fewest hosts, and one
-//! built from the communication matrix: processes that exchange the most bytes together) and
-//! improves the best by moving one process to another host or swapping two, a batch of
-//! neighbours per pass, while that helps and the time budget lasts.
+//! built from the communication matrix: processes that exchange the most bytes together),
+//! scores every placement when there are at most [`EXHAUSTIVE`], and improves the best by
+//! moving one process to another host or swapping two, a batch of neighbours per pass, while
+//! that helps and the time budget lasts.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -340,6 +341,39 @@ pub fn search(
             seconds,
         })
         .collect();
+    let mut progress = progress;
+    let mut seen = seen;
+    if let Some(all) = every_placement(n, machine) {
+        // Few enough to score them all: the answer is the best there is.
+        let mut scored = seen.len();
+        let mut known: std::collections::HashSet<Placement> = seen
+            .iter()
+            .map(|s| machine.canonical(&s.placement))
+            .collect();
+        let fresh: Vec<Placement> = all
+            .into_iter()
+            .filter(|p| known.insert(machine.canonical(p)))
+            .collect();
+        for batch in fresh.chunks(options.batch.max(1)) {
+            if started.elapsed() >= options.budget {
+                break;
+            }
+            let times = score_by(procs, events, machine, on_demand, batch)?;
+            scored += batch.len();
+            seen.extend(batch.iter().zip(times).map(|(p, seconds)| Scored {
+                label: "search".into(),
+                placement: p.clone(),
+                seconds,
+            }));
+            keep_best(&mut seen, machine, options.keep);
+            progress(Progress {
+                scored,
+                best_seconds: seen[0].seconds,
+                spent: (started.elapsed().as_secs_f64() / options.budget.as_secs_f64().max(1e-9))
+                    .min(1.0),
+            });
+        }
+    }
     let budget = options.budget.saturating_sub(started.elapsed());
     improve(
         procs,
@@ -351,6 +385,33 @@ pub fn search(
         progress,
     )
 }
+
+/// Placements of `procs` processes on `machine` at most [`EXHAUSTIVE`] in number (hosts to
+/// the power of processes): every one of them; `None` when there are more.
+fn every_placement(procs: usize, machine: &Machine) -> Option<Vec<Placement>> {
+    let hosts = machine.hosts.len();
+    let total = (0..procs).try_fold(1usize, |t, _| t.checked_mul(hosts))?;
+    if hosts == 0 || total > EXHAUSTIVE {
+        return None;
+    }
+    Some(
+        (0..total)
+            .map(|mut i| {
+                (0..procs)
+                    .map(|_| {
+                        let h = i % hosts;
+                        i /= hosts;
+                        h
+                    })
+                    .collect()
+            })
+            .collect(),
+    )
+}
+
+/// The most placements [`search`] scores all of (within its budget) before it improves the
+/// best: 4 hosts and 6 processes, 3 hosts and 7.
+pub const EXHAUSTIVE: usize = 4096;
 
 /// The predicted run time of each of `placements`: by the engine ([`score`]), or with
 /// `on_demand` by dealing its tasks again.
@@ -561,6 +622,23 @@ mod tests {
         }
     }
 
+    /// [`search`] for [`pairs`] of `rounds` on [`machine`], counting its passes in `passes`.
+    fn search_pairs(rounds: u64, options: SearchOptions, passes: &mut usize) -> Vec<Scored> {
+        let events = pairs(rounds, 100);
+        let procs: Vec<ProcInfo> = (0..4).map(proc).collect();
+        let count = |_| *passes += 1;
+        search(
+            &procs,
+            &events,
+            &machine(),
+            None,
+            Vec::new(),
+            options,
+            count,
+        )
+        .unwrap()
+    }
+
     #[test]
     fn baselines_fill_hosts_as_named() {
         let b = baselines(4, &machine());
@@ -584,19 +662,8 @@ mod tests {
     /// the baselines stay in the answer, block (pairs split: 10 ms a message) far behind.
     #[test]
     fn the_search_ranks_the_placement_that_keeps_pairs_together_first() {
-        let events = pairs(20, 100);
-        let procs: Vec<ProcInfo> = (0..4).map(proc).collect();
         let mut passes = 0;
-        let found = search(
-            &procs,
-            &events,
-            &machine(),
-            None,
-            Vec::new(),
-            SearchOptions::default(),
-            |_| passes += 1,
-        )
-        .unwrap();
+        let found = search_pairs(20, SearchOptions::default(), &mut passes);
         let best = &found[0];
         assert_eq!(best.placement[0], best.placement[2], "{best:?}");
         assert_eq!(best.placement[1], best.placement[3], "{best:?}");
@@ -634,6 +701,26 @@ mod tests {
         assert_eq!(best.placement[0], best.placement[2], "{best:?}");
         assert_eq!(best.placement[1], best.placement[3], "{best:?}");
         assert!((best.seconds - 0.020).abs() < 1e-9, "{best:?}");
+    }
+
+    /// 4 processes on 2 hosts make 16 placements, 8 once the identical hosts are told
+    /// apart only by use: all are scored and listed.
+    #[test]
+    fn a_small_problem_is_searched_exhaustively() {
+        let options = SearchOptions {
+            keep: 100,
+            ..SearchOptions::default()
+        };
+        let found = search_pairs(2, options, &mut 0);
+        assert_eq!(found.len(), 8, "{found:?}");
+        assert_eq!(every_placement(4, &machine()).unwrap().len(), 16);
+        let mut bigger = machine();
+        bigger.hosts.push(bigger.hosts[0].clone());
+        bigger.hosts.push(bigger.hosts[0].clone());
+        assert!(
+            every_placement(7, &bigger).is_none(),
+            "4^7 is more than EXHAUSTIVE"
+        );
     }
 
     /// Placements that only swap identical hosts are one; a different host is not.

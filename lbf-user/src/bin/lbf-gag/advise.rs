@@ -21,8 +21,8 @@ use lbf::trace::TraceReader;
 ///
 /// Every candidate is scored by the engine (as `predict` scores a target), many per pass over
 /// the trace: simple placements first (block, round-robin, the fewest hosts, and one that
-/// keeps the processes exchanging the most bytes together), then moves and swaps of the best
-/// while they help, within --budget. For a master/worker program (recognised, or declared with
+/// keeps the processes exchanging the most bytes together), every placement when there are
+/// at most 4096, then moves and swaps of the best while they help, within --budget. For a master/worker program (recognised, or declared with
 /// --master) the work-rate model's placement is one more start. Prints the best placements next to those baselines and
 /// the best time for each number of hosts used; --write DIR writes the best as files to run
 /// and predict it with.

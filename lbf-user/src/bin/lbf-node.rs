@@ -116,7 +116,7 @@ struct Cli {
 
     /// Follow the CPU the captured processes spend in the function NAME, as lbf-trace
     /// --procedure does (repeatable, at most 8; NAME@OBJECT, 0xADDRESS@OBJECT): every event
-    /// then carries it, for the builder's procedure what-ifs (its [job] must list the same
+    /// then carries it, for the builder's procedure what-ifs (its `[job]` must list the same
     /// procedures, in the same order). With --pid, NAME is looked for in what those
     /// processes map and in the programs their command lines name (a launcher's); with
     /// another selection the processes are not known yet, so give the object's path:

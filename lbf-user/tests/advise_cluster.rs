@@ -8,9 +8,8 @@
 //! are run for real, 3 times each: the advised placement must measure fastest or within 5 %
 //! of the fastest, and the predicted times must order the measured ones with a Spearman rank
 //! correlation of at least 0.9. The programs: a master/worker program whose master deals
-//! its tasks on demand, and (not in the suite yet, see its test) a stencil whose ranks have
-//! subdomains of different sizes. See docs/advise.md for what the emulation is and a run's
-//! figures.
+//! its tasks on demand, and a stencil whose ranks have subdomains of different sizes. See
+//! docs/advise.md for what the emulation is and a run's figures.
 
 mod traced;
 
@@ -438,12 +437,8 @@ fn master_worker_advice_holds_on_an_emulated_cluster() {
 
 /// A stencil of uneven subdomains (`stencil.c`: a ring of 4 ranks, rank r computing r + 1
 /// shares of 3 ms a step between posting and completing a 32 KiB halo exchange with each
-/// neighbour): the advice is the engine's replay of the trace on each placement. Not in the
-/// suite yet: placements that put two ranks on one emulated core take 1.5 to 2 times their
-/// predicted time, varying from run to run, and swapped the ranking in 1 of 5 runs (Spearman
-/// 0.886). Run it with `cargo nextest run -p lbf-user --test advise_cluster --run-ignored all`.
+/// neighbour): the advice is the engine's replay of the trace on each placement.
 #[test]
-#[ignore = "placements sharing an emulated core reorder from run to run (Spearman 0.886 in 1 of 5 runs)"]
 fn stencil_advice_holds_on_an_emulated_cluster() {
     experiment("stencil", "30 3", 4);
 }

@@ -356,9 +356,7 @@ impl Tracer {
         std::thread::scope(|scope| {
             let mpi = scope.spawn(move || load_uprobe_programs(mpi, returns));
             let lifecycle = attach_lifecycle(lifecycle);
-            let mpi = mpi
-                .join()
-                .expect("the thread loading the MPI probes' programs");
+            let mpi = mpi.join().expect("the thread loading the MPI probes' programs");
             lifecycle.and(mpi)
         })?;
         Ok(Self {

@@ -195,13 +195,19 @@ const LIFECYCLE_PROGRAMS: [&str; 4] = [
     "sched_process_exit",
 ];
 
+/// Checks that `found` holds every program of `names`: the object has them all.
+fn expect_programs(found: &[(&str, &mut aya::programs::Program)], names: &[&str]) -> Result<()> {
+    ensure!(
+        found.len() == names.len(),
+        "eBPF programs missing from the object: found only {:?} of {names:?}",
+        found.iter().map(|(n, _)| *n).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
 /// Verifies and attaches the lifecycle programs (`programs`: [`LIFECYCLE_PROGRAMS`], by name).
 fn attach_lifecycle(programs: Vec<(&str, &mut aya::programs::Program)>) -> Result<()> {
-    ensure!(
-        programs.len() == LIFECYCLE_PROGRAMS.len(),
-        "eBPF programs missing from the object: only {:?} of {LIFECYCLE_PROGRAMS:?}",
-        programs.iter().map(|(n, _)| *n).collect::<Vec<_>>()
-    );
+    expect_programs(&programs, &LIFECYCLE_PROGRAMS)?;
     let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
     for (name, prog) in programs {
         let prog: &mut BtfTracePoint = prog.try_into()?;
@@ -213,23 +219,31 @@ fn attach_lifecycle(programs: Vec<(&str, &mut aya::programs::Program)>) -> Resul
     Ok(())
 }
 
-/// Verifies the MPI probes' programs (`programs`, by name): the session program where
-/// `returns` takes them as needed, else the entry and the return program.
+/// The MPI probes' programs: the session program where `returns` takes them as needed, else
+/// `mode`'s entry and return programs.
+fn uprobe_programs(mode: AttachMode, returns: Returns) -> Vec<&'static str> {
+    match returns {
+        Returns::AsNeeded => vec![SESSION_PROGRAM],
+        Returns::Every => {
+            let (enter, exit) = mode.programs();
+            vec![enter, exit]
+        }
+    }
+}
+
+/// Verifies the MPI probes' programs (`programs`: those of `names`, [`uprobe_programs`]), as
+/// a uprobe session where `returns` takes them as needed.
 fn load_uprobe_programs(
     programs: Vec<(&str, &mut aya::programs::Program)>,
+    names: &[&str],
     returns: Returns,
 ) -> Result<()> {
-    let want = if returns == Returns::AsNeeded { 1 } else { 2 };
-    ensure!(
-        programs.len() == want,
-        "the MPI probes' eBPF programs are missing from the object (found {:?})",
-        programs.iter().map(|(n, _)| *n).collect::<Vec<_>>()
-    );
+    expect_programs(&programs, names)?;
     for (name, prog) in programs {
         let prog: &mut UProbe = prog.try_into()?;
         match returns {
             Returns::AsNeeded => prog.load_session(),
-            _ => prog.load(),
+            Returns::Every => prog.load(),
         }
         .with_context(|| format!("verifying eBPF program {name}"))?;
     }
@@ -337,13 +351,7 @@ impl Tracer {
         // The MPI probes' programs are the largest to verify: they load on a thread of their
         // own while this one reads the kernel's BTF and loads and attaches the lifecycle
         // hooks (the kernel verifies privileged programs in parallel).
-        let uprobes: Vec<&str> = match returns {
-            Returns::AsNeeded => vec![SESSION_PROGRAM],
-            _ => {
-                let (enter, exit) = mode.programs();
-                vec![enter, exit]
-            }
-        };
+        let uprobes = uprobe_programs(mode, returns);
         let mut lifecycle = Vec::new();
         let mut mpi = Vec::new();
         for (name, prog) in ebpf.programs_mut() {
@@ -354,9 +362,11 @@ impl Tracer {
             }
         }
         std::thread::scope(|scope| {
-            let mpi = scope.spawn(move || load_uprobe_programs(mpi, returns));
+            let mpi = scope.spawn(|| load_uprobe_programs(mpi, &uprobes, returns));
             let lifecycle = attach_lifecycle(lifecycle);
-            let mpi = mpi.join().expect("the thread loading the MPI probes' programs");
+            let mpi = mpi
+                .join()
+                .expect("the thread loading the MPI probes' programs");
             lifecycle.and(mpi)
         })?;
         Ok(Self {

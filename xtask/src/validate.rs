@@ -19,8 +19,9 @@
 //! ranks poll, keeping their core (`wait = "spin"`), with MPICH, which polls flat out, and give
 //! it up (`wait = "yield"`) with Open MPI, which yields while it polls when it has more ranks
 //! than the machine has cores (docs/targets.md). With `--bind` the 2-core runs bind each rank
-//! to a core and the 2-core target binds them alike (`bind_to_cores`). Needs root and 2 CPUs; prints numbers and asserts
-//! nothing. The machine should be otherwise idle (the load average is printed per row).
+//! to a core and the 2-core target binds them alike (`bind_to_cores`). Needs root and 2
+//! CPUs; prints numbers and asserts nothing. The machine should be otherwise idle (the load
+//! average is printed per row).
 
 use std::path::{Path, PathBuf};
 
@@ -114,17 +115,17 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
             // model predicts, read once.
             let mut traces: Vec<Vec<(PathBuf, f64, f64)>> = Vec::new();
             let mut untraced: Vec<Vec<f64>> = Vec::new();
-            for (label, cpus, _) in CONFIGS {
+            for (label, cpus, cores) in CONFIGS {
                 let (mut runs, mut plain) = (Vec::new(), Vec::new());
                 for i in 0..args.runs {
                     let trace = out.join(format!(
                         "{workload}-{mpi}-{}-{i}.jsonl",
                         label.replace(' ', "")
                     ));
-                    job.trace(&bin, cpus, args.np, &trace)?;
+                    job.trace(&bin, cpus, cores, args.np, &trace)?;
                     let untimed = if args.span { untimed(&trace)? } else { 0.0 };
                     runs.push((trace.clone(), measured(&trace)? - untimed, untimed));
-                    plain.push(job.untraced(cpus, args.np)?);
+                    plain.push(job.untraced(cpus, cores, args.np)?);
                 }
                 traces.push(runs);
                 untraced.push(plain);
@@ -154,7 +155,7 @@ struct Job {
     mpi: String,
     program: Vec<String>,
     dir: PathBuf,
-    /// Whether runs on more than one CPU bind each rank to one (`--bind`).
+    /// Whether runs on more than one core bind each rank to one (`--bind`).
     bind: bool,
 }
 
@@ -197,10 +198,11 @@ impl Job {
         }))
     }
 
-    /// The launcher of `np` ranks on `cpus`, binding them to cores where asked.
-    fn launcher(&self, cpus: &str, np: u32) -> Result<Vec<String>> {
+    /// The launcher of `np` ranks on a configuration of `cores`, binding them to its cores
+    /// where asked (as [`write_targets`] binds the target).
+    fn launcher(&self, cores: u32, np: u32) -> Result<Vec<String>> {
         let mut cmd = launcher(&self.mpi, np, false)?;
-        if self.bind && cpus.contains(',') {
+        if self.bind && cores > 1 {
             let binding: &[&str] = match self.mpi.as_str() {
                 // After launcher()'s `--bind-to none`, which it overrides.
                 "openmpi" => &["--bind-to", "core:overload-allowed", "--map-by", "core"],
@@ -212,9 +214,9 @@ impl Job {
     }
 
     /// The wall seconds of one untraced run of `np` ranks on `cpus`.
-    fn untraced(&self, cpus: &str, np: u32) -> Result<f64> {
+    fn untraced(&self, cpus: &str, cores: u32, np: u32) -> Result<f64> {
         let mut cmd = vec!["taskset".to_string(), "-c".into(), cpus.into()];
-        cmd.extend(self.launcher(cpus, np)?);
+        cmd.extend(self.launcher(cores, np)?);
         cmd.extend(self.program.iter().cloned());
         let start = std::time::Instant::now();
         run_cmd_in(&cmd, &self.dir)?;
@@ -222,7 +224,7 @@ impl Job {
     }
 
     /// One run of `np` ranks on `cpus` under `bin`'s lbf-trace, writing `trace`.
-    fn trace(&self, bin: &Path, cpus: &str, np: u32, trace: &Path) -> Result<()> {
+    fn trace(&self, bin: &Path, cpus: &str, cores: u32, np: u32, trace: &Path) -> Result<()> {
         let mut cmd = vec![
             bin.join("lbf-trace").display().to_string(),
             "-o".into(),
@@ -232,7 +234,7 @@ impl Job {
             "-c".into(),
             cpus.into(),
         ];
-        cmd.extend(self.launcher(cpus, np)?);
+        cmd.extend(self.launcher(cores, np)?);
         cmd.extend(self.program.iter().cloned());
         run_cmd_in(&cmd, &self.dir)?;
         Ok(())

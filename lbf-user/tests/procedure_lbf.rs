@@ -18,13 +18,16 @@
 //! (docs/engine.md, "Polling costs its core-mate"). Over UNIX
 //! sockets, whose reads block, the processes are not bound and the tolerance is what the
 //! engine reaches there today. `cargo nextest run -p lbf-user --test procedure_lbf
-//! --no-capture` prints every prediction against its build. The builds are variants of one
+//! --no-capture` prints every prediction against its build. `lbf-trace -p` attached to a
+//! running SPA follows its procedures too. The builds are variants of one
 //! source each (`-DMOVED=`, `-DEMPTIED=`, `-DHALVED=`). Needs root, Open MPI; a busy machine
 //! retries, as the other accuracy checks.
 
 mod traced;
 
 use std::process::Command;
+
+use lbf::event::EventKind;
 use std::time::Instant;
 
 use traced::machine::{self, CpuWatch, BUSY_MACHINE};
@@ -278,4 +281,116 @@ fn procedure_names_are_found_or_their_candidates_listed() {
         run.stderr
     );
     assert!(run.stderr.contains(&*name), "{}", run.stderr);
+}
+
+/// The PIDs of the children of process `pid` (from `/proc/PID/task/PID/children`).
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect()
+}
+
+/// `lbf-trace -p` attached to a running SPA over UNIX sockets (its server and three clients,
+/// forked by `spa all`) with `--procedure`: what the server's events carry between two of its
+/// sends is the CPU of whole procedure calls (servBusy1 2 × `MS`, servBusy2 `MS`, each within
+/// 5 % of a call), but for the first, whose call may have begun before the attach; at least
+/// 60 calls are traced; the clients' events carry none.
+#[test]
+fn lbf_trace_attached_with_p_follows_the_spa_s_procedures() {
+    if !can_trace() {
+        return;
+    }
+    let bin = workload_variant("gcc", "sockets", "spa", &[], &[]);
+    let socket = std::env::temp_dir().join(format!("lbf-spa-attach-{}", std::process::id()));
+    let endpoint = format!("unix:{}", socket.display());
+    // 60 requests per client: some 2.5 s, of which the attach misses the first part.
+    let mut spa = Command::new(&bin)
+        .args(["all", &endpoint, "60", &MS.to_string()])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("starting the SPA");
+    let started = Instant::now();
+    let mut pids = children(spa.id());
+    while pids.len() < 4 && started.elapsed().as_secs_f64() < 5.0 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        pids = children(spa.id());
+    }
+    assert_eq!(pids.len(), 4, "the SPA's server and clients: {pids:?}");
+    let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+    let run = lbf_trace(
+        "spa-attached-procedures",
+        &[
+            "--source",
+            "sockets",
+            "-p",
+            &pids.join(","),
+            "--procedure",
+            "servBusy1",
+            "--procedure",
+            "servBusy2",
+        ],
+    );
+    assert!(spa.wait().expect("the SPA").success());
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let mut reader = lbf::trace::TraceReader::open(&run.trace).expect("the trace");
+    assert_eq!(reader.header().procedures, ["servBusy1", "servBusy2"]);
+    let procs = reader.header().procs.len();
+    let mut events = Vec::new();
+    while let Some(e) = reader.next_event().expect("reading the trace") {
+        events.push(e);
+    }
+    let mut totals = vec![0u64; procs];
+    for e in &events {
+        totals[e.event.proc as usize] += e.procedures.0[0] + e.procedures.0[1];
+    }
+    let server = (0..procs).max_by_key(|&p| totals[p]).expect("processes") as u32;
+    // The calls of `ms` each that `got` nanoseconds are, if it is a whole number of them
+    // within 5 % of a call.
+    let calls = |got: u64, ms: f64| {
+        let n = (got as f64 / (ms * 1e6)).round();
+        ((got as f64 - n * ms * 1e6).abs() <= 0.05 * ms * 1e6).then_some(n as u64)
+    };
+    // What the server's procedures ran between two of its sends: keepalives (a process that
+    // computes for a while without an event sends one) carry their part of a call in progress.
+    // A reply may reach its client as several messages: the first carries what came before.
+    // Under an attach some of the server's sends on connections made before it come as
+    // keepalives (a known gap of socket attach), so a share may hold several whole calls.
+    let mut shares: Vec<[u64; 2]> = Vec::new();
+    let mut since = [0u64; 2];
+    for e in events.iter().filter(|e| e.event.proc == server) {
+        since[0] += e.procedures.0[0];
+        since[1] += e.procedures.0[1];
+        if matches!(e.event.kind, EventKind::Send { .. }) {
+            if since != [0, 0] {
+                shares.push(since);
+            }
+            since = [0, 0];
+        }
+    }
+    let counted: Vec<Option<(u64, u64)>> = shares
+        .iter()
+        .skip(1)
+        .map(|&[one, two]| calls(one, 2.0 * MS).zip(calls(two, MS)))
+        .collect();
+    let odd: Vec<&[u64; 2]> = shares
+        .iter()
+        .skip(1)
+        .zip(&counted)
+        .filter(|(_, c)| c.is_none_or(|(one, two)| one + two == 0))
+        .map(|(s, _)| s)
+        .collect();
+    assert!(
+        odd.is_empty(),
+        "shares that are not whole procedure calls (servBusy1 {} ms, servBusy2 {MS} ms): {odd:?} \
+         of {shares:?}",
+        2.0 * MS
+    );
+    let served: u64 = counted.iter().flatten().map(|(one, two)| one + two).sum();
+    assert!(served >= 60, "only {served} calls traced");
+    assert!(
+        (0..procs).all(|p| p == server as usize || totals[p] == 0),
+        "clients ran no procedure: {totals:?}"
+    );
 }

@@ -11,6 +11,13 @@
 /// source is on.
 pub const SYSCALLS: &str = "SYSCALLS";
 
+/// The system call each thread of a traced process is in (`u32` thread id -> its 6
+/// arguments, its number and the thread's CPU clock at the entry, as
+/// [`crate::ARG_WORDS`] words): kept by the entry hook for the return's record. User space
+/// adds the calls a thread was blocked in when it was attached (`lbf-trace -p`), whose entry
+/// came before the hooks saw the process.
+pub const SYSCALL_ENTRY: &str = "SYSCALL_ENTRY";
+
 /// Maximum number of entries in [`SYSCALLS`].
 pub const MAX_SYSCALLS: u32 = 64;
 

@@ -35,7 +35,8 @@ use crate::{
 pub static SYSCALLS: HashMap<u32, SyscallRead> = HashMap::with_max_entries(MAX_SYSCALLS, 0);
 
 /// Per thread id, the system call in progress: its 6 arguments, its number and the CPU
-/// clock at its entry. LRU so that calls that never return (exit) age out.
+/// clock at its entry. LRU so that calls that never return (exit) age out. User space adds
+/// the calls threads were blocked in when they were attached.
 #[map]
 pub static SYSCALL_ENTRY: LruHashMap<u32, [u64; ARG_WORDS]> =
     LruHashMap::with_max_entries(MAX_IN_FLIGHT, 0);
@@ -92,6 +93,18 @@ pub fn sys_exit(ctx: RawTracePointContext) -> u32 {
     };
     let _ = SYSCALL_ENTRY.remove(&tid);
     let nr = saved[6] as u32;
+    // The entry is this call's unless user space kept it for a call the thread was blocked
+    // in when it was attached, which returned before the entry was in place (see
+    // `Tracer::adopt_blocked_calls`): then this is another call's return.
+    // SAFETY: `regs` is the kernel's saved user registers; the read is checked.
+    let exiting = unsafe {
+        bpf_probe_read_kernel(core::ptr::addr_of!(
+            (*(raw_arg(&ctx, 0) as *const pt_regs)).orig_rax
+        ))
+    };
+    if !exiting.is_ok_and(|e| e as u32 == nr) {
+        return 0;
+    }
     // SAFETY: the value is copied out at once.
     let Some(reads) = (unsafe { SYSCALLS.get(&nr).copied() }) else {
         count(counter::EXIT_WITHOUT_ENTRY);

@@ -393,7 +393,8 @@ impl Tracer {
 
     /// Starts tracing process `pid` (and, from now on, its descendants): adds it to the
     /// kernel's filter and seeds its threads' states with their CPU clocks from `/proc`,
-    /// noting an `Attach` record for each seeded thread (see [`Tracer::take_attached`]).
+    /// noting an `Attach` record for each seeded thread (see [`Tracer::take_attached`]), and
+    /// keeps the entries of the recorded system calls its seeded threads are blocked in.
     /// A thread the kernel side already traces (the process was adopted at its exec, or
     /// forked from a traced one, before a scan found it) keeps its state: re-seeding it
     /// would forget the calls it is in, whose returns would then come without an entry.
@@ -403,6 +404,7 @@ impl Tracer {
             "no process with PID {pid} (nothing in /proc/{pid})"
         );
         let threads = ThreadStates::new(self.ebpf.map(maps::THREADS))?;
+        let mut seeded = Vec::new();
         for tid in procfs::thread_ids(pid)? {
             // Stamped just before its CPU is read: the clock counts the thread as running
             // from then on (the kernel side corrects it at its next switch-in if it was not).
@@ -412,6 +414,7 @@ impl Tracer {
                 let clock = ThreadClock::seeded(acc_ns, now);
                 if threads.insert_new(pid, tid, &ThreadState::seeded(pid, tid, clock))? {
                     self.attached.push(attach_record(pid, tid, now, acc_ns));
+                    seeded.push((tid, acc_ns));
                 }
             }
         }
@@ -420,7 +423,7 @@ impl Tracer {
         traced
             .insert(&pid, &1, 0)
             .with_context(|| format!("tracing PID {pid}"))?;
-        Ok(())
+        self.adopt_blocked_calls(pid, &seeded)
     }
 
     /// Probes the MPI library (or MPI executable) at `path` for every process that runs it,

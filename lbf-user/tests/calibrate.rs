@@ -12,7 +12,8 @@ use std::time::Instant;
 
 use traced::machine::{self, machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
 use traced::{
-    lbf_trace, parse_checks, read_trace, timed, workload, workload_built_by, Mpi, NetnsPair, BUSY,
+    across, host_figures, lbf_trace, read_trace, run, timed, traced_job_retried, workload,
+    workload_built_by, Cgroup, Mpi, NetnsPair, BUSY,
 };
 
 /// Relative error allowed between a measured table and the shaping, at 64 KiB and above.
@@ -33,23 +34,7 @@ fn ready() -> bool {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("calibrate-{name}"));
-    std::fs::create_dir_all(&dir).expect("a scratch directory");
-    dir
-}
-
-/// Runs `command`, which must succeed; its standard output.
-fn run(command: &mut Command) -> String {
-    let out = command
-        .output()
-        .unwrap_or_else(|e| panic!("{command:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{command:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 output")
+    traced::scratch(&format!("calibrate-{name}"))
 }
 
 /// `lbf-node calibrate ARGS` in network namespace `ns`.
@@ -259,75 +244,6 @@ fn small_latencies(pair: &NetnsPair, latency: &Path, file: &Path) -> (f64, f64) 
     (median(&mut ours), median(&mut theirs))
 }
 
-/// A cgroup of this machine whose CPU quota is `quota_us` of every 100 ms period, removed
-/// on drop: `cpu.max` under cgroup v2, `cpu.cfs_quota_us` under v1's `cpu` controller (this
-/// machine kind mounts v1's).
-struct Cgroup(PathBuf);
-
-impl Cgroup {
-    fn new(name: &str, quota_us: u32) -> Self {
-        let v2 = Path::new("/sys/fs/cgroup");
-        let v1 = Path::new("/sys/fs/cgroup/cpu");
-        let leaf = format!("lbf-{name}-{}", std::process::id());
-        let has_cpu = |file: &Path| {
-            std::fs::read_to_string(file).is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu"))
-        };
-        if has_cpu(&v2.join("cgroup.controllers")) {
-            if !has_cpu(&v2.join("cgroup.subtree_control")) {
-                std::fs::write(v2.join("cgroup.subtree_control"), "+cpu")
-                    .expect("enabling the cpu controller");
-            }
-            let dir = v2.join(leaf);
-            std::fs::create_dir_all(&dir).expect("making the cgroup");
-            std::fs::write(dir.join("cpu.max"), format!("{quota_us} 100000")).expect("cpu.max");
-            Cgroup(dir)
-        } else if v1.join("cpu.cfs_quota_us").exists() {
-            let dir = v1.join(leaf);
-            std::fs::create_dir_all(&dir).expect("making the cgroup");
-            std::fs::write(dir.join("cpu.cfs_period_us"), "100000").expect("cpu.cfs_period_us");
-            std::fs::write(dir.join("cpu.cfs_quota_us"), quota_us.to_string())
-                .expect("cpu.cfs_quota_us");
-            Cgroup(dir)
-        } else {
-            panic!(
-                "no cgroup file system with the cpu controller (v2 at /sys/fs/cgroup, v1 at \
-                 /sys/fs/cgroup/cpu)"
-            );
-        }
-    }
-
-    /// A shell command that joins this cgroup, then runs `command`.
-    fn run(&self, command: &str) -> Command {
-        let mut c = Command::new("sh");
-        c.arg("-c").arg(format!(
-            "echo $$ > {}/cgroup.procs && exec {command}",
-            self.0.display()
-        ));
-        c
-    }
-}
-
-impl Drop for Cgroup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
-/// The `speed` and `cores` a host file gives.
-fn host_figures(file: &Path) -> (f64, u32) {
-    let text = std::fs::read_to_string(file).expect("the host file");
-    let value = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{key} = ")))
-            .unwrap_or_else(|| panic!("no {key} in {text}"))
-            .to_string()
-    };
-    (
-        value("speed").parse().expect("a speed"),
-        value("cores").parse().expect("cores"),
-    )
-}
-
 /// A host emulated by a cgroup with cpu.max at 50 % and at 25 % of a CPU measures speed 0.5
 /// and 0.25 of this host, and one core.
 ///
@@ -396,77 +312,6 @@ fn a_cgroups_cpu_max_is_its_speed() {
     }
 }
 
-/// An `ssh` for mpirun that runs the command in the namespace of `pair` that has the host's
-/// address: how an MPI job spans two namespaces.
-fn netns_ssh(dir: &Path, pair: &NetnsPair) -> PathBuf {
-    let path = dir.join(format!("netns-ssh-{}", std::process::id()));
-    let cases: String = (0..2)
-        .map(|i| format!("  {}) ns={} ;;\n", pair.addrs[i], pair.names[i]))
-        .collect();
-    std::fs::write(
-        &path,
-        format!(
-            r#"#!/bin/sh
-# Usage (as ssh): netns-ssh [options] HOST COMMAND...
-while [ $# -gt 0 ]; do case "$1" in -*) shift;; *) break;; esac; done
-host=$1; shift
-case "$host" in
-{cases}  *) echo "netns-ssh: no network namespace has $host" >&2; exit 1 ;;
-esac
-exec ip netns exec "$ns" sh -c "$*"
-"#
-        ),
-    )
-    .expect("writing netns-ssh");
-    run(Command::new("chmod").arg("+x").arg(&path));
-    path
-}
-
-/// mpirun's arguments (before the program) that start one rank in each namespace of `pair`
-/// and keep the job's traffic on their link.
-fn across(mpi: Mpi, pair: &NetnsPair, ssh: &Path) -> Vec<String> {
-    let net = format!(
-        "{}.0/24",
-        pair.addrs[0].rsplit_once('.').expect("an address").0
-    );
-    let ssh = ssh.display().to_string();
-    let words: Vec<&str> = match mpi {
-        // Each "host" would bind its rank to its first core, the same core of this machine.
-        Mpi::OpenMpi => vec![
-            "--bind-to",
-            "none",
-            "--mca",
-            "plm_rsh_agent",
-            &ssh,
-            "--mca",
-            "pml",
-            "ob1",
-            "--mca",
-            "btl",
-            "tcp,self",
-            "--mca",
-            "btl_tcp_if_include",
-            &net,
-            "--mca",
-            "oob_tcp_if_include",
-            &net,
-        ],
-        Mpi::Mpich => vec![
-            "-launcher",
-            "ssh",
-            "-launcher-exec",
-            &ssh,
-            "-genv",
-            "MPIR_CVAR_NOLOCAL",
-            "1",
-            "-genv",
-            "UCX_TLS",
-            "tcp,self",
-        ],
-    };
-    words.into_iter().map(String::from).collect()
-}
-
 /// The shell command running `program args` as 2 ranks, one in each namespace of `pair`.
 fn job(mpi: Mpi, pair: &NetnsPair, ssh: &Path, program: &Path, args: &str) -> String {
     let hosts = format!("{},{}", pair.addrs[0], pair.addrs[1]);
@@ -483,53 +328,9 @@ fn job(mpi: Mpi, pair: &NetnsPair, ssh: &Path, program: &Path, args: &str) -> St
     format!(
         "timeout -k 5 30 ip netns exec {} {launch} {} {} {args}",
         pair.names[0],
-        across(mpi, pair, ssh).join(" "),
+        across(mpi, &pair.net(), ssh).join(" "),
         program.display()
     )
-}
-
-/// A trace of `command` (an MPI job): its file, and its run time from the first rank's start
-/// to the last exit (what a prediction from it covers, less the launcher's start-up); or why
-/// the job failed.
-fn traced_job(label: &str, command: &str) -> Result<(PathBuf, f64), String> {
-    let run = lbf_trace(label, &["--source", "mpi", "--", "sh", "-c", command]);
-    // Killed after its ranks had done their work and said so (see `job`), a run still
-    // measures what a prediction covers: the teardown is taken out.
-    let finished = parse_checks(&run.stdout).len() == 2;
-    if run.code != 0 && !finished {
-        return Err(format!(
-            "{label}: exit status {}:\n{}\n{}",
-            run.code, run.stdout, run.stderr
-        ));
-    }
-    if run.code != 0 {
-        eprintln!(
-            "{label}: the job was killed in its teardown (exit status {})",
-            run.code
-        );
-    }
-    let (procs, _, summary) = read_trace(&run.trace);
-    let first = procs.iter().map(|p| p.start_ns).min().unwrap_or(0) as f64 * 1e-9;
-    Ok((
-        run.trace,
-        summary.measured_seconds - summary.teardown_seconds - first,
-    ))
-}
-
-/// [`traced_job`] until it succeeds, at most 3 times: an MPI job across namespaces now and
-/// then fails to start (UCX under MPICH finding no interface once in a while).
-fn traced_job_retried(label: &str, command: &str) -> (PathBuf, f64) {
-    let mut failures = Vec::new();
-    for _ in 0..3 {
-        match traced_job(label, command) {
-            Ok(run) => return run,
-            Err(why) => {
-                eprintln!("{why}");
-                failures.push(why);
-            }
-        }
-    }
-    panic!("the job failed 3 times: {}", failures.join("\n"));
 }
 
 /// `lbf-gag predict --json` of `trace` with `args`: the first target's predicted seconds from
@@ -550,16 +351,7 @@ fn predicted(trace: &Path, args: &[&str]) -> f64 {
 /// Whether this test may make namespaces, trace, and run jobs of `mpi` (see
 /// [`machine::require`]).
 fn can_trace_jobs_of(mpi: Mpi) -> bool {
-    let there = ["mpicc", "mpirun"].iter().all(|c| {
-        Command::new("sh")
-            .arg("-c")
-            .arg(format!("command -v {c}.{}", mpi.name()))
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    ready()
-        && traced::can_trace()
-        && machine::require(&format!("{} (mpicc.{0}, mpirun.{0})", mpi.name()), there)
+    ready() && traced::can_trace() && mpi.required()
 }
 
 /// NF, end to end: an MPI job traced on a fast link, predicted on a 100 Mbit/s link from the
@@ -577,10 +369,10 @@ fn nf_on_a_shaped_link(mpi: Mpi) {
     // runs at most and a loaded machine stretches each.
     let args = "10 10";
     let pair = NetnsPair::new(72);
-    let ssh = netns_ssh(&dir, &pair);
+    let ssh = pair.ssh(&dir);
     let command = job(mpi, &pair, &ssh, &program, args);
     let label = format!("nf-{}", mpi.name());
-    let (fast, fast_seconds) = traced_job_retried(&format!("{label}-fast"), &command);
+    let (fast, fast_seconds) = traced_job_retried(&format!("{label}-fast"), &command, 2);
     pair.shape("100mbit", 4096);
     let table = dir.join("net.toml");
     let mut calibrate = calibrate_in(&pair.names[0]);
@@ -598,7 +390,7 @@ fn nf_on_a_shaped_link(mpi: Mpi) {
         .arg(dir.join("mpi"))
         .arg("--self-host")
         .arg(&pair.addrs[0]);
-    for a in across(mpi, &pair, &ssh) {
+    for a in across(mpi, &pair.net(), &ssh) {
         calibrate.arg(format!("--mpirun-arg={a}"));
     }
     eprintln!("{}", run(calibrate.arg("-o").arg(&table)));
@@ -628,7 +420,7 @@ fn nf_on_a_shaped_link(mpi: Mpi) {
     timed(|| {
         let (mut runs, others) = watched(|| {
             (0..3)
-                .map(|i| traced_job_retried(&format!("{label}-shaped-{i}"), &command).1)
+                .map(|i| traced_job_retried(&format!("{label}-shaped-{i}"), &command, 2).1)
                 .collect::<Vec<f64>>()
         });
         runs.sort_by(f64::total_cmp);
@@ -679,7 +471,7 @@ fn fit_network_finds_the_shaped_link_in_a_trace() {
     let program = workload_built_by("mpicc.openmpi", "mpi", "calibrate_pingpong", &[]);
     let pair = NetnsPair::new(73);
     pair.shape("100mbit", 4096);
-    let ssh = netns_ssh(&dir, &pair);
+    let ssh = pair.ssh(&dir);
     // Up to 1 MiB, 5 to 200 round trips a size for 0.1 s: about 4 s traced.
     let command = job(Mpi::OpenMpi, &pair, &ssh, &program, "1048576 5 200 100");
     let table = dir.join("fitted.toml");

@@ -120,6 +120,7 @@ fn advise(events: u64) {
             .collect(),
         network: preset("10gige").expect("a preset").network(),
         spin: 0.0,
+        bind_to_cores: false,
     };
     let mut rng = SplitMix64::new(7);
     let (start, mut scored, mut batches) = (Instant::now(), 0usize, 0);

@@ -247,3 +247,52 @@ pub(crate) fn predict_on_this_machine(trace: &Path, args: &[&str]) -> Vec<(Strin
         })
         .collect()
 }
+
+/// A trace of `command` (an MPI job of `ranks` ranks that print their `LBF-CHECK` lines): its
+/// file, and its run time from the first rank's start to the last exit (what a prediction
+/// from it covers, less the launcher's start-up); or why the job failed.
+pub(crate) fn traced_job(
+    label: &str,
+    command: &str,
+    ranks: usize,
+) -> Result<(PathBuf, f64), String> {
+    let run = lbf_trace(label, &["--source", "mpi", "--", "sh", "-c", command]);
+    // A job across namespaces is killed by `timeout` if its teardown hangs (seen with MPICH):
+    // killed after its ranks had done their work and said so, a run still measures what a
+    // prediction covers, since the teardown is taken out.
+    let finished = parse_checks(&run.stdout).len() == ranks;
+    if run.code != 0 && !finished {
+        return Err(format!(
+            "{label}: exit status {}:\n{}\n{}",
+            run.code, run.stdout, run.stderr
+        ));
+    }
+    if run.code != 0 {
+        eprintln!(
+            "{label}: the job was killed in its teardown (exit status {})",
+            run.code
+        );
+    }
+    let (procs, _, summary) = read_trace(&run.trace);
+    let first = procs.iter().map(|p| p.start_ns).min().unwrap_or(0) as f64 * 1e-9;
+    Ok((
+        run.trace,
+        summary.measured_seconds - summary.teardown_seconds - first,
+    ))
+}
+
+/// [`traced_job`] until it succeeds, at most 3 times: an MPI job across namespaces now and
+/// then fails to start (UCX under MPICH finding no interface once in a while).
+pub(crate) fn traced_job_retried(label: &str, command: &str, ranks: usize) -> (PathBuf, f64) {
+    let mut failures = Vec::new();
+    for _ in 0..3 {
+        match traced_job(label, command, ranks) {
+            Ok(run) => return run,
+            Err(why) => {
+                eprintln!("{why}");
+                failures.push(why);
+            }
+        }
+    }
+    panic!("the job failed 3 times: {}", failures.join("\n"));
+}

@@ -35,6 +35,19 @@ impl Mpi {
         }
     }
 
+    /// Whether its compiler wrapper and launcher (`mpicc.NAME`, `mpirun.NAME`) are installed;
+    /// with `CI=true` a failure naming them if not (see [`machine::require`]).
+    pub(crate) fn required(self) -> bool {
+        let there = ["mpicc", "mpirun"].iter().all(|c| {
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("command -v {c}.{}", self.name()))
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
+        machine::require(&format!("{} (mpicc.{0}, mpirun.{0})", self.name()), there)
+    }
+
     /// The library.
     pub(crate) fn library(self) -> Library {
         match self {

@@ -106,6 +106,7 @@ mod tests {
                 remote: CommTable::new(vec![(0.0, 5e-5), (1048576.0, 9e-3)]).unwrap(),
             },
             spin: 1.0,
+            bind_to_cores: false,
         }
     }
 

@@ -7,13 +7,15 @@
 //! hop-bytes.
 //!
 //! [`search`] starts from simple placements (block, round-robin, the fewest hosts, and one
-//! built from the communication matrix: processes that exchange the most bytes together) and
-//! improves the best by moving one process to another host or swapping two, a batch of
-//! neighbours per pass, while that helps and the time budget lasts.
+//! built from the communication matrix: processes that exchange the most bytes together),
+//! scores every placement when there are at most [`EXHAUSTIVE`], and improves the best by
+//! moving one process to another host or swapping two, a batch of neighbours per pass, while
+//! that helps and the time budget lasts.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use super::on_demand::OnDemand;
 use crate::engine::{Engine, EngineError};
 use crate::event::{Event, EventKind, MsgId, ProcId, ProcInfo};
 use crate::target::{Network, Node, Target};
@@ -38,6 +40,9 @@ pub struct Machine {
     pub network: Network,
     /// How much a waiting process loads its host (see [`Target::spin`]).
     pub spin: f64,
+    /// Whether each process is bound to one core of its host, a host's processes dealt out
+    /// to its cores in id order (see [`Target::bind_to_cores`]).
+    pub bind_to_cores: bool,
 }
 
 /// The host of each process, by process id.
@@ -74,7 +79,7 @@ impl Machine {
             network: self.network.clone(),
             spin: self.spin,
             scheduler: None,
-            bind_to_cores: false,
+            bind_to_cores: self.bind_to_cores,
             procedures: Vec::new(),
         }
     }
@@ -104,6 +109,22 @@ impl Machine {
             })
             .collect()
     }
+}
+
+/// `placement` on `hosts` in a line: `a: 0 1 | b: 2 3` (the hosts used, each with its
+/// processes).
+pub fn describe(hosts: &[Host], placement: &[usize]) -> String {
+    let mut parts = Vec::new();
+    for (h, host) in hosts.iter().enumerate() {
+        let procs: Vec<String> = (0..placement.len())
+            .filter(|&p| placement[p] == h)
+            .map(|p| p.to_string())
+            .collect();
+        if !procs.is_empty() {
+            parts.push(format!("{}: {}", host.name, procs.join(" ")));
+        }
+    }
+    parts.join(" | ")
 }
 
 /// The predicted run time of each of `placements` of the processes `procs` whose events are
@@ -288,11 +309,15 @@ pub struct Progress {
 
 /// The best placements found for `procs` on `machine` within `options`, best first, with the
 /// baselines and the `extra` starts (labelled, such as the work-rate model's) among them as
-/// scored; `progress` is called after every pass.
+/// scored; `progress` is called after every pass. With `on_demand` (a master/worker program
+/// whose master deals its tasks on demand) candidates are scored by dealing the tasks again
+/// ([`OnDemand::seconds`]) instead of by the engine's replay.
+#[allow(clippy::too_many_arguments)] // the search's inputs, each of its own kind
 pub fn search(
     procs: &[ProcInfo],
     events: &[Event],
     machine: &Machine,
+    on_demand: Option<&OnDemand>,
     extra: Vec<(String, Placement)>,
     options: SearchOptions,
     progress: impl FnMut(Progress),
@@ -306,7 +331,7 @@ pub fn search(
         by_communication(n, machine, &communication(events)),
     ));
     let placements: Vec<Placement> = starts.iter().map(|(_, p)| p.clone()).collect();
-    let times = score(procs, events, machine, &placements)?;
+    let times = score_by(procs, events, machine, on_demand, &placements)?;
     let seen: Vec<Scored> = starts
         .into_iter()
         .zip(times)
@@ -316,24 +341,101 @@ pub fn search(
             seconds,
         })
         .collect();
+    let mut progress = progress;
+    let mut seen = seen;
+    if let Some(all) = every_placement(n, machine) {
+        // Few enough to score them all: the answer is the best there is.
+        let mut scored = seen.len();
+        let mut known: std::collections::HashSet<Placement> = seen
+            .iter()
+            .map(|s| machine.canonical(&s.placement))
+            .collect();
+        let fresh: Vec<Placement> = all
+            .into_iter()
+            .filter(|p| known.insert(machine.canonical(p)))
+            .collect();
+        for batch in fresh.chunks(options.batch.max(1)) {
+            if started.elapsed() >= options.budget {
+                break;
+            }
+            let times = score_by(procs, events, machine, on_demand, batch)?;
+            scored += batch.len();
+            seen.extend(batch.iter().zip(times).map(|(p, seconds)| Scored {
+                label: "search".into(),
+                placement: p.clone(),
+                seconds,
+            }));
+            keep_best(&mut seen, machine, options.keep);
+            progress(Progress {
+                scored,
+                best_seconds: seen[0].seconds,
+                spent: (started.elapsed().as_secs_f64() / options.budget.as_secs_f64().max(1e-9))
+                    .min(1.0),
+            });
+        }
+    }
     let budget = options.budget.saturating_sub(started.elapsed());
     improve(
         procs,
         events,
         machine,
+        on_demand,
         seen,
         SearchOptions { budget, ..options },
         progress,
     )
 }
 
+/// Placements of `procs` processes on `machine` at most [`EXHAUSTIVE`] in number (hosts to
+/// the power of processes): every one of them; `None` when there are more.
+fn every_placement(procs: usize, machine: &Machine) -> Option<Vec<Placement>> {
+    let hosts = machine.hosts.len();
+    let total = (0..procs).try_fold(1usize, |t, _| t.checked_mul(hosts))?;
+    if hosts == 0 || total > EXHAUSTIVE {
+        return None;
+    }
+    Some(
+        (0..total)
+            .map(|mut i| {
+                (0..procs)
+                    .map(|_| {
+                        let h = i % hosts;
+                        i /= hosts;
+                        h
+                    })
+                    .collect()
+            })
+            .collect(),
+    )
+}
+
+/// The most placements [`search`] scores all of (within its budget) before it improves the
+/// best: 4 hosts and 6 processes, 3 hosts and 7.
+pub const EXHAUSTIVE: usize = 4096;
+
+/// The predicted run time of each of `placements`: by the engine ([`score`]), or with
+/// `on_demand` by dealing its tasks again.
+fn score_by(
+    procs: &[ProcInfo],
+    events: &[Event],
+    machine: &Machine,
+    on_demand: Option<&OnDemand>,
+    placements: &[Placement],
+) -> Result<Vec<f64>, EngineError> {
+    match on_demand {
+        Some(d) => Ok(placements.iter().map(|p| d.seconds(machine, p)).collect()),
+        None => score(procs, events, machine, placements),
+    }
+}
+
 /// Improves the best of the placements `seen` (scored) by moves and swaps, a batch per pass,
 /// while that helps and `options.budget` lasts; returns the best placements seen, best
-/// first.
+/// first. `on_demand` scores as in [`search`].
 pub fn improve(
     procs: &[ProcInfo],
     events: &[Event],
     machine: &Machine,
+    on_demand: Option<&OnDemand>,
     mut seen: Vec<Scored>,
     options: SearchOptions,
     mut progress: impl FnMut(Progress),
@@ -356,7 +458,7 @@ pub fn improve(
         if batch.is_empty() {
             break; // every neighbour of the best was tried: a local optimum
         }
-        let times = score(procs, events, machine, &batch)?;
+        let times = score_by(procs, events, machine, on_demand, &batch)?;
         scored += batch.len();
         let mut improved = false;
         for (placement, seconds) in batch.into_iter().zip(times) {
@@ -516,7 +618,25 @@ mod tests {
                 remote: CommTable::new(vec![(0.0, 0.010)]).unwrap(),
             },
             spin: 0.0,
+            bind_to_cores: false,
         }
+    }
+
+    /// [`search`] for [`pairs`] of `rounds` on [`machine`], counting its passes in `passes`.
+    fn search_pairs(rounds: u64, options: SearchOptions, passes: &mut usize) -> Vec<Scored> {
+        let events = pairs(rounds, 100);
+        let procs: Vec<ProcInfo> = (0..4).map(proc).collect();
+        let count = |_| *passes += 1;
+        search(
+            &procs,
+            &events,
+            &machine(),
+            None,
+            Vec::new(),
+            options,
+            count,
+        )
+        .unwrap()
     }
 
     #[test]
@@ -542,18 +662,8 @@ mod tests {
     /// the baselines stay in the answer, block (pairs split: 10 ms a message) far behind.
     #[test]
     fn the_search_ranks_the_placement_that_keeps_pairs_together_first() {
-        let events = pairs(20, 100);
-        let procs: Vec<ProcInfo> = (0..4).map(proc).collect();
         let mut passes = 0;
-        let found = search(
-            &procs,
-            &events,
-            &machine(),
-            Vec::new(),
-            SearchOptions::default(),
-            |_| passes += 1,
-        )
-        .unwrap();
+        let found = search_pairs(20, SearchOptions::default(), &mut passes);
         let best = &found[0];
         assert_eq!(best.placement[0], best.placement[2], "{best:?}");
         assert_eq!(best.placement[1], best.placement[3], "{best:?}");
@@ -580,6 +690,7 @@ mod tests {
             &procs,
             &events,
             &machine(),
+            None,
             vec![start],
             SearchOptions::default(),
             |_| {},
@@ -590,6 +701,26 @@ mod tests {
         assert_eq!(best.placement[0], best.placement[2], "{best:?}");
         assert_eq!(best.placement[1], best.placement[3], "{best:?}");
         assert!((best.seconds - 0.020).abs() < 1e-9, "{best:?}");
+    }
+
+    /// 4 processes on 2 hosts make 16 placements, 8 once the identical hosts are told
+    /// apart only by use: all are scored and listed.
+    #[test]
+    fn a_small_problem_is_searched_exhaustively() {
+        let options = SearchOptions {
+            keep: 100,
+            ..SearchOptions::default()
+        };
+        let found = search_pairs(2, options, &mut 0);
+        assert_eq!(found.len(), 8, "{found:?}");
+        assert_eq!(every_placement(4, &machine()).unwrap().len(), 16);
+        let mut bigger = machine();
+        bigger.hosts.push(bigger.hosts[0].clone());
+        bigger.hosts.push(bigger.hosts[0].clone());
+        assert!(
+            every_placement(7, &bigger).is_none(),
+            "4^7 is more than EXHAUSTIVE"
+        );
     }
 
     /// Placements that only swap identical hosts are one; a different host is not.

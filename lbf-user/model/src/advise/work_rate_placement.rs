@@ -175,6 +175,7 @@ mod tests {
                 remote: CommTable::new(vec![(0.0, remote)]).unwrap(),
             },
             spin: 0.0,
+            bind_to_cores: false,
         }
     }
 

@@ -10,7 +10,8 @@ use lbf::advise::hostfiles::{
     mpich_machinefile, open_mpi_hostfile, open_mpi_rankfile, target_toml,
 };
 use lbf::advise::master_worker::{declared, recognise, MasterWorker};
-use lbf::advise::search::{search, Host, Machine, Progress, Scored, SearchOptions};
+use lbf::advise::on_demand::OnDemand;
+use lbf::advise::search::{describe, search, Host, Machine, Progress, Scored, SearchOptions};
 use lbf::advise::work_rate_placement::{self, WorkRateAdvice};
 use lbf::config::{load_cluster, NetworkPreset};
 use lbf::event::Event;
@@ -20,8 +21,8 @@ use lbf::trace::TraceReader;
 ///
 /// Every candidate is scored by the engine (as `predict` scores a target), many per pass over
 /// the trace: simple placements first (block, round-robin, the fewest hosts, and one that
-/// keeps the processes exchanging the most bytes together), then moves and swaps of the best
-/// while they help, within --budget. For a master/worker program (recognised, or declared with
+/// keeps the processes exchanging the most bytes together), every placement when there are
+/// at most 4096, then moves and swaps of the best while they help, within --budget. For a master/worker program (recognised, or declared with
 /// --master) the work-rate model's placement is one more start. Prints the best placements next to those baselines and
 /// the best time for each number of hosts used; --write DIR writes the best as files to run
 /// and predict it with.
@@ -59,6 +60,12 @@ pub(crate) struct Advise {
     /// How much a waiting process loads its host, 0 to 1 (see `predict --help`).
     #[arg(long, default_value_t = 0.0)]
     spin: f64,
+
+    /// Bind each process to one core of its host, as `mpirun --bind-to core` does: a host's
+    /// processes are dealt out to its cores in turn, each core shared by its own processes
+    /// only (see `predict --help`).
+    #[arg(long)]
+    bind_to_cores: bool,
 
     /// How long the search may improve its best placement, in seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 30.0)]
@@ -103,7 +110,11 @@ Examples:
 The predicted times are the engine's, as `predict` gives them for one target each. For a
 master/worker program (one process exchanging with all others, the others not with each
 other, or --master) the work-rate model's placement (label `work-rate`) is scored too, and
-the model's own rate and time are printed next to the engine's prediction for it.";
+the model's own rate and time are printed next to the engine's prediction for it. When its
+master hands the tasks out on demand (each result answered with the next task to its
+sender, in no fixed rotation), every placement is scored by dealing the trace's tasks again,
+each to the worker that reports first, rather than by replaying the traced deal (a note on
+stderr says so; see docs/advise.md).";
 
 /// Runs `lbf-gag advise`.
 pub(crate) fn advise(args: &Advise) -> Result<()> {
@@ -136,8 +147,29 @@ pub(crate) fn advise(args: &Advise) -> Result<()> {
         .iter()
         .map(|a| ("work-rate".to_string(), a.placement.clone()))
         .collect();
-    let found = search(&procs, &events, &machine, extra, options, show_progress)
-        .with_context(|| format!("{trace}: scoring placements"))?;
+    // A master that deals its tasks on demand: placements are scored by dealing them again.
+    let on_demand = mw
+        .as_ref()
+        .and_then(|mw| OnDemand::read(&procs, &events, mw.master));
+    if let Some(d) = &on_demand {
+        eprintln!(
+            "advise: process {} deals {} tasks on demand to {} workers: placements are scored \
+             by dealing them again, not by replaying the traced deal",
+            d.master,
+            d.tasks.len(),
+            d.workers.len()
+        );
+    }
+    let found = search(
+        &procs,
+        &events,
+        &machine,
+        on_demand.as_ref(),
+        extra,
+        options,
+        show_progress,
+    )
+    .with_context(|| format!("{trace}: scoring placements"))?;
     eprintln!();
     let best = &found[0];
     // The engine's rank and time for the model's placement (a start, so always kept).
@@ -155,7 +187,10 @@ pub(crate) fn advise(args: &Advise) -> Result<()> {
         }
     } else {
         print!("{}", table(&machine, &found, args.top));
-        print!("{}", by_hosts(&procs, &events, &machine, options)?);
+        print!(
+            "{}",
+            by_hosts(&procs, &events, &machine, on_demand.as_ref(), options)?
+        );
         if let Some(mw) = &mw {
             println!("{}", figures(mw));
         }
@@ -196,6 +231,7 @@ fn machine(args: &Advise) -> Result<Machine> {
                 .collect(),
             network,
             spin: args.spin,
+            bind_to_cores: args.bind_to_cores,
         });
     }
     let hosts = args.hosts.unwrap_or(1);
@@ -221,6 +257,7 @@ fn machine(args: &Advise) -> Result<Machine> {
             .collect(),
         network: args.network.network(),
         spin: args.spin,
+        bind_to_cores: args.bind_to_cores,
     })
 }
 
@@ -253,25 +290,10 @@ fn table(machine: &Machine, found: &[Scored], top: usize) -> String {
             i + 1,
             s.label,
             s.seconds,
-            describe(machine, &s.placement)
+            describe(&machine.hosts, &s.placement)
         );
     }
     out
-}
-
-/// `host0: 0 1 | host1: 2 3`.
-fn describe(machine: &Machine, placement: &[usize]) -> String {
-    let mut parts = Vec::new();
-    for (h, host) in machine.hosts.iter().enumerate() {
-        let procs: Vec<String> = (0..placement.len())
-            .filter(|&p| placement[p] == h)
-            .map(|p| p.to_string())
-            .collect();
-        if !procs.is_empty() {
-            parts.push(format!("{}: {}", host.name, procs.join(" ")));
-        }
-    }
-    parts.join(" | ")
 }
 
 /// The best predicted time using 1, 2, ... of the hosts (each a short search of its own).
@@ -279,6 +301,7 @@ fn by_hosts(
     procs: &[lbf::event::ProcInfo],
     events: &[Event],
     machine: &Machine,
+    on_demand: Option<&OnDemand>,
     options: SearchOptions,
 ) -> Result<String> {
     let mut out = String::from("hosts used  best predicted\n");
@@ -293,6 +316,7 @@ fn by_hosts(
             procs,
             events,
             &fewer,
+            on_demand,
             Vec::new(),
             SearchOptions { budget, ..options },
             |_| {},

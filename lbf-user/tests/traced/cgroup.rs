@@ -1,0 +1,117 @@
+//! CPU cgroups of this machine, for slower "hosts": a quota of CPU time per period makes a
+//! process in the cgroup run at that share of a CPU.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A cgroup with the `cpu` controller, removed on drop (a cgroup with processes or children
+/// left cannot be; drop children first). Under cgroup v2 at `/sys/fs/cgroup`, under v1 at
+/// `/sys/fs/cgroup/cpu` (this machine kind mounts v1's).
+pub(crate) struct Cgroup(PathBuf);
+
+/// Whether the cgroup v2 file `file` lists the `cpu` controller.
+fn lists_cpu(file: &Path) -> bool {
+    std::fs::read_to_string(file).is_ok_and(|c| c.split_whitespace().any(|c| c == "cpu"))
+}
+
+impl Cgroup {
+    /// A cgroup whose CPU quota is `quota_us` of every 100 ms period, named after `name` and
+    /// this process.
+    pub(crate) fn new(name: &str, quota_us: u32) -> Self {
+        let group = Cgroup::under(None, &format!("lbf-{name}-{}", std::process::id()));
+        group.limit(quota_us, 100_000);
+        group
+    }
+
+    /// A cgroup `name` without a quota, below `parent` (or the root); under v2 its parent
+    /// hands it the `cpu` controller.
+    pub(crate) fn under(parent: Option<&Cgroup>, name: &str) -> Self {
+        let v2 = Path::new("/sys/fs/cgroup");
+        let v1 = Path::new("/sys/fs/cgroup/cpu");
+        let base = if lists_cpu(&v2.join("cgroup.controllers")) {
+            let base = parent.map_or(v2, |p| p.path());
+            if !lists_cpu(&base.join("cgroup.subtree_control")) {
+                std::fs::write(base.join("cgroup.subtree_control"), "+cpu")
+                    .expect("enabling the cpu controller");
+            }
+            base.to_path_buf()
+        } else if v1.join("cpu.cfs_quota_us").exists() {
+            parent.map_or(v1.to_path_buf(), |p| p.path().to_path_buf())
+        } else {
+            panic!(
+                "no cgroup file system with the cpu controller (v2 at /sys/fs/cgroup, v1 at \
+                 /sys/fs/cgroup/cpu)"
+            );
+        };
+        let dir = base.join(name);
+        std::fs::create_dir_all(&dir).expect("making the cgroup");
+        Cgroup(dir)
+    }
+
+    /// Whether this is a cgroup v2 group.
+    fn v2(&self) -> bool {
+        self.0.join("cgroup.controllers").exists()
+    }
+
+    /// Limits the group to `quota_us` of CPU time every `period_us`: `cpu.max` under v2,
+    /// `cpu.cfs_period_us` and `cpu.cfs_quota_us` under v1.
+    pub(crate) fn limit(&self, quota_us: u32, period_us: u32) {
+        if self.v2() {
+            std::fs::write(self.0.join("cpu.max"), format!("{quota_us} {period_us}"))
+                .expect("cpu.max");
+        } else {
+            std::fs::write(self.0.join("cpu.cfs_period_us"), period_us.to_string())
+                .expect("cpu.cfs_period_us");
+            std::fs::write(self.0.join("cpu.cfs_quota_us"), quota_us.to_string())
+                .expect("cpu.cfs_quota_us");
+        }
+    }
+
+    /// Gives the group the largest CPU weight (`cpu.weight` 10000 under v2, `cpu.shares`
+    /// 262144 under v1): against other work on the machine it gets what its quota allows,
+    /// as a host of its own would.
+    pub(crate) fn favour(&self) {
+        let (file, value) = if self.v2() {
+            ("cpu.weight", "10000")
+        } else {
+            ("cpu.shares", "262144")
+        };
+        std::fs::write(self.0.join(file), value).unwrap_or_else(|e| panic!("{file}: {e}"));
+    }
+
+    /// Its directory.
+    pub(crate) fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// A shell command that joins this cgroup, then runs `command`.
+    pub(crate) fn run(&self, command: &str) -> Command {
+        let mut c = Command::new("sh");
+        c.arg("-c").arg(format!(
+            "echo $$ > {}/cgroup.procs && exec {command}",
+            self.0.display()
+        ));
+        c
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// The `speed` and `cores` a host file of `lbf-node calibrate --cpu` gives.
+pub(crate) fn host_figures(file: &Path) -> (f64, u32) {
+    let text = std::fs::read_to_string(file).expect("the host file");
+    let value = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key} = ")))
+            .unwrap_or_else(|| panic!("no {key} in {text}"))
+            .to_string()
+    };
+    (
+        value("speed").parse().expect("a speed"),
+        value("cores").parse().expect("cores"),
+    )
+}

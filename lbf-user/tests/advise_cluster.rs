@@ -15,7 +15,7 @@ mod traced;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use lbf::advise::search::{describe as describe_on, Host};
@@ -95,9 +95,10 @@ fn table_of(file: &Path, key: &str) -> String {
 }
 
 /// The cluster file of `cluster`, measured: each host's speed by `calibrate --cpu` in its
-/// first core's cgroup (against calibrate's reference, this machine kind measured idle: a
-/// reference measured here and now would count the other work of a busy machine as a slower
-/// CPU), the network's table by
+/// first core's cgroup on CPU 0, against this machine's measured at the same time on CPU 1
+/// (the trace's CPU times are this machine's, and its speed drifts by 10 % within seconds;
+/// calibrate's built-in reference read it 0.78 to 0.94, which made every prediction 20 to 30 %
+/// long), the network's table by
 /// `calibrate --peer` from the first host to the second and within a host by `calibrate
 /// --local` (outside the cgroups: the network alone). Its cores are the emulation's.
 fn measure_cluster_file(cluster: &EmulatedCluster, dir: &Path) -> PathBuf {
@@ -113,11 +114,34 @@ fn measure_cluster_file(cluster: &EmulatedCluster, dir: &Path) -> PathBuf {
     let mut text = String::new();
     for h in &cluster.hosts {
         let file = dir.join(format!("host-{}.toml", h.spec.name));
+        let reference = dir.join(format!("reference-{}.toml", h.spec.name));
+        let reference_run = Command::new("taskset")
+            .args([
+                "-c",
+                "1",
+                node,
+                "calibrate",
+                "--cpu",
+                "--seconds",
+                "1",
+                "-o",
+            ])
+            .arg(&reference)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("lbf-node calibrate --cpu for this machine");
         run(&mut h.core(0).run(&format!(
-            "{node} calibrate --cpu --seconds 1 -o {}",
+            "taskset -c 0 {node} calibrate --cpu --seconds 1 -o {}",
             file.display()
         )));
-        let (speed, _) = host_figures(&file);
+        let reference_run = reference_run
+            .wait_with_output()
+            .expect("this machine's calibration");
+        assert!(
+            reference_run.status.success(),
+            "this machine's calibration failed"
+        );
+        let speed = host_figures(&file).0 / host_figures(&reference).0;
         eprintln!(
             "host {}: {} cores, measured speed {speed:.3} (quota {:.3} of a CPU)",
             h.spec.name, h.spec.cores, h.spec.speed
@@ -246,8 +270,10 @@ fn choose(advice: &[Advised]) -> Vec<Advised> {
 }
 
 /// One run of `command` (a job of `ranks` ranks): the longest of its ranks' own times (from
-/// before `MPI_Init` to after `MPI_Finalize`), retried up to 3 times if the job fails.
-fn measure(command: &str, ranks: usize) -> f64 {
+/// before `MPI_Init` to after `MPI_Finalize`), and the CPU seconds its ranks' main threads
+/// used (they run under Open MPI's daemon, not as children this process waits for, so its
+/// own CPU clock leaves them out); retried up to 3 times if the job fails.
+fn measure(command: &str, ranks: usize) -> (f64, f64) {
     let mut failures = Vec::new();
     for _ in 0..3 {
         let out = Command::new("sh")
@@ -257,7 +283,9 @@ fn measure(command: &str, ranks: usize) -> f64 {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let checks = parse_checks(&stdout);
         if checks.len() == ranks {
-            return checks.iter().map(|c| c.num("wall_ns")).max().unwrap_or(0) as f64 * 1e-9;
+            let wall = checks.iter().map(|c| c.num("wall_ns")).max().unwrap_or(0);
+            let cpu: u64 = checks.iter().map(|c| c.num("cpu_ns")).sum();
+            return (wall as f64 * 1e-9, cpu as f64 * 1e-9);
         }
         failures.push(format!(
             "exit {:?}:\n{stdout}\n{}",
@@ -349,15 +377,17 @@ fn experiment(name: &str, args: &str, procs: usize) {
     );
     let (machine0, own0, start) = (machine_cpu_seconds(), own_cpu_seconds(), Instant::now());
     let mut runs: HashMap<usize, Vec<f64>> = HashMap::new();
+    let mut ranks_cpu = 0.0;
     for _ in 0..RUNS {
         for (i, c) in chosen.iter().enumerate() {
-            let seconds = measure(&cluster.job(&c.placement, &program, args, 60), procs);
+            let (seconds, cpu) = measure(&cluster.job(&c.placement, &program, args, 60), procs);
             runs.entry(i).or_default().push(seconds);
+            ranks_cpu += cpu;
         }
     }
     let others = machine::others_share(
         machine_cpu_seconds() - machine0,
-        own_cpu_seconds() - own0,
+        own_cpu_seconds() - own0 + ranks_cpu,
         start.elapsed().as_secs_f64(),
     );
     let measured: Vec<f64> = (0..chosen.len())

@@ -15,15 +15,15 @@ mod traced;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use lbf::advise::search::{describe as describe_on, Host};
 
 use traced::machine::{self, machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
 use traced::{
-    host_figures, parse_checks, run, traced_job_retried, workload_built_by, EmulatedCluster,
-    HostSpec, Mpi,
+    parse_checks, run, speed_beside_this_machine, traced_job_retried, workload_built_by,
+    EmulatedCluster, HostSpec, Mpi,
 };
 
 /// The cluster: a fast host of 2 cores, a slower one of 2, a slow one of 1, by their cores'
@@ -103,7 +103,6 @@ fn table_of(file: &Path, key: &str) -> String {
 /// `calibrate --peer` from the first host to the second and within a host by `calibrate
 /// --local` (outside the cgroups: the network alone). Its cores are the emulation's.
 fn measure_cluster_file(cluster: &EmulatedCluster, dir: &Path) -> PathBuf {
-    let node = env!("CARGO_BIN_EXE_lbf-node");
     // Within a host: TCP over its loopback (see `traced::across`), the same kernel for all.
     let local = dir.join("local.toml");
     let listing = run(calibrate_in(&cluster.hosts[0].ns)
@@ -116,33 +115,7 @@ fn measure_cluster_file(cluster: &EmulatedCluster, dir: &Path) -> PathBuf {
     for h in &cluster.hosts {
         let file = dir.join(format!("host-{}.toml", h.spec.name));
         let reference = dir.join(format!("reference-{}.toml", h.spec.name));
-        let reference_run = Command::new("taskset")
-            .args([
-                "-c",
-                "1",
-                node,
-                "calibrate",
-                "--cpu",
-                "--seconds",
-                "1",
-                "-o",
-            ])
-            .arg(&reference)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("lbf-node calibrate --cpu for this machine");
-        run(&mut h.core(0).run(&format!(
-            "taskset -c 0 {node} calibrate --cpu --seconds 1 -o {}",
-            file.display()
-        )));
-        let reference_run = reference_run
-            .wait_with_output()
-            .expect("this machine's calibration");
-        assert!(
-            reference_run.status.success(),
-            "this machine's calibration failed"
-        );
-        let speed = host_figures(&file).0 / host_figures(&reference).0;
+        let speed = speed_beside_this_machine(h.core(0), 1, &file, &reference).speed;
         eprintln!(
             "host {}: {} cores, measured speed {speed:.3} (quota {:.3} of a CPU)",
             h.spec.name, h.spec.cores, h.spec.speed

@@ -7,13 +7,13 @@
 mod traced;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use traced::machine::{self, machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
 use traced::{
-    across, host_figures, lbf_trace, read_trace, run, timed, traced_job_retried, workload,
-    workload_built_by, Cgroup, Mpi, NetnsPair, BUSY,
+    across, lbf_trace, read_trace, run, speed_beside_this_machine, timed, traced_job_retried,
+    workload, workload_built_by, Cgroup, Mpi, NetnsPair, BUSY,
 };
 
 /// Relative error allowed between a measured table and the shaping, at 64 KiB and above.
@@ -247,54 +247,22 @@ fn small_latencies(pair: &NetnsPair, latency: &Path, file: &Path) -> (f64, f64) 
 /// A host emulated by a cgroup with cpu.max at 50 % and at 25 % of a CPU measures speed 0.5
 /// and 0.25 of this host, and one core.
 ///
-/// The reference runs on CPU 1 at the same time as the cgroup's host on CPU 0: this VM's own
-/// speed drifts by more than the tolerance within seconds (four references a few seconds
-/// apart on an idle machine read 0.79 to 0.94 of the built-in reference), so a reference
-/// taken before the host's run made this test fail after a minute of load.
+/// This machine is measured at the same time, on the other CPU (see
+/// [`speed_beside_this_machine`]).
 #[test]
 fn a_cgroups_cpu_max_is_its_speed() {
     if !ready() {
         return;
     }
     let dir = scratch("cpu");
-    let node = env!("CARGO_BIN_EXE_lbf-node");
     let reference = dir.join("reference.toml");
     for (quota, expected) in [(50_000, 0.5), (25_000, 0.25)] {
         let group = Cgroup::new(&format!("cpu{quota}"), quota);
         let file = dir.join(format!("quota{quota}.toml"));
         timed(|| {
-            let (listing, others) = watched(|| {
-                let reference_run = Command::new("taskset")
-                    .args([
-                        "-c",
-                        "1",
-                        node,
-                        "calibrate",
-                        "--cpu",
-                        "--seconds",
-                        "4",
-                        "-o",
-                    ])
-                    .arg(&reference)
-                    .stdout(Stdio::piped())
-                    .spawn()
-                    .expect("lbf-node calibrate --cpu for the reference");
-                let listing = run(&mut group.run(&format!(
-                    "taskset -c 0 {node} calibrate --cpu --seconds 4 -o {}",
-                    file.display()
-                )));
-                let reference_run = reference_run
-                    .wait_with_output()
-                    .expect("the reference's calibration");
-                assert!(
-                    reference_run.status.success(),
-                    "the reference's calibration failed"
-                );
-                String::from_utf8_lossy(&reference_run.stdout).into_owned() + &listing
-            });
-            let ((host_speed, cores), (reference_speed, _)) =
-                (host_figures(&file), host_figures(&reference));
-            let speed = host_speed / reference_speed;
+            let (measured, others) =
+                watched(|| speed_beside_this_machine(&group, 4, &file, &reference));
+            let (speed, cores, listing) = (measured.speed, measured.cores, measured.listing);
             eprintln!("{listing}cpu.max {quota} 100000: speed {speed}, {cores} cores");
             assert_eq!(cores, 1, "a quota of less than a CPU is one core");
             let error = (speed - expected) / expected;

@@ -2,7 +2,7 @@
 //! process in the cgroup run at that share of a CPU.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 /// A cgroup with the `cpu` controller, removed on drop (a cgroup with processes or children
 /// left cannot be; drop children first). Under cgroup v2 at `/sys/fs/cgroup`, under v1 at
@@ -98,6 +98,64 @@ impl Cgroup {
 impl Drop for Cgroup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// What [`speed_beside_this_machine`] measured: the speed relative to this machine, the
+/// cores the cgroup's host file gives, and both runs' listings.
+pub(crate) struct SideBySide {
+    /// The cgroup's speed over this machine's, both measured at once.
+    pub speed: f64,
+    /// The cores of the cgroup's host file.
+    pub cores: u32,
+    /// What the two calibrations printed: this machine's, then the cgroup's.
+    pub listing: String,
+}
+
+/// `lbf-node calibrate --cpu --seconds SECONDS` in `group` on CPU 0 (host file `file`) while
+/// the same command measures this machine on CPU 1 (host file `reference`). Side by side
+/// because this VM's speed drifts by more than 5 % within seconds: four references a few
+/// seconds apart on an idle machine read 0.79 to 0.94 of calibrate's built-in one, and after
+/// a minute of load a 25 % cgroup read 0.18 to 0.27 against a reference taken just before.
+pub(crate) fn speed_beside_this_machine(
+    group: &Cgroup,
+    seconds: u32,
+    file: &Path,
+    reference: &Path,
+) -> SideBySide {
+    let node = env!("CARGO_BIN_EXE_lbf-node");
+    let seconds = seconds.to_string();
+    let this_machine = Command::new("taskset")
+        .args([
+            "-c",
+            "1",
+            node,
+            "calibrate",
+            "--cpu",
+            "--seconds",
+            &seconds,
+            "-o",
+        ])
+        .arg(reference)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("lbf-node calibrate --cpu for this machine");
+    let listing = super::run(&mut group.run(&format!(
+        "taskset -c 0 {node} calibrate --cpu --seconds {seconds} -o {}",
+        file.display()
+    )));
+    let this_machine = this_machine
+        .wait_with_output()
+        .expect("this machine's calibration");
+    assert!(
+        this_machine.status.success(),
+        "this machine's calibration failed"
+    );
+    let ((speed, cores), (reference_speed, _)) = (host_figures(file), host_figures(reference));
+    SideBySide {
+        speed: speed / reference_speed,
+        cores,
+        listing: String::from_utf8_lossy(&this_machine.stdout).into_owned() + &listing,
     }
 }
 

@@ -192,6 +192,21 @@ fn follow(global: &GlobalPtr, func_ip: u64) -> Option<u64> {
     Some(ptr.wrapping_add(global.offset as u64))
 }
 
+/// [`write_pending`] as a global BPF function, for [`Draft::reserve`] and the thread's end:
+/// verified once per program instead of once per inlined copy (`sys_exit`'s verification
+/// halves, `sched_process_exit`'s too). Not for the MPI probes' own paths, whose verification
+/// it makes longer.
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub extern "C" fn lbf_write_pending(state: *mut ThreadState) -> i32 {
+    // SAFETY: null or the thread's state.
+    let Some(state) = (unsafe { state.as_mut() }) else {
+        return 0;
+    };
+    write_pending(state);
+    0
+}
+
 /// Writes what thread `state` has pending before its next record: the record of its run of
 /// unsuccessful polls, then its deferred entry record. Called before anything else the thread
 /// records, so that its records stay in order, and when the thread ends.
@@ -399,8 +414,7 @@ impl Draft {
     pub fn reserve(kind: RecordKind, fn_id: u16, tgid: u32, tid: u32, mem: Mem) -> Option<Self> {
         let state = THREADS.current();
         if let Some(state) = state {
-            // SAFETY: a map value, written only by this thread's probes and hooks.
-            write_pending(unsafe { &mut *state });
+            lbf_write_pending(state);
         }
         Self::reserve_stamped(kind, fn_id, tgid, tid, mem, || {
             stamp_now(|now| cpu_of(state, now))

@@ -27,7 +27,7 @@ use crate::{
         ADOPT_COMM, THREADS, TRACED,
     },
     mpi::finish_unreturned,
-    record::{current_ids, write_pending, Draft, Mem},
+    record::{current_ids, lbf_write_pending, Draft, Mem},
 };
 
 /// `CLONE_THREAD`: the new task is a thread of its parent's group, not a new process.
@@ -171,7 +171,7 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
         // SAFETY: the thread's state, written only by this thread's hooks and probes.
         let state = unsafe { &mut *state };
         finish_unreturned(state);
-        write_pending(state);
+        lbf_write_pending(state);
     }
     if group_dead {
         if let Some(d) = Draft::reserve(RecordKind::Exit, 0, tgid, tid, Mem::None) {

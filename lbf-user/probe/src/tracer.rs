@@ -205,14 +205,23 @@ fn expect_programs(found: &[(&str, &mut aya::programs::Program)], names: &[&str]
     Ok(())
 }
 
-/// Verifies and attaches the lifecycle programs (`programs`: [`LIFECYCLE_PROGRAMS`], by name).
+/// Verifies the lifecycle programs (`programs`: [`LIFECYCLE_PROGRAMS`], by name) against the
+/// kernel's BTF (`btf`).
+fn load_lifecycle(programs: &mut [(&str, &mut aya::programs::Program)], btf: &Btf) -> Result<()> {
+    expect_programs(programs, &LIFECYCLE_PROGRAMS)?;
+    for (name, prog) in programs {
+        let prog: &mut BtfTracePoint = (&mut **prog).try_into()?;
+        prog.load(name, btf)
+            .with_context(|| format!("verifying eBPF program {name}"))?;
+    }
+    Ok(())
+}
+
+/// Attaches the lifecycle programs [`load_lifecycle`] verified: from then on they write
+/// records, so the record rings must be in place.
 fn attach_lifecycle(programs: Vec<(&str, &mut aya::programs::Program)>) -> Result<()> {
-    expect_programs(&programs, &LIFECYCLE_PROGRAMS)?;
-    let btf = Btf::from_sys_fs().context("reading the kernel's BTF")?;
     for (name, prog) in programs {
         let prog: &mut BtfTracePoint = prog.try_into()?;
-        prog.load(name, &btf)
-            .with_context(|| format!("verifying eBPF program {name}"))?;
         prog.attach()
             .with_context(|| format!("attaching to BTF tracepoint {name}"))?;
     }
@@ -263,6 +272,9 @@ pub struct Tracer {
     ring_bytes: u32,
     /// The record ring buffers, one per CPU, until [`Tracer::records`] takes them.
     rings: Vec<MapData>,
+    /// The `RINGS` array the kernel side finds them in, taken out of the object to be filled
+    /// on a thread of its own; held so that it lives as long as the programs.
+    _ring_slots: Map,
     /// The links of the uprobes. Detaching one waits for an RCU grace period (24 to 60 ms
     /// here), which made up most of the time between the traced command's end and
     /// lbf-trace's: see the `Drop` implementation.
@@ -336,6 +348,9 @@ impl Tracer {
     /// CPU-clock hooks. Needs root (CAP_BPF and CAP_PERFMON); says so plainly otherwise.
     pub fn load(options: &TracerOptions) -> Result<Self> {
         check_privileges()?;
+        // aya's reading of the kernel's BTF (some 25 ms) overlaps lbf's own and the object's
+        // load.
+        let kernel_btf = std::thread::spawn(Btf::from_sys_fs);
         let offsets = kernel_offsets::offsets()?;
         let count = ring_count()?;
         let ring = ringbuf_size(options.ringbuf_bytes / count);
@@ -345,12 +360,18 @@ impl Tracer {
             .override_global(maps::RING_MASK, &(count - 1), true)
             .load(OBJECT)
             .context("loading lbf's eBPF object into the kernel")?;
-        let rings = create_rings(&mut ebpf, count, ring)?;
+        // Out of the object, so that a thread of its own can fill it while others load the
+        // programs (the programs were given its descriptor when the object was loaded).
+        let mut slots = ebpf
+            .take_map(maps::RINGS)
+            .with_context(|| format!("map {} missing from the object", maps::RINGS))?;
         let mode = AttachMode::detect()?;
         let returns = Returns::choose(mode, options.all_returns)?;
         // The MPI probes' programs are the largest to verify: they load on a thread of their
-        // own while this one reads the kernel's BTF and loads and attaches the lifecycle
-        // hooks (the kernel verifies privileged programs in parallel).
+        // own while this one loads the lifecycle hooks (the kernel
+        // verifies privileged programs in parallel), and a third makes the record rings (each
+        // put in place waits for an RCU grace period). The lifecycle hooks are attached once
+        // the rings are in place.
         let uprobes = uprobe_programs(mode, returns);
         let mut lifecycle = Vec::new();
         let mut mpi = Vec::new();
@@ -361,13 +382,22 @@ impl Tracer {
                 mpi.push((name, prog));
             }
         }
-        std::thread::scope(|scope| {
+        let rings = std::thread::scope(|scope| {
             let mpi = scope.spawn(|| load_uprobe_programs(mpi, &uprobes, returns));
-            let lifecycle = attach_lifecycle(lifecycle);
+            let rings = scope.spawn(|| create_rings(&mut slots, count, ring));
+            let loaded = kernel_btf
+                .join()
+                .expect("the thread reading the kernel's BTF")
+                .context("reading the kernel's BTF")
+                .and_then(|btf| load_lifecycle(&mut lifecycle, &btf));
+            let rings = rings.join().expect("the thread making the record rings");
+            let attached = loaded
+                .and(rings)
+                .and_then(|rings| attach_lifecycle(lifecycle).map(|()| rings));
             let mpi = mpi
                 .join()
                 .expect("the thread loading the MPI probes' programs");
-            lifecycle.and(mpi)
+            attached.and_then(|rings| mpi.map(|()| rings))
         })?;
         Ok(Self {
             ebpf,
@@ -377,6 +407,7 @@ impl Tracer {
             attached: Vec::new(),
             ring_bytes: ring,
             rings,
+            _ring_slots: slots,
             links: Vec::new(),
         })
     }
@@ -777,13 +808,10 @@ fn ring_count() -> Result<u32> {
     Ok(cpus.next_power_of_two().min(maps::MAX_RINGS))
 }
 
-/// Creates `count` ring buffers of `bytes` each and puts them in the object's `RINGS` array, in
-/// slots 0 to `count - 1`.
-fn create_rings(ebpf: &mut Ebpf, count: u32, bytes: u32) -> Result<Vec<MapData>> {
-    let mut slots: ArrayOfMaps<&mut MapData> = ArrayOfMaps::try_from(
-        ebpf.map_mut(maps::RINGS)
-            .with_context(|| format!("map {} missing from the object", maps::RINGS))?,
-    )?;
+/// Creates `count` ring buffers of `bytes` each and puts them in the object's `RINGS` array
+/// (`slots`), in slots 0 to `count - 1`.
+fn create_rings(slots: &mut Map, count: u32, bytes: u32) -> Result<Vec<MapData>> {
+    let mut slots: ArrayOfMaps<&mut MapData> = ArrayOfMaps::try_from(slots)?;
     (0..count)
         .map(|i| {
             let def = aya_obj::Map::new_from_params(

@@ -366,10 +366,9 @@ fn on_exit(ctx: *mut c_void) {
 }
 
 /// [`leave`] as a global BPF function: the verifier checks its body once per program instead
-/// of once per inlined copy (it was inlined three times: at a return and, through
-/// [`finish_unreturned`], at an entry and a return), which cut `mpi_session`'s verification
-/// from 54 776 to 22 996 processed instructions and lbf-trace's start-up by some 45 ms. The
-/// function's address is taken at every return for it (a read of the uprobe's context).
+/// of once per call site (a return, and [`finish_unreturned`] at an entry and a return), which
+/// is most of what verifying `mpi_session` took (see docs/probe-overhead.md). The function's
+/// address is taken at every return for it (a read of the uprobe's context).
 #[inline(never)]
 #[unsafe(no_mangle)]
 pub extern "C" fn lbf_leave(state: *mut ThreadState, raw: u64, ret: u64, ip: u64) -> i32 {

@@ -26,11 +26,10 @@ use traced::{
     EmulatedCluster, HostSpec, Mpi,
 };
 
-/// The cluster: a fast host of 2 cores, a slower one of 2, a slow one of 1, by their cores'
-/// quotas (`lbf-node calibrate --cpu` reads them a little faster on a quiet machine, slower
-/// on a busy one); 1.19 of this machine's 2 CPUs in all, so that other work on the machine
-/// leaves the hosts their quotas. A rank sharing a core of `a` runs slower than any core
-/// alone.
+/// The cluster: a fast host of 2 cores, a slower one of 2, two slow ones of 1, by their
+/// cores' quotas (`lbf-node calibrate --cpu` reads them a little faster on a quiet machine,
+/// slower on a busy one); 1.31 of this machine's 2 CPUs in all, so that other work on the
+/// machine leaves the hosts their quotas.
 const HOSTS: [HostSpec; 4] = [
     HostSpec::new("a", 2, 0.3),
     HostSpec::new("b", 2, 0.22),

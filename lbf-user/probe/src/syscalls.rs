@@ -58,6 +58,10 @@ impl Tracer {
     pub(super) fn adopt_blocked_calls(&mut self, pid: u32, threads: &[(u32, u64)]) -> Result<()> {
         let calls: HashMap<&MapData, u32, SyscallRead> =
             HashMap::try_from(self.ebpf.map(syscalls::SYSCALLS).context("map SYSCALLS")?)?;
+        // No system call is recorded (not the socket source): nothing to read in /proc.
+        if calls.keys().next().is_none() {
+            return Ok(());
+        }
         let blocked: Vec<(u32, [u64; ARG_WORDS])> = threads
             .iter()
             .filter_map(|&(tid, cpu_ns)| {

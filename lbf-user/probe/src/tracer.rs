@@ -368,10 +368,9 @@ impl Tracer {
         let mode = AttachMode::detect()?;
         let returns = Returns::choose(mode, options.all_returns)?;
         // The MPI probes' programs are the largest to verify: they load on a thread of their
-        // own while this one loads the lifecycle hooks (the kernel
-        // verifies privileged programs in parallel), and a third makes the record rings (each
-        // put in place waits for an RCU grace period). The lifecycle hooks are attached once
-        // the rings are in place.
+        // own while this one loads the lifecycle hooks (the kernel verifies privileged programs
+        // in parallel), and a third makes the record rings (each put in place waits for an RCU
+        // grace period). The lifecycle hooks are attached once the rings are in place.
         let uprobes = uprobe_programs(mode, returns);
         let mut lifecycle = Vec::new();
         let mut mpi = Vec::new();
@@ -430,6 +429,20 @@ impl Tracer {
     /// forked from a traced one, before a scan found it) keeps its state: re-seeding it
     /// would forget the calls it is in, whose returns would then come without an entry.
     pub fn trace_pid(&mut self, pid: u32) -> Result<()> {
+        let seeded = self.start_tracing(pid)?;
+        self.adopt_blocked_calls(pid, &seeded)
+    }
+
+    /// [`Tracer::trace_pid`] for a child this process forked and holds before its exec
+    /// (`HeldChild`): the call its thread waits in is lbf's own start handshake, not one of
+    /// the traced program's, so no call is kept for it.
+    pub fn trace_held_child(&mut self, pid: u32) -> Result<()> {
+        self.start_tracing(pid).map(drop)
+    }
+
+    /// Adds `pid` to the kernel's filter and seeds its threads (see [`Tracer::trace_pid`]);
+    /// the threads seeded, with their CPU clocks.
+    fn start_tracing(&mut self, pid: u32) -> Result<Vec<(u32, u64)>> {
         ensure!(
             procfs::exists(pid),
             "no process with PID {pid} (nothing in /proc/{pid})"
@@ -454,7 +467,7 @@ impl Tracer {
         traced
             .insert(&pid, &1, 0)
             .with_context(|| format!("tracing PID {pid}"))?;
-        self.adopt_blocked_calls(pid, &seeded)
+        Ok(seeded)
     }
 
     /// Probes the MPI library (or MPI executable) at `path` for every process that runs it,

@@ -387,7 +387,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
     } else {
         let mut c = HeldChild::spawn(&cli.command)?;
-        tracer.trace_pid(c.pid())?;
+        tracer.trace_held_child(c.pid())?;
         if let Some(trace) = sink.trace.as_mut() {
             trace.started_by_tracer(c.pid());
         }

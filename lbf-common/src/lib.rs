@@ -299,8 +299,12 @@ pub mod counter {
     /// Return probe hits of traced threads on MPI and PVM functions: with
     /// [`CALL_ENTRIES`], the traps the calls cost (see `crate::mpi::return_optional`).
     pub const CALL_RETURNS: u32 = 8;
+    /// Nanoseconds the hypervisor took the CPU from traced threads while they ran (a KVM
+    /// guest's steal clock, over their running intervals): left out of their CPU clocks, as
+    /// the scheduler leaves them out (see `crate::maps::ThreadClock`).
+    pub const STOLEN_NS: u32 = 9;
     /// Number of counters.
-    pub const COUNT: u32 = 9;
+    pub const COUNT: u32 = 10;
 }
 
 #[cfg(feature = "user")]

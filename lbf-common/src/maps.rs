@@ -42,6 +42,9 @@ pub const THREADS: &str = "THREADS";
 pub const FN_READS: &str = "FN_READS";
 /// Per-CPU `u64` counters indexed by [`crate::counter`] constants.
 pub const COUNTERS: &str = "COUNTERS";
+/// Per CPU, where the kernel side found the CPU's steal clock (a kernel address; 0 while
+/// not found): see [`ThreadClock`].
+pub const STEAL_CLOCKS: &str = "STEAL_CLOCKS";
 /// The global holding [`KernelOffsets`], set by user space before loading.
 pub const KERNEL_OFFSETS: &str = "KERNEL_OFFSETS";
 /// The global (`u64`) holding the unread bytes in a ring of [`RINGS`] from which a record's
@@ -71,16 +74,16 @@ pub const MAX_NESTED: usize = 4;
 /// of such a (running) thread re-reads `sum_exec_runtime` into `acc_ns` and starts the
 /// running interval there.
 ///
-/// While the thread runs the clock counts wall time, which on a virtual machine includes
-/// pauses of the virtual CPU that the scheduler's total leaves out (on this project's VM a
-/// spinning thread's total fell behind `CLOCK_MONOTONIC`, with no context switch, by 0.5-0.8 %:
-/// some 120 pauses a second of 20-100 µs and a few a minute of 1-9 ms, none of it shown as
-/// steal time; longer ones, while the host is busy, are steal time, which the scheduler's
-/// total leaves out too). The exact total at the next switch takes them out again, so a
-/// reading there can be below one taken before it; user space counts such a step as 0 and
-/// takes the difference out of the following events, so the CPU over a run stays the
-/// scheduler's, unless the thread ends before it has used that much more CPU: then its total
-/// is over by the pause (once in CI: 35.6 ms on a rank's 495 ms, on a busy host).
+/// While the thread runs the clock counts wall time less the time the hypervisor took the
+/// CPU from the virtual machine (its steal clock, `steal_in_ns`), as the scheduler's total
+/// does: a virtual CPU's pauses (on this project's VM some 0.4 % of a spinning thread's wall
+/// time, in pauses of 20 µs to several ms; 6 ms within one 10 ms procedure call on a busy
+/// host) count as the thread's CPU in neither. Where the steal clock cannot be read (a
+/// kernel without `cfs_rq.rq` or the KVM guest's `steal_time`), the clock counts the pauses
+/// while the thread runs, and the exact total at its next switch takes them out again: a
+/// reading there can then be below one taken before it; user space counts such a step as 0
+/// and takes the difference out of the following events, so the CPU over a run stays the
+/// scheduler's, unless the thread ends before it has used that much more CPU.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ThreadClock {
@@ -93,6 +96,9 @@ pub struct ThreadClock {
     /// scheduler's total. Set for a clock seeded at an attach at its first context switch
     /// (see `unanchored`).
     pub offset_ns: u64,
+    /// The CPU's steal clock (nanoseconds the hypervisor ran something else) at the switch-in,
+    /// or [`ThreadClock::STEAL_UNKNOWN`] until the first reading of a clock user space seeded.
+    pub steal_in_ns: u64,
     /// 1 for a clock user space seeded from /proc at an attach, until its first context
     /// switch. /proc's figure for a running thread is up to a scheduler tick stale (the
     /// scheduler updates it at ticks and switches), so rather than jump by that much at its
@@ -102,6 +108,10 @@ pub struct ThreadClock {
 }
 
 impl ThreadClock {
+    /// `steal_in_ns` of a clock whose switch-in the steal clock was not read at: its first
+    /// reading takes the steal clock then.
+    pub const STEAL_UNKNOWN: u64 = u64::MAX;
+
     /// The clock of a thread user space seeds at an attach: `acc_ns` its CPU then (from
     /// /proc), counted as running since `now` (see [`ThreadClock::unanchored`]).
     pub fn seeded(acc_ns: u64, now: u64) -> Self {
@@ -109,8 +119,29 @@ impl ThreadClock {
             acc_ns,
             switched_in_ns: now,
             offset_ns: 0,
+            steal_in_ns: Self::STEAL_UNKNOWN,
             unanchored: 1,
         }
+    }
+
+    /// Starts a running interval at `now`, the CPU's steal clock reading `steal`.
+    #[inline(always)]
+    pub fn switch_in(&mut self, now: u64, steal: u64) {
+        self.switched_in_ns = now;
+        self.steal_in_ns = steal;
+    }
+
+    /// The reading at `now` of a clock known to be running (`switched_in_ns != 0`), the CPU's
+    /// steal clock reading `steal`: `acc_ns` plus the wall time since the switch-in less what
+    /// the hypervisor stole of it.
+    #[inline(always)]
+    pub fn running_at(&mut self, now: u64, steal: u64) -> u64 {
+        if self.steal_in_ns == Self::STEAL_UNKNOWN {
+            self.steal_in_ns = steal;
+        }
+        let ran = now.saturating_sub(self.switched_in_ns);
+        let stolen = steal.saturating_sub(self.steal_in_ns);
+        self.acc_ns + ran.saturating_sub(stolen)
     }
 
     /// Sets `acc_ns` from the scheduler's total `sum` (exact at a context switch), at an
@@ -287,15 +318,22 @@ impl ThreadState {
         }
     }
 
-    /// The innermost call in flight, if any. Written for the eBPF verifier: `calls` is indexed
-    /// by constants only (a computed `depth - 1` index gets folded by LLVM into an address the
-    /// verifier cannot bound).
+    /// The innermost call in flight, if any. Written for the eBPF verifier, which bounds an
+    /// index only in the register it checked: LLVM, left to itself, computes the address from
+    /// `depth` in another register, or before the check. The index is read back through a
+    /// volatile load (LLVM cannot see through it to `depth`) and masked (LLVM drops the mask
+    /// only where the check dominates the address, on the very register checked).
     #[inline(always)]
     pub fn innermost(&self) -> Option<&CallInFlight> {
-        let depth = self.depth as usize;
-        (0..MAX_NESTED)
-            .find(|&i| i + 1 == depth)
-            .map(|i| &self.calls[i])
+        const _: () = assert!(MAX_NESTED.is_power_of_two());
+        let index = (self.depth as usize).wrapping_sub(1);
+        // SAFETY: a read of a local.
+        let index = unsafe { core::ptr::read_volatile(&index) };
+        if index < MAX_NESTED {
+            Some(&self.calls[index & (MAX_NESTED - 1)])
+        } else {
+            None
+        }
     }
 }
 
@@ -324,6 +362,20 @@ pub struct KernelOffsets {
     pub task_mm: u32,
     /// `mm_struct.start_code`, followed by `end_code`: the executable's text.
     pub mm_start_code: u32,
+    /// `task_struct.se.cfs_rq`: the run queue (of its group) a task is on; its `rq` is the
+    /// CPU's. With the next four, the way to the CPU's steal clock (see
+    /// [`ThreadClock::steal_in_ns`]): `rq - percpu_runqueues + percpu_steal`, as a CPU's
+    /// per-CPU variables lie at the same distances from one another as in the per-CPU section.
+    pub task_cfs_rq: u32,
+    /// `cfs_rq.rq`: the CPU's run queue.
+    pub cfs_rq_rq: u32,
+    /// `rq.cpu`: the run queue's CPU, checked against the CPU the program runs on.
+    pub rq_cpu: u32,
+    /// The per-CPU variable `runqueues` in the per-CPU section.
+    pub percpu_runqueues: u32,
+    /// The per-CPU variable `steal_time.steal` (a KVM guest's steal clock, nanoseconds) in the
+    /// per-CPU section.
+    pub percpu_steal: u32,
 }
 
 impl KernelOffsets {
@@ -338,6 +390,11 @@ impl KernelOffsets {
         task_sum_exec_runtime: KernelOffsets::ABSENT,
         task_mm: KernelOffsets::ABSENT,
         mm_start_code: KernelOffsets::ABSENT,
+        task_cfs_rq: KernelOffsets::ABSENT,
+        cfs_rq_rq: KernelOffsets::ABSENT,
+        rq_cpu: KernelOffsets::ABSENT,
+        percpu_runqueues: KernelOffsets::ABSENT,
+        percpu_steal: KernelOffsets::ABSENT,
     };
 }
 
@@ -372,5 +429,22 @@ mod tests {
         let mut from_start = ThreadClock::default();
         from_start.set_from_total(900, 0);
         assert_eq!(from_start.acc_ns, 900);
+    }
+
+    /// A running clock leaves out what the hypervisor stole since its switch-in, never more
+    /// than the wall time; a seeded clock counts steal from its first reading.
+    #[test]
+    fn a_running_clock_leaves_out_stolen_time() {
+        let mut clock = ThreadClock {
+            acc_ns: 1_000,
+            ..ThreadClock::default()
+        };
+        clock.switch_in(10_000, 500);
+        assert_eq!(clock.running_at(12_000, 500), 3_000);
+        assert_eq!(clock.running_at(13_000, 1_100), 3_400);
+        assert_eq!(clock.running_at(13_000, 9_999), 1_000);
+        let mut seeded = ThreadClock::seeded(1_000, 10_000);
+        assert_eq!(seeded.running_at(11_000, 7_000), 2_000);
+        assert_eq!(seeded.running_at(12_000, 7_400), 2_600);
     }
 }

@@ -12,11 +12,18 @@
 pub const SYSCALLS: &str = "SYSCALLS";
 
 /// The system call each thread of a traced process is in (`u32` thread id -> its 6
-/// arguments, its number and the thread's CPU clock at the entry, as
-/// [`crate::ARG_WORDS`] words): kept by the entry hook for the return's record. User space
-/// adds the calls a thread was blocked in when it was attached (`lbf-trace -p`), whose entry
-/// came before the hooks saw the process.
+/// arguments, its number and the thread's CPU clock at the entry, as [`crate::ARG_WORDS`]
+/// words): kept by the entry hook for the return's record. For each thread of a process
+/// `lbf-trace -p` attaches to, user space puts in an entry whose number is [`AT_ATTACH`]
+/// (unless the entry hook has put one in first), which the thread's next return takes.
 pub const SYSCALL_ENTRY: &str = "SYSCALL_ENTRY";
+
+/// The number in a [`SYSCALL_ENTRY`] entry that says "the thread was attached to, maybe in a
+/// system call" (blocked, waiting for a CPU, or running in the kernel): the return hook takes
+/// the call's number and arguments from the registers the kernel saved at its entry (the
+/// calls recorded leave them as they were), and the CPU clock at the return for the entry's.
+/// A call the entry hook saw overwrites the entry first.
+pub const AT_ATTACH: u64 = u64::MAX;
 
 /// Maximum number of entries in [`SYSCALLS`].
 pub const MAX_SYSCALLS: u32 = 64;

@@ -62,6 +62,71 @@ pub static FN_READS: Array<FnReads> = Array::with_max_entries(MAX_FNS * MAX_LIBS
 pub static COUNTERS: PerCpuArray<u64> =
     PerCpuArray::with_max_entries(lbf_common::counter::COUNT, 0);
 
+/// Where this CPU's steal clock is (a kernel address), found at the first reading on the CPU;
+/// 0 until then (see [`lbf_steal_clock`]).
+#[map]
+pub static STEAL_CLOCKS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// The nanoseconds the hypervisor has taken this CPU from the virtual machine so far (a KVM
+/// guest's steal clock, which the host brings up to date whenever it gives the CPU back), or 0
+/// where the kernel has none or the way to it is unknown. Thread clocks leave them out, as the
+/// scheduler does (see `lbf_common::maps::ThreadClock`).
+///
+/// The way: the current task's `se.cfs_rq->rq` is this CPU's run queue, the per-CPU variable
+/// `runqueues`; `steal_time` lies at the same distance from it as in the per-CPU section. The
+/// run queue's `cpu` is checked before the address is kept. A global BPF function, verified
+/// once per program.
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub extern "C" fn lbf_steal_clock() -> u64 {
+    let Some(slot) = STEAL_CLOCKS.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's value of a per-CPU array; nothing else runs on the CPU meanwhile.
+    let mut at = unsafe { *slot };
+    if at == 0 {
+        let Some(found) = find_steal_clock() else {
+            return 0;
+        };
+        at = found;
+        // SAFETY: as above.
+        unsafe { *slot = at };
+    }
+    // SAFETY: a checked read of kernel memory.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(at as *const u64) }.unwrap_or(0)
+}
+
+/// The address of this CPU's steal clock (see [`lbf_steal_clock`]), if the offsets are known
+/// and the run queue found is this CPU's.
+#[inline(always)]
+fn find_steal_clock() -> Option<u64> {
+    let o = offsets();
+    if o.task_cfs_rq == KernelOffsets::ABSENT || o.percpu_steal == KernelOffsets::ABSENT {
+        return None;
+    }
+    let read = |at: u64| -> Option<u64> {
+        // SAFETY: a checked read of kernel memory.
+        unsafe { aya_ebpf::helpers::bpf_probe_read_kernel(at as *const u64) }.ok()
+    };
+    // SAFETY: the current task is valid while the program runs.
+    let task = unsafe { aya_ebpf::helpers::bpf_get_current_task() };
+    let cfs_rq = read(task + u64::from(o.task_cfs_rq))?;
+    let rq = read(cfs_rq + u64::from(o.cfs_rq_rq))?;
+    // SAFETY: a checked read of kernel memory.
+    let cpu: u32 = unsafe {
+        aya_ebpf::helpers::bpf_probe_read_kernel((rq + u64::from(o.rq_cpu)) as *const u32)
+    }
+    .ok()?;
+    // SAFETY: a helper without arguments.
+    if cpu != unsafe { aya_ebpf::helpers::gen::bpf_get_smp_processor_id() } {
+        return None;
+    }
+    Some(
+        rq.wrapping_sub(u64::from(o.percpu_runqueues))
+            .wrapping_add(u64::from(o.percpu_steal)),
+    )
+}
+
 /// Offsets of the kernel data read (tracepoint fields, `task_struct`), set before loading.
 #[unsafe(no_mangle)]
 pub static KERNEL_OFFSETS: KernelOffsets = KernelOffsets::UNKNOWN;

@@ -24,7 +24,9 @@ use lbf_common::{
     RECORD_HEAD_BYTES, SHORT_ARG_WORDS, SHORT_MEM_BYTES,
 };
 
-use crate::maps::{add, count, current_sum_exec_runtime, this_cpus_ring, wake_bytes, THREADS};
+use crate::maps::{
+    add, count, current_sum_exec_runtime, lbf_steal_clock, this_cpus_ring, wake_bytes, THREADS,
+};
 
 /// The calling thread's ids: `(tgid, tid)`.
 #[inline(always)]
@@ -53,20 +55,22 @@ fn cpu_of(state: Option<*mut ThreadState>, now: u64) -> u64 {
     }
 }
 
-/// The running (current) thread's cumulative on-CPU nanoseconds at `now`, by its `clock`. A
+/// The running (current) thread's cumulative on-CPU nanoseconds at `now`, by its `clock`,
+/// less what the hypervisor stole since the switch-in (see [`ThreadClock::running_at`]). A
 /// clock that does not know when the thread was switched in (its switch-in not seen) takes
 /// the scheduler's `sum_exec_runtime` (stale by at most a scheduler tick) and starts its
 /// running interval now.
 #[inline(always)]
 pub fn clock_at(clock: &mut ThreadClock, now: u64) -> u64 {
+    let steal = lbf_steal_clock();
     if clock.switched_in_ns == 0 {
         if let Some(sum) = current_sum_exec_runtime() {
             clock.set_from_total(sum, clock.acc_ns);
         }
-        clock.switched_in_ns = now;
+        clock.switch_in(now, steal);
         clock.acc_ns
     } else {
-        clock.acc_ns + now.saturating_sub(clock.switched_in_ns)
+        clock.running_at(now, steal)
     }
 }
 

@@ -19,11 +19,12 @@ use aya_ebpf::{
     macros::btf_tracepoint,
     programs::BtfTracePointContext,
 };
-use lbf_common::{maps::KernelOffsets, RecordKind, MEM_BYTES};
+use lbf_common::{counter, maps::KernelOffsets, RecordKind, MEM_BYTES};
 
 use crate::{
     maps::{
-        current_sum_exec_runtime, is_traced, new_thread_state, offsets, sum_exec_runtime,
+        add, current_sum_exec_runtime, is_traced, lbf_steal_clock, new_thread_state, offsets,
+        sum_exec_runtime,
         ADOPT_COMM, THREADS, TRACED,
     },
     mpi::finish_unreturned,
@@ -191,17 +192,22 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     let now = unsafe { bpf_ktime_get_ns() };
+    let steal = lbf_steal_clock();
     // SAFETY: argument 1 is the task switched out (the current one).
     if let Some(s) = unsafe { THREADS.of(task_arg(&ctx, 1)) } {
         // SAFETY: the task's state; the thread is switching out on this CPU.
         unsafe {
             let c = &mut (*s).clock;
-            if let Some(sum) = current_sum_exec_runtime() {
+            if c.switched_in_ns != 0 {
                 // Running since its switch-in (or, seeded at an attach, since the seed).
-                let reading = c.acc_ns + now.saturating_sub(c.switched_in_ns);
-                c.set_from_total(sum, reading);
-            } else if c.switched_in_ns != 0 {
-                c.acc_ns += now.saturating_sub(c.switched_in_ns);
+                let reading = c.running_at(now, steal);
+                add(counter::STOLEN_NS, steal.saturating_sub(c.steal_in_ns));
+                match current_sum_exec_runtime() {
+                    Some(sum) => c.set_from_total(sum, reading),
+                    None => c.acc_ns = reading,
+                }
+            } else if let Some(sum) = current_sum_exec_runtime() {
+                c.set_from_total(sum, c.acc_ns);
             }
             c.switched_in_ns = 0;
         }
@@ -216,7 +222,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
                 // Not running since its switch-out (or, seeded at an attach, since the seed).
                 c.set_from_total(sum, c.acc_ns);
             }
-            c.switched_in_ns = now;
+            c.switch_in(now, steal);
         }
     }
     0

@@ -21,7 +21,7 @@ use aya_ebpf::{
 use lbf_common::{
     counter,
     maps::MAX_IN_FLIGHT,
-    syscalls::{how, SyscallRead, MAX_PARTS, MAX_SYSCALLS, WORDS_PER_PART},
+    syscalls::{how, SyscallRead, AT_ATTACH, MAX_PARTS, MAX_SYSCALLS, WORDS_PER_PART},
     RecordKind, ARG_WORDS,
 };
 
@@ -35,8 +35,9 @@ use crate::{
 pub static SYSCALLS: HashMap<u32, SyscallRead> = HashMap::with_max_entries(MAX_SYSCALLS, 0);
 
 /// Per thread id, the system call in progress: its 6 arguments, its number and the CPU
-/// clock at its entry. LRU so that calls that never return (exit) age out. User space adds
-/// the calls threads were blocked in when they were attached.
+/// clock at its entry (`lbf_common::syscalls::SYSCALL_ENTRY`). LRU so that calls that never
+/// return (exit) age out. User space puts in the threads of a process it attaches to, marked
+/// [`AT_ATTACH`].
 #[map]
 pub static SYSCALL_ENTRY: LruHashMap<u32, [u64; ARG_WORDS]> =
     LruHashMap::with_max_entries(MAX_IN_FLIGHT, 0);
@@ -80,7 +81,8 @@ pub fn sys_enter(ctx: RawTracePointContext) -> u32 {
     0
 }
 
-/// Return of a system call: emit the `Syscall` record of a call kept at its entry.
+/// Return of a system call: emit the `Syscall` record of a call kept at its entry, or of a
+/// call the thread was in when it was attached (see [`entry_at_attach`]).
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn sys_exit(ctx: RawTracePointContext) -> u32 {
     let (tgid, tid) = current_ids();
@@ -88,23 +90,17 @@ pub fn sys_exit(ctx: RawTracePointContext) -> u32 {
         return 0;
     }
     // SAFETY: the value is copied out at once.
-    let Some(saved) = (unsafe { SYSCALL_ENTRY.get(&tid).copied() }) else {
+    let Some(mut saved) = (unsafe { SYSCALL_ENTRY.get(&tid).copied() }) else {
         return 0;
     };
     let _ = SYSCALL_ENTRY.remove(&tid);
-    let nr = saved[6] as u32;
-    // The entry is this call's unless user space kept it for a call the thread was blocked
-    // in when it was attached, which returned before the entry was in place (see
-    // `Tracer::adopt_blocked_calls`): then this is another call's return.
-    // SAFETY: `regs` is the kernel's saved user registers; the read is checked.
-    let exiting = unsafe {
-        bpf_probe_read_kernel(core::ptr::addr_of!(
-            (*(raw_arg(&ctx, 0) as *const pt_regs)).orig_rax
-        ))
-    };
-    if !exiting.is_ok_and(|e| e as u32 == nr) {
-        return 0;
+    if saved[6] == AT_ATTACH {
+        saved = match entry_at_attach(&ctx) {
+            Some(entry) => entry,
+            None => return 0,
+        };
     }
+    let nr = saved[6] as u32;
     // SAFETY: the value is copied out at once.
     let Some(reads) = (unsafe { SYSCALLS.get(&nr).copied() }) else {
         count(counter::EXIT_WITHOUT_ENTRY);
@@ -132,6 +128,30 @@ pub fn sys_exit(ctx: RawTracePointContext) -> u32 {
         d.submit(word);
     }
     0
+}
+
+/// The entry of the call returning now, for a thread user space attached to ([`AT_ATTACH`]):
+/// its number and arguments as the kernel saved them at the entry (`orig_rax`; `rdi`,
+/// `rsi`, `rdx`, `r10`, `r8`, `r9`), the CPU clock now for the entry's; `None` for a call
+/// not recorded.
+#[inline(always)]
+fn entry_at_attach(ctx: &RawTracePointContext) -> Option<[u64; ARG_WORDS]> {
+    // SAFETY: `regs` is the kernel's saved user registers; the read is checked.
+    let regs = unsafe { bpf_probe_read_kernel(raw_arg(ctx, 0) as *const pt_regs) }.ok()?;
+    let nr = regs.orig_rax as u32;
+    // SAFETY: presence test only.
+    unsafe { SYSCALLS.get(&nr) }?;
+    let now = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
+    Some([
+        regs.rdi,
+        regs.rsi,
+        regs.rdx,
+        regs.r10,
+        regs.r8,
+        regs.r9,
+        nr as u64,
+        cpu_now(now),
+    ])
 }
 
 /// The read `read` asks for ([`how::PLAIN`] or [`how::INDIRECT`]), pointers taken from the

@@ -1,8 +1,8 @@
 //! The field offsets the kernel side needs (`task_struct.pid`, `.se.sum_exec_runtime` and
-//! `.signal`, `.mm`, `signal_struct.live`, `mm_struct.start_code`, `linux_binprm.filename`),
-//! read from the running kernel's
-//! BTF (`/sys/kernel/btf/vmlinux`). A minimal reader of the BTF type section: just enough to
-//! walk structs and their members.
+//! `.signal`, `.mm`, `signal_struct.live`, `mm_struct.start_code`, `linux_binprm.filename`,
+//! and the way to a CPU's steal clock), read from the running kernel's BTF
+//! (`/sys/kernel/btf/vmlinux`). A minimal reader of the BTF type section: just enough to walk
+//! structs and their members, and to find variables in the per-CPU section.
 
 use std::{collections::HashMap, fs};
 
@@ -24,13 +24,22 @@ const KIND_ENUM64: u32 = 19;
 
 /// The structs whose members are looked up: the kernel has some ten thousand, and keeping
 /// only these makes the parse a scan without allocations (it runs at every start).
-const WANTED: [&str; 5] = [
+const WANTED: [&str; 8] = [
     "task_struct",
     "sched_entity",
     "signal_struct",
     "linux_binprm",
     "mm_struct",
+    "cfs_rq",
+    "rq",
+    "kvm_steal_time",
 ];
+
+/// The per-CPU variables whose places in the per-CPU section are looked up.
+const WANTED_PER_CPU: [&str; 2] = ["runqueues", "steal_time"];
+
+/// The kernel's per-CPU section.
+const PER_CPU_SECTION: &[u8] = b".data..percpu";
 
 /// A struct member: `(name, byte offset, type id)`.
 type Member = (String, u32, u32);
@@ -40,6 +49,8 @@ type Member = (String, u32, u32);
 pub(crate) struct Btf {
     structs: HashMap<&'static str, Vec<Member>>,
     anonymous: HashMap<u32, Vec<Member>>,
+    /// Offsets of the [`WANTED_PER_CPU`] variables in the per-CPU section.
+    per_cpu: HashMap<&'static str, u32>,
 }
 
 impl Btf {
@@ -93,6 +104,29 @@ impl Btf {
         Ok(se + sum)
     }
 
+    /// Offsets that lead from a task to its CPU's steal clock: `task_struct.se.cfs_rq`,
+    /// `cfs_rq.rq`, `rq.cpu`, and the places in the per-CPU section of `runqueues` and of
+    /// `steal_time.steal` (see `lbf_common::maps::KernelOffsets::task_cfs_rq`). An error on
+    /// a kernel without group scheduling (no `cfs_rq.rq`) or that is no KVM guest.
+    pub(crate) fn steal_clock_offsets(&self) -> Result<[u32; 5]> {
+        let se = self.member_offset("task_struct", "se")?;
+        let cfs_rq = self.member_offset("sched_entity", "cfs_rq")?;
+        let steal = self.member_offset("kvm_steal_time", "steal")?;
+        let per_cpu = |var: &str| {
+            self.per_cpu
+                .get(var)
+                .copied()
+                .with_context(|| format!("no per-CPU variable {var} in the kernel's BTF"))
+        };
+        Ok([
+            se + cfs_rq,
+            self.member_offset("cfs_rq", "rq")?,
+            self.member_offset("rq", "cpu")?,
+            per_cpu("runqueues")?,
+            per_cpu("steal_time")? + steal,
+        ])
+    }
+
     /// Reads the structs of a little-endian BTF blob.
     fn parse(data: &[u8]) -> Result<Self> {
         let u32_at = |off: usize| -> Result<u32> {
@@ -132,6 +166,10 @@ impl Btf {
         let mut structs = HashMap::new();
         // Where each anonymous struct or union is, by type id, until the wanted ones are known.
         let mut unnamed = HashMap::new();
+        // The wanted per-CPU variables by type id, and where the per-CPU section lists its
+        // variables (`vlen` entries of type id, offset, size).
+        let mut per_cpu_vars = HashMap::new();
+        let mut per_cpu_section = None;
         let mut pos = types;
         let mut id = 0u32;
         while pos < types + type_len {
@@ -156,8 +194,26 @@ impl Btf {
                 structs.entry(strukt).or_insert(members);
             } else if matches!(kind, KIND_STRUCT | KIND_UNION) && name_off == 0 {
                 unnamed.insert(id, (pos, vlen, bitfield_offsets));
+            } else if kind == KIND_VAR {
+                if let Some(&var) = WANTED_PER_CPU
+                    .iter()
+                    .find(|w| w.as_bytes() == name(name_off))
+                {
+                    per_cpu_vars.insert(id, var);
+                }
+            } else if kind == KIND_DATASEC && name(name_off) == PER_CPU_SECTION {
+                per_cpu_section = Some((pos, vlen));
             }
             pos += extra;
+        }
+        let mut per_cpu = HashMap::new();
+        if let Some((pos, vlen)) = per_cpu_section {
+            for i in 0..vlen {
+                let entry = pos + i * 12;
+                if let Some(&var) = per_cpu_vars.get(&u32_at(entry)?) {
+                    per_cpu.insert(var, u32_at(entry + 4)?);
+                }
+            }
         }
         let mut anonymous = HashMap::new();
         for members in structs.values() {
@@ -167,7 +223,11 @@ impl Btf {
                 }
             }
         }
-        Ok(Self { structs, anonymous })
+        Ok(Self {
+            structs,
+            anonymous,
+            per_cpu,
+        })
     }
 
     /// Byte offset of member `member`: a direct member, or one of an anonymous struct or
@@ -196,24 +256,33 @@ impl Btf {
 mod tests {
     use super::*;
 
+    /// Every offset the kernel side uses is found in this kernel's BTF (which the kernel side
+    /// needs, so a machine without it cannot run lbf at all), including the way to the steal
+    /// clock of this KVM guest.
     #[test]
-    fn finds_task_offsets_when_btf_is_there() {
-        if std::path::Path::new(VMLINUX).exists() {
-            let btf = Btf::of_kernel().unwrap();
-            let off = btf.sum_exec_runtime_offset().unwrap();
-            assert!(off > 0 && off.is_multiple_of(8), "offset {off}");
-            let pid = btf.task_pid_offset().unwrap();
-            assert!(
-                pid > 0 && pid.is_multiple_of(4) && pid != off,
-                "offset {pid}"
-            );
-            let filename = btf.binprm_filename_offset().unwrap();
-            assert!(filename.is_multiple_of(8), "offset {filename}");
-            let start = btf.mm_start_code_offset().unwrap();
-            assert!(start > 0 && start.is_multiple_of(8), "offset {start}");
-            let (signal, live) = btf.signal_live_offsets().unwrap();
-            assert!(signal > 0 && signal.is_multiple_of(8), "offset {signal}");
-            assert!(live.is_multiple_of(4), "offset {live}");
-        }
+    fn finds_task_offsets_in_the_kernel_s_btf() {
+        let btf = Btf::of_kernel().unwrap();
+        let off = btf.sum_exec_runtime_offset().unwrap();
+        assert!(off > 0 && off.is_multiple_of(8), "offset {off}");
+        let pid = btf.task_pid_offset().unwrap();
+        assert!(
+            pid > 0 && pid.is_multiple_of(4) && pid != off,
+            "offset {pid}"
+        );
+        let filename = btf.binprm_filename_offset().unwrap();
+        assert!(filename.is_multiple_of(8), "offset {filename}");
+        let start = btf.mm_start_code_offset().unwrap();
+        assert!(start > 0 && start.is_multiple_of(8), "offset {start}");
+        let (signal, live) = btf.signal_live_offsets().unwrap();
+        assert!(signal > 0 && signal.is_multiple_of(8), "offset {signal}");
+        assert!(live.is_multiple_of(4), "offset {live}");
+        let [cfs_rq, rq, cpu, runqueues, steal] = btf.steal_clock_offsets().unwrap();
+        eprintln!("OFFS {cfs_rq} {rq} {cpu} {runqueues} {steal}");
+        assert!(cfs_rq > off && cfs_rq.is_multiple_of(8), "offset {cfs_rq}");
+        assert!(rq.is_multiple_of(8) && cpu.is_multiple_of(4), "{rq} {cpu}");
+        assert!(
+            runqueues != steal && steal.is_multiple_of(8),
+            "{runqueues} {steal}"
+        );
     }
 }

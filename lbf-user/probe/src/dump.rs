@@ -82,6 +82,7 @@ impl<W: Write> RecordSink for JsonLinesSink<W> {
             "polls_coalesced": lost.polls_coalesced,
             "call_entries": lost.call_entries,
             "call_returns": lost.call_returns,
+            "stolen_ns": lost.stolen_ns,
         }});
         writeln!(self.out, "{line}").context("writing the raw dump")?;
         self.out.flush().context("flushing the raw dump")

@@ -37,25 +37,6 @@ pub fn thread_cpu_ns(pid: u32, tid: u32) -> Result<u64> {
         .with_context(|| format!("unexpected contents of {path}: {text:?}"))
 }
 
-/// The system call thread `tid` of `pid` is blocked in, as `/proc/PID/task/TID/syscall` shows
-/// it: its number and its 6 arguments. `None` when the thread runs, is blocked outside a
-/// system call, or is gone.
-pub fn blocked_syscall(pid: u32, tid: u32) -> Option<(u32, [u64; 6])> {
-    parse_syscall(&fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?)
-}
-
-/// [`blocked_syscall`] of the file's text: `NR ARG1 ... ARG6 SP PC` (arguments in hex), or
-/// `-1 SP PC` (blocked, not in a call) or `running`.
-fn parse_syscall(text: &str) -> Option<(u32, [u64; 6])> {
-    let mut words = text.split_whitespace();
-    let nr: u32 = words.next()?.parse().ok()?;
-    let mut args = [0u64; 6];
-    for arg in &mut args {
-        *arg = u64::from_str_radix(words.next()?.trim_start_matches("0x"), 16).ok()?;
-    }
-    Some((nr, args))
-}
-
 /// Files mapped executable by process `pid`, each once, as paths this process can open
 /// (through `/proc/PID/root` when the process sees another mount namespace).
 pub fn executable_mappings(pid: u32) -> Result<Vec<PathBuf>> {
@@ -84,45 +65,4 @@ pub fn executable_mappings(pid: u32) -> Result<Vec<PathBuf>> {
             }
         })
         .collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_blocked_call_reads_as_its_number_and_arguments() {
-        let text = "0 0x3 0x7ffd5b2c1e40 0x10 0x0 0x0 0x0 0x7ffd5b2c1e18 0x7f2b1c91a7e2\n";
-        assert_eq!(
-            parse_syscall(text),
-            Some((0, [3, 0x7ffd5b2c1e40, 0x10, 0, 0, 0]))
-        );
-        assert_eq!(parse_syscall("running\n"), None);
-        assert_eq!(parse_syscall("-1 0x7ffd5b2c1e18 0x7f2b1c91a7e2\n"), None);
-        assert_eq!(parse_syscall("0 0x3 0x7ffd\n"), None);
-    }
-
-    #[test]
-    fn a_sleeping_process_is_blocked_in_its_sleep() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("5")
-            .spawn()
-            .expect("sleep");
-        let pid = child.id();
-        // clock_nanosleep (230) or nanosleep (35) on x86-64, once it is there.
-        let mut seen = None;
-        for _ in 0..200 {
-            seen = blocked_syscall(pid, pid);
-            if seen.is_some_and(|(nr, _)| nr == 230 || nr == 35) {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(
-            seen.is_some_and(|(nr, _)| nr == 230 || nr == 35),
-            "sleep 5 blocked in {seen:?}"
-        );
-    }
 }

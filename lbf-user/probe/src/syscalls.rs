@@ -8,11 +8,11 @@ use aya::{
     programs::RawTracePoint,
 };
 use lbf_common::{
-    syscalls::{self, SyscallRead},
+    syscalls::{self, SyscallRead, AT_ATTACH},
     ARG_WORDS,
 };
 
-use super::{procfs, Tracer};
+use super::Tracer;
 
 /// `BPF_NOEXIST`: an insert that leaves an existing entry alone.
 const NO_EXIST: u64 = 1;
@@ -45,43 +45,35 @@ impl Tracer {
         Ok(())
     }
 
-    /// Keeps, for each of `threads` (thread id and its CPU clock at the attach) of process
-    /// `pid` blocked in a recorded system call, the call's entry as the entry hook would
-    /// have: its return then makes a record like any other. Without it, a receive a process
-    /// was blocked in when `lbf-trace -p` attached went unseen, and the bytes it took shifted
-    /// every later receive on its stream onto the message before the one it read.
+    /// Marks `threads`, just attached to, as maybe inside a recorded system call
+    /// (`lbf_common::syscalls::AT_ATTACH`): the kernel side then records the call a thread
+    /// returns from next, its number and arguments read from the registers the kernel saved
+    /// at its entry, unless the entry hook saw the call. Without it, a receive a process was
+    /// in when `lbf-trace -p` attached went unseen, and the bytes it took shifted every
+    /// later receive on its stream onto the message before the one it read (likewise a
+    /// send's bytes, for the receiver).
     ///
-    /// Call after the process is in the kernel's filter: a call that returns before its
-    /// entry is in place leaves nothing the entry hook has not overwritten (the insert leaves
-    /// an entry alone) or that the return hook takes for another call's (it checks the
-    /// number).
-    pub(super) fn adopt_blocked_calls(&mut self, pid: u32, threads: &[(u32, u64)]) -> Result<()> {
+    /// Call after the threads' process is in the kernel's filter. A thread that enters a
+    /// call before its mark is in place keeps that call's entry (the insert leaves an entry
+    /// alone); one whose call at the attach returned before the mark was in place has its
+    /// mark taken by its next call's entry.
+    pub(super) fn mark_system_calls_at_attach(&mut self, threads: &[u32]) -> Result<()> {
         let calls: HashMap<&MapData, u32, SyscallRead> =
             HashMap::try_from(self.ebpf.map(syscalls::SYSCALLS).context("map SYSCALLS")?)?;
-        // No system call is recorded (not the socket source): nothing to read in /proc.
+        // No system call is recorded (not the socket source): nothing to mark.
         if calls.keys().next().is_none() {
             return Ok(());
         }
-        let blocked: Vec<(u32, [u64; ARG_WORDS])> = threads
-            .iter()
-            .filter_map(|&(tid, cpu_ns)| {
-                let (nr, args) = procfs::blocked_syscall(pid, tid)?;
-                calls.get(&nr, 0).ok()?;
-                let mut entry = [0u64; ARG_WORDS];
-                entry[..6].copy_from_slice(&args);
-                entry[6] = u64::from(nr);
-                entry[7] = cpu_ns;
-                Some((tid, entry))
-            })
-            .collect();
         let mut entries: HashMap<&mut MapData, u32, [u64; ARG_WORDS]> = HashMap::try_from(
             self.ebpf
                 .map_mut(syscalls::SYSCALL_ENTRY)
                 .context("map SYSCALL_ENTRY")?,
         )?;
-        for (tid, entry) in blocked {
+        let mut mark = [0u64; ARG_WORDS];
+        mark[6] = AT_ATTACH;
+        for tid in threads {
             // Refused when the thread has entered a call since: that entry is the right one.
-            let _ = entries.insert(&tid, &entry, NO_EXIST);
+            let _ = entries.insert(tid, &mark, NO_EXIST);
         }
         Ok(())
     }

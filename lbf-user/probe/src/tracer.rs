@@ -125,6 +125,10 @@ pub struct LostCounts {
     /// Return probe hits of those calls: `(call_entries + call_returns) / call_entries` is
     /// the probe hits per call, 2 where every call takes its return probe.
     pub call_returns: u64,
+    /// Nanoseconds the hypervisor took the CPU from traced threads while they ran, left out of
+    /// their CPU clocks (see `lbf_common::counter::STOLEN_NS`); `None` when the kernel side
+    /// found no steal clock to read (not a KVM guest, or a kernel without the way to it).
+    pub stolen_ns: Option<u64>,
 }
 
 /// How the MPI probes are attached, chosen at load from what the kernel supports.
@@ -423,26 +427,29 @@ impl Tracer {
 
     /// Starts tracing process `pid` (and, from now on, its descendants): adds it to the
     /// kernel's filter and seeds its threads' states with their CPU clocks from `/proc`,
-    /// noting an `Attach` record for each seeded thread (see [`Tracer::take_attached`]), and
-    /// keeps the entries of the recorded system calls its seeded threads are blocked in.
+    /// noting an `Attach` record for each seeded thread (see [`Tracer::take_attached`]). A
+    /// seeded thread may be inside a recorded system call (blocked, waiting for a CPU, or
+    /// running in the kernel): the kernel side records that call at its return (see
+    /// [`Tracer::mark_system_calls_at_attach`]).
+    ///
     /// A thread the kernel side already traces (the process was adopted at its exec, or
     /// forked from a traced one, before a scan found it) keeps its state: re-seeding it
     /// would forget the calls it is in, whose returns would then come without an entry.
     pub fn trace_pid(&mut self, pid: u32) -> Result<()> {
         let seeded = self.start_tracing(pid)?;
-        self.adopt_blocked_calls(pid, &seeded)
+        self.mark_system_calls_at_attach(&seeded)
     }
 
     /// [`Tracer::trace_pid`] for a child this process forked and holds before its exec
     /// (`HeldChild`): the call its thread waits in is lbf's own start handshake, not one of
-    /// the traced program's, so no call is kept for it.
+    /// the traced program's, so its return is not recorded.
     pub fn trace_held_child(&mut self, pid: u32) -> Result<()> {
         self.start_tracing(pid).map(drop)
     }
 
     /// Adds `pid` to the kernel's filter and seeds its threads (see [`Tracer::trace_pid`]);
-    /// the threads seeded, with their CPU clocks.
-    fn start_tracing(&mut self, pid: u32) -> Result<Vec<(u32, u64)>> {
+    /// the ids of the threads seeded.
+    fn start_tracing(&mut self, pid: u32) -> Result<Vec<u32>> {
         ensure!(
             procfs::exists(pid),
             "no process with PID {pid} (nothing in /proc/{pid})"
@@ -458,7 +465,7 @@ impl Tracer {
                 let clock = ThreadClock::seeded(acc_ns, now);
                 if threads.insert_new(pid, tid, &ThreadState::seeded(pid, tid, clock))? {
                     self.attached.push(attach_record(pid, tid, now, acc_ns));
-                    seeded.push((tid, acc_ns));
+                    seeded.push(tid);
                 }
             }
         }
@@ -620,7 +627,22 @@ impl Tracer {
             polls_coalesced: sum(counter::POLLS_COALESCED)?,
             call_entries: sum(counter::CALL_ENTRIES)?,
             call_returns: sum(counter::CALL_RETURNS)?,
+            stolen_ns: self
+                .reads_steal_clock()?
+                .then(|| sum(counter::STOLEN_NS))
+                .transpose()?,
         })
+    }
+
+    /// Whether the kernel side found the steal clock of any CPU (see
+    /// `lbf_common::maps::STEAL_CLOCKS`).
+    fn reads_steal_clock(&self) -> Result<bool> {
+        let clocks: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(
+            self.ebpf
+                .map(maps::STEAL_CLOCKS)
+                .context("map STEAL_CLOCKS")?,
+        )?;
+        Ok(clocks.get(&0, 0)?.iter().any(|&at| at != 0))
     }
 
     /// The records the kernel side holds back and has not written (see

@@ -443,6 +443,20 @@ fn run(cli: Cli) -> Result<i32> {
         );
     }
     if cli.verbose {
+        match lost.stolen_ns {
+            Some(ns) => eprintln!(
+                "lbf-trace: the hypervisor took {:.3} ms of CPU from the traced threads while \
+                 they ran (steal time): left out of their CPU, as the scheduler leaves it out",
+                ns as f64 * 1e-6
+            ),
+            None => eprintln!(
+                "lbf-trace: no steal clock read (not a KVM guest): on a virtual machine, CPU \
+                 the hypervisor takes while a thread runs counts as the thread's until its \
+                 next context switch"
+            ),
+        }
+    }
+    if cli.verbose {
         let how = if end.stopped {
             "stopped by signal"
         } else {

@@ -17,7 +17,10 @@
  * Built with -DMOVED=1 (or 2), servBusy1 (servBusy2) is moved from the server to the clients
  * it serves: the server answers their requests at once, and each such client runs it after
  * sending its request and before reading the reply (the procedure-LBF experiment's modified
- * builds). With -DEMPTIED=1 (or 2), that procedure does nothing (critical-path zeroing). */
+ * builds). With -DEMPTIED=1 (or 2), that procedure does nothing (critical-path zeroing).
+ *
+ * Built with -DREPORT_LONG_CALLS=1, the server prints to stderr each call of a procedure whose
+ * CPU time (the thread's own clock, taken around the call) exceeds its length by over 5 %. */
 #include <poll.h>
 #include <sys/wait.h>
 
@@ -34,6 +37,9 @@ struct header {
 #endif
 #ifndef EMPTIED
 #define EMPTIED 0
+#endif
+#ifndef REPORT_LONG_CALLS
+#define REPORT_LONG_CALLS 0
 #endif
 
 /* Kept out of line, under their own names, so that `lbf-trace --procedure` finds them. */
@@ -65,10 +71,16 @@ static void server(const char *endpoint, int clients, int iters, double ms) {
             if (!sc_recv(pfd[i].fd, &h, sizeof h)) sc_die("client left early");
             sc_recv(pfd[i].fd, req, (size_t)h.len);
             if (h.class != MOVED) {
+                int64_t cpu = work_clock_ns(CLOCK_THREAD_CPUTIME_ID);
                 if (h.class == 1)
                     servBusy1(ms);
                 else
                     servBusy2(ms);
+                cpu = work_clock_ns(CLOCK_THREAD_CPUTIME_ID) - cpu;
+                double length = (h.class == 1 ? 2 : 1) * ms * 1e6;
+                if (REPORT_LONG_CALLS && cpu > 1.05 * length)
+                    fprintf(stderr, "servBusy%d took %.3f ms of CPU for %.0f ms\n", h.class,
+                            cpu / 1e6, length / 1e6);
             }
             struct header r = {h.client, h.class, h.seq, REPLY_PAYLOAD};
             sc_send(pfd[i].fd, &r, sizeof r, 0);

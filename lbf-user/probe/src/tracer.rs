@@ -430,7 +430,7 @@ impl Tracer {
     /// noting an `Attach` record for each seeded thread (see [`Tracer::take_attached`]). A
     /// seeded thread may be inside a recorded system call (blocked, waiting for a CPU, or
     /// running in the kernel): the kernel side records that call at its return (see
-    /// [`Tracer::mark_system_calls_at_attach`]).
+    /// `lbf_common::syscalls::AT_ATTACH`).
     ///
     /// A thread the kernel side already traces (the process was adopted at its exec, or
     /// forked from a traced one, before a scan found it) keeps its state: re-seeding it

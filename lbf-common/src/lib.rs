@@ -91,8 +91,9 @@ pub enum RecordKind {
     /// Return of a probed function; `fn_id` says which, `args[0]` is the return value.
     CallExit = 5,
     /// Return of a recorded system call (see [`syscalls`]): `fn_id` is its number, `args[0]`
-    /// the return value, `args[1..7]` its 6 arguments, `args[7]` the thread's CPU clock at
-    /// its entry (`cpu_ns` is the clock at the return).
+    /// the return value, `args[1..6]` its first 5 arguments (user space reads no call's 6th;
+    /// the kernel side's memory reads have it), `args[6]` the time (`ts_ns`'s clock) and
+    /// `args[7]` the thread's CPU clock at its entry (`ts_ns` and `cpu_ns` are the return's).
     Syscall = 6,
     /// A probed call's entry and exit in one ring buffer item, laid out as [`PairHead`] says.
     /// The kernel side writes one for a call whose entry record carries no user memory (one

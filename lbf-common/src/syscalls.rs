@@ -11,12 +11,16 @@
 /// source is on.
 pub const SYSCALLS: &str = "SYSCALLS";
 
-/// The system call each thread of a traced process is in (`u32` thread id -> its 6
-/// arguments, its number and the thread's CPU clock at the entry, as [`crate::ARG_WORDS`]
-/// words): kept by the entry hook for the return's record. For each thread of a process
+/// The system call each thread of a traced process is in (`u32` thread id -> [`ENTRY_WORDS`]
+/// words: its 6 arguments, its number, the thread's CPU clock and the time at the entry):
+/// kept by the entry hook for the return's record. For each thread of a process
 /// `lbf-trace -p` attaches to, user space puts in an entry whose number is [`AT_ATTACH`]
 /// (unless the entry hook has put one in first), which the thread's next return takes.
 pub const SYSCALL_ENTRY: &str = "SYSCALL_ENTRY";
+
+/// Words of a [`SYSCALL_ENTRY`] value: the 6 arguments (0-5), the number (6), the CPU clock
+/// (7) and the time (8) at the entry.
+pub const ENTRY_WORDS: usize = 9;
 
 /// The number in a [`SYSCALL_ENTRY`] entry that says "the thread was attached to, maybe in a
 /// system call" (blocked, waiting for a CPU, or running in the kernel): the return hook takes

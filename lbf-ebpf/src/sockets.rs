@@ -21,7 +21,7 @@ use aya_ebpf::{
 use lbf_common::{
     counter,
     maps::MAX_IN_FLIGHT,
-    syscalls::{how, SyscallRead, AT_ATTACH, MAX_PARTS, MAX_SYSCALLS, WORDS_PER_PART},
+    syscalls::{how, SyscallRead, AT_ATTACH, ENTRY_WORDS, MAX_PARTS, MAX_SYSCALLS, WORDS_PER_PART},
     RecordKind, ARG_WORDS,
 };
 
@@ -34,12 +34,12 @@ use crate::{
 #[map]
 pub static SYSCALLS: HashMap<u32, SyscallRead> = HashMap::with_max_entries(MAX_SYSCALLS, 0);
 
-/// Per thread id, the system call in progress: its 6 arguments, its number and the CPU
-/// clock at its entry (`lbf_common::syscalls::SYSCALL_ENTRY`). LRU so that calls that never
+/// Per thread id, the system call in progress: its 6 arguments, its number, the CPU clock and
+/// the time at its entry (`lbf_common::syscalls::SYSCALL_ENTRY`). LRU so that calls that never
 /// return (exit) age out. User space puts in the threads of a process it attaches to, marked
 /// [`AT_ATTACH`].
 #[map]
-pub static SYSCALL_ENTRY: LruHashMap<u32, [u64; ARG_WORDS]> =
+pub static SYSCALL_ENTRY: LruHashMap<u32, [u64; ENTRY_WORDS]> =
     LruHashMap::with_max_entries(MAX_IN_FLIGHT, 0);
 
 /// Argument `i` of the raw tracepoint (`sys_enter`: `regs`, `id`; `sys_exit`: `regs`, `ret`).
@@ -76,6 +76,7 @@ pub fn sys_enter(ctx: RawTracePointContext) -> u32 {
         regs.r9,
         nr as u64,
         cpu_now(now),
+        now,
     ];
     let _ = SYSCALL_ENTRY.insert(&tid, &saved, 0);
     0
@@ -107,8 +108,11 @@ pub fn sys_exit(ctx: RawTracePointContext) -> u32 {
         return 0;
     };
     let ret = raw_arg(&ctx, 1);
+    // The record's words (`lbf_common::RecordKind::Syscall`): the return value, the first 5
+    // arguments, the entry's time and CPU clock.
     let word = |i: usize| match i {
         0 => ret,
+        6 => saved[8],
         7 => saved[7],
         _ => saved[i - 1],
     };
@@ -135,7 +139,7 @@ pub fn sys_exit(ctx: RawTracePointContext) -> u32 {
 /// `rsi`, `rdx`, `r10`, `r8`, `r9`), the CPU clock now for the entry's; `None` for a call
 /// not recorded.
 #[inline(always)]
-fn entry_at_attach(ctx: &RawTracePointContext) -> Option<[u64; ARG_WORDS]> {
+fn entry_at_attach(ctx: &RawTracePointContext) -> Option<[u64; ENTRY_WORDS]> {
     // SAFETY: `regs` is the kernel's saved user registers; the read is checked.
     let regs = unsafe { bpf_probe_read_kernel(raw_arg(ctx, 0) as *const pt_regs) }.ok()?;
     let nr = regs.orig_rax as u32;
@@ -151,13 +155,14 @@ fn entry_at_attach(ctx: &RawTracePointContext) -> Option<[u64; ARG_WORDS]> {
         regs.r9,
         nr as u64,
         cpu_now(now),
+        now,
     ])
 }
 
 /// The read `read` asks for ([`how::PLAIN`] or [`how::INDIRECT`]), pointers taken from the
 /// call's entry `args`; `None` for none.
 #[inline(always)]
-fn plan(read: &SyscallRead, args: &[u64; ARG_WORDS]) -> Option<UserRead> {
+fn plan(read: &SyscallRead, args: &[u64; ENTRY_WORDS]) -> Option<UserRead> {
     // `get` rather than indexing: a bounds-check panic would not pass the verifier.
     let &ptr = args.get(read.arg as usize)?;
     match read.how {
@@ -201,7 +206,7 @@ struct Strided {
 #[inline(always)]
 fn emit_parts(
     read: &SyscallRead,
-    args: &[u64; ARG_WORDS],
+    args: &[u64; ENTRY_WORDS],
     ret: u64,
     nr: u16,
     tgid: u32,

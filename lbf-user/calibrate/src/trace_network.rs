@@ -10,6 +10,12 @@
 //! median size, and the table is the fewest of those points that reproduce them all
 //! ([`crate::fit`], as `lbf-node calibrate` fits).
 //!
+//! A socket send that several receives took is several messages in a trace (one per piece,
+//! each sent at the call, the later ones with no CPU before them): they are timed together,
+//! as one message of all their bytes, from the call (its entry: when the bytes began to
+//! leave) to the last piece's arrival, as a ping-pong times a message, with the first piece's
+//! receiver waiting.
+//!
 //! A message sent by rendezvous to a receiver already waiting arrives, in the engine's model
 //! (`docs/engine.md`), two empty-message times after its send plus the table's time for its
 //! size: the request and the answer travel first. Its table time is therefore its
@@ -99,6 +105,34 @@ struct Sent {
     bytes: u64,
     rendezvous: bool,
     t: Option<u64>,
+    /// The first message of its send call (itself, but for the later pieces of a socket
+    /// send that several receives took).
+    call: MsgId,
+}
+
+/// One send call's messages as they are paired with their receives: a socket send that
+/// several receives took is several messages (pieces) of one call, timed together from the
+/// call to the arrival of its last piece, as a ping-pong times a message.
+#[derive(Clone, Copy, Debug, Default)]
+struct Call {
+    /// Its pieces, and those paired with their receives so far.
+    pieces: u32,
+    paired: u32,
+    bytes: u64,
+    /// Its last piece's arrival so far.
+    arrival: u64,
+    /// What its first piece's pairing found (`None`: timed), which stands for the call's.
+    left_out: Option<LeftOut>,
+    rendezvous: bool,
+    departure: u64,
+}
+
+/// Why a message is left out of the fit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LeftOut {
+    Untimed,
+    AcrossHosts,
+    NotWaiting,
 }
 
 /// A message's receive: its process, when it ended, and since when the process waited.
@@ -121,31 +155,18 @@ pub fn timed_messages(trace: &Path) -> Result<(Vec<Timed>, Tally), String> {
         .map(|p| p.host.clone())
         .collect();
     let mut waiting: Vec<Option<u64>> = vec![None; hosts.len()];
+    // Each process's send call in progress: its first message and time, while its events are
+    // the call's pieces (a send right after a send, at the same time, with no CPU between).
+    let mut calling: Vec<Option<(MsgId, Option<u64>)>> = vec![None; hosts.len()];
     let mut sent: HashMap<MsgId, Sent> = HashMap::new();
     let mut received: HashMap<MsgId, Received> = HashMap::new();
-    let (mut timed, mut tally, mut any_time) = (Vec::new(), Tally::default(), false);
-    let mut pair = |s: Sent, r: Received| {
-        tally.messages += 1;
-        let (Some(departure), Some(arrival)) = (s.t, r.t) else {
-            tally.untimed += 1;
-            return;
-        };
-        if hosts[s.proc as usize] != hosts[r.proc as usize] {
-            tally.across_hosts += 1;
-        } else if r.waiting_since.is_none_or(|w| w > departure) {
-            tally.not_waiting += 1;
-        } else {
-            timed.push(Timed {
-                bytes: s.bytes,
-                seconds: arrival.saturating_sub(departure) as f64 / 1e9,
-                rendezvous: s.rendezvous,
-            });
-        }
-    };
+    let mut calls: BTreeMap<MsgId, Call> = BTreeMap::new();
+    let mut any_time = false;
     while let Some(e) = reader.next_event().map_err(|e| format!("{name}: {e}"))? {
         any_time |= e.t_ns.is_some();
         let proc = e.event.proc;
         let wait = &mut waiting[proc as usize];
+        let in_call = calling[proc as usize].take();
         match e.event.kind {
             EventKind::RecvStart => *wait = e.t_ns,
             EventKind::RecvEnd { msg } => {
@@ -155,7 +176,7 @@ pub fn timed_messages(trace: &Path) -> Result<(Vec<Timed>, Tally), String> {
                     waiting_since: *wait,
                 };
                 match sent.remove(&msg) {
-                    Some(s) => pair(s, r),
+                    Some(s) => pair(&mut calls, &hosts, msg, s, r),
                     None => {
                         received.insert(msg, r);
                     }
@@ -169,20 +190,43 @@ pub fn timed_messages(trace: &Path) -> Result<(Vec<Timed>, Tally), String> {
                 rendezvous,
             } => {
                 *wait = None;
+                let call = match in_call {
+                    Some((first, t)) if t == e.t_ns && e.event.cpu_ns == 0 => first,
+                    _ => msg,
+                };
+                calling[proc as usize] = Some((call, e.t_ns));
+                calls.entry(call).or_default().pieces += 1;
                 let s = Sent {
                     proc,
                     bytes,
                     rendezvous,
                     t: e.t_ns,
+                    call,
                 };
                 match received.remove(&msg) {
-                    Some(r) => pair(s, r),
+                    Some(r) => pair(&mut calls, &hosts, msg, s, r),
                     None => {
                         sent.insert(msg, s);
                     }
                 }
             }
             _ => *wait = None,
+        }
+    }
+    let mut tally = Tally::default();
+    let mut timed = Vec::new();
+    // A call some of whose pieces were never received is not timed, nor counted.
+    for call in calls.values().filter(|c| c.paired == c.pieces) {
+        tally.messages += 1;
+        match call.left_out {
+            Some(LeftOut::Untimed) => tally.untimed += 1,
+            Some(LeftOut::AcrossHosts) => tally.across_hosts += 1,
+            Some(LeftOut::NotWaiting) => tally.not_waiting += 1,
+            None => timed.push(Timed {
+                bytes: call.bytes,
+                seconds: call.arrival.saturating_sub(call.departure) as f64 / 1e9,
+                rendezvous: call.rendezvous,
+            }),
         }
     }
     if !any_time {
@@ -194,6 +238,28 @@ pub fn timed_messages(trace: &Path) -> Result<(Vec<Timed>, Tally), String> {
         ));
     }
     Ok((timed, tally))
+}
+
+/// Pairs message `msg`'s send `s` with its receive `r`, into its send call's [`Call`].
+fn pair(calls: &mut BTreeMap<MsgId, Call>, hosts: &[String], msg: MsgId, s: Sent, r: Received) {
+    let call = calls.entry(s.call).or_default();
+    call.paired += 1;
+    call.bytes += s.bytes;
+    let first = msg == s.call;
+    let (Some(departure), Some(arrival)) = (s.t, r.t) else {
+        call.left_out.get_or_insert(LeftOut::Untimed);
+        return;
+    };
+    call.arrival = call.arrival.max(arrival);
+    if hosts[s.proc as usize] != hosts[r.proc as usize] {
+        call.left_out = Some(LeftOut::AcrossHosts);
+    } else if first && r.waiting_since.is_none_or(|w| w > departure) {
+        call.left_out.get_or_insert(LeftOut::NotWaiting);
+    }
+    if first {
+        call.departure = departure;
+        call.rendezvous = s.rendezvous;
+    }
 }
 
 /// One measured point per size class of `times` (`(bytes, seconds)`): the class's median size

@@ -23,7 +23,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::anomaly::{note, Anomalies, Anomaly};
 use crate::record_capture::Backlog;
-use crate::timeline::{Item, RunClock, Timeline};
+use crate::timeline::{At, Item, RunClock, Timeline};
 use crate::{EventSink, ProcStats};
 use lbf_model::event::{Event, EventDetail, EventKind, ProcId, ProcInfo};
 use lbf_model::stream::Role;
@@ -216,13 +216,13 @@ impl Roster {
         !self.procs.is_empty() || !self.left_out.is_empty() || !self.order.is_empty()
     }
 
-    /// Process `tgid` ended (its thread `tid`'s clock reading `cpu_ns`): its `Exit`, if it
-    /// joined and has none yet. One that never joined never will: `clock` forgets it.
-    pub fn exit(&mut self, tgid: u32, tid: u32, cpu_ns: u64, clock: &mut RunClock) {
+    /// Process `tgid` ended (at its thread `tid`'s instant `at`): its `Exit`, if it joined
+    /// and has none yet. One that never joined never will: `clock` forgets it.
+    pub fn exit(&mut self, tgid: u32, tid: u32, at: At, clock: &mut RunClock) {
         match self.get_mut(tgid) {
             Some(p) if !p.exited => {
                 p.exited = true;
-                p.timeline.emit(tid, cpu_ns, EventKind::Exit);
+                p.timeline.emit(tid, at, EventKind::Exit);
             }
             Some(_) => {}
             None => {
@@ -303,7 +303,7 @@ impl Roster {
         // Processes that ended and handed everything out have no entry left.
         for p in self.procs.values_mut().filter(|p| !p.exited) {
             p.exited = true;
-            p.timeline.emit(0, 0, EventKind::Exit);
+            p.timeline.emit(0, At::cpu(0), EventKind::Exit);
             if matches!(p.standing, Standing::Member(_)) {
                 note(anomalies, Anomaly::StillRunning { labels: l });
             }
@@ -367,7 +367,7 @@ impl Roster {
         let lost = &mut self.lost_events;
         let standing = p.standing;
         p.timeline
-            .drain(all, |cpu_ns, procedures, item| match standing {
+            .drain(all, |cpu_ns, procedures, ts_ns, item| match standing {
                 Standing::Member(id) => {
                     stats.cpu_ns += cpu_ns;
                     match item {
@@ -382,7 +382,7 @@ impl Roster {
                             };
                             let detail = EventDetail {
                                 procedures: *procedures,
-                                monotonic_ns: None,
+                                monotonic_ns: ts_ns,
                             };
                             sink.event_with(&event, &detail);
                         }

@@ -26,10 +26,34 @@ pub enum Item {
     Stream(Box<StreamOp>),
 }
 
+/// An instant of one thread: its CPU clock then, and the time (`CLOCK_MONOTONIC`
+/// nanoseconds, the records' `ts_ns`) where the capture knows it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct At {
+    /// The thread's CPU clock.
+    pub cpu: u64,
+    /// The time, if known.
+    pub ts: Option<u64>,
+}
+
+impl At {
+    /// When the thread's clock read `cpu`, at time `ts`.
+    pub fn new(cpu: u64, ts: u64) -> At {
+        At { cpu, ts: Some(ts) }
+    }
+
+    /// When the thread's clock read `cpu`, at a time not known.
+    pub fn cpu(cpu: u64) -> At {
+        At { cpu, ts: None }
+    }
+}
+
 /// A queued event, or several once a send is cut into messages (`None` until settled).
 #[derive(Debug)]
 struct Slot {
     cpu_ns: u64,
+    /// When it happened, if known (every item of the slot happened then).
+    ts_ns: Option<u64>,
     /// The CPU in traced procedures among `cpu_ns`.
     procedures: ProcedureCpu,
     items: Option<Vec<Item>>,
@@ -47,23 +71,22 @@ pub struct Timeline {
     pub procedures: ProcedureShares,
 }
 
-/// A `poll`, `select` or `epoll_wait` (or a run of them) that the next receive continues: the
-/// CPU clock at its entry and at its return.
+/// A `poll`, `select` or `epoll_wait` (or a run of them) that the next receive continues: its
+/// entry and its return.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Wait {
-    /// The clock at the (first) wait's entry.
-    pub entry_cpu: u64,
-    /// The clock at the (last) wait's return.
-    pub exit_cpu: u64,
+    /// The (first) wait's entry.
+    pub entry: At,
+    /// The (last) wait's return.
+    pub exit: At,
 }
 
 impl Wait {
-    /// `earlier` (if any) followed by a wait from `entry_cpu` to `exit_cpu`: waits in a row
-    /// make one.
-    pub fn after(earlier: Option<Wait>, entry_cpu: u64, exit_cpu: u64) -> Wait {
+    /// `earlier` (if any) followed by a wait from `entry` to `exit`: waits in a row make one.
+    pub fn after(earlier: Option<Wait>, entry: At, exit: At) -> Wait {
         Wait {
-            entry_cpu: earlier.map_or(entry_cpu, |w| w.entry_cpu),
-            exit_cpu,
+            entry: earlier.map_or(entry, |w| w.entry),
+            exit,
         }
     }
 }
@@ -76,33 +99,33 @@ impl Timeline {
         self.cpu_base.entry(tid).or_insert(cpu_at);
     }
 
-    /// Queues `kind`, happening when thread `tid`'s clock reads `cpu_at`.
-    pub fn emit(&mut self, tid: u32, cpu_at: u64, kind: EventKind) {
-        self.push(tid, cpu_at, Some(vec![Item::Event(kind)]));
+    /// Queues `kind`, happening at thread `tid`'s instant `at`.
+    pub fn emit(&mut self, tid: u32, at: At, kind: EventKind) {
+        self.push(tid, at, Some(vec![Item::Event(kind)]));
     }
 
-    /// Queues a send or receive that is matched elsewhere, made when thread `tid`'s clock
-    /// reads `cpu_at`: it leaves as it is, in its place.
-    pub fn emit_stream(&mut self, tid: u32, cpu_at: u64, op: StreamOp) {
-        self.push(tid, cpu_at, Some(vec![Item::Stream(Box::new(op))]));
+    /// Queues a send or receive that is matched elsewhere, made at thread `tid`'s instant
+    /// `at`: it leaves as it is, in its place.
+    pub fn emit_stream(&mut self, tid: u32, at: At, op: StreamOp) {
+        self.push(tid, at, Some(vec![Item::Stream(Box::new(op))]));
     }
 
     /// Queues an event to be settled with [`Timeline::settle`]; returns its slot.
-    pub fn open(&mut self, tid: u32, cpu_at: u64) -> u64 {
-        self.push(tid, cpu_at, None)
+    pub fn open(&mut self, tid: u32, at: At) -> u64 {
+        self.push(tid, at, None)
     }
 
     /// Queues `kind` after `cpu_ns` of CPU since the previous event, of which `procedures`
     /// in traced procedures, for a stream of events that already carry their CPU (the
     /// builder's).
     pub fn emit_after(&mut self, cpu_ns: u64, procedures: ProcedureCpu, kind: EventKind) {
-        self.push_slot_with(cpu_ns, procedures, Some(vec![Item::Event(kind)]));
+        self.push_slot_with(cpu_ns, None, procedures, Some(vec![Item::Event(kind)]));
     }
 
     /// Queues, after `cpu_ns` of CPU (of which `procedures` in traced procedures), an event
     /// to be settled with [`Timeline::settle`]; returns its slot.
     pub fn open_after(&mut self, cpu_ns: u64, procedures: ProcedureCpu) -> u64 {
-        self.push_slot_with(cpu_ns, procedures, None)
+        self.push_slot_with(cpu_ns, None, procedures, None)
     }
 
     /// Settles slot `slot` as `kinds` (at least one): the first carries the slot's CPU and
@@ -117,20 +140,23 @@ impl Timeline {
         }
     }
 
-    /// Queues a `RecvStart` for a receive entered at `cpu_at`, or where `wait`, the
+    /// Queues a `RecvStart` for a receive entered at `entry`, or where `wait`, the
     /// `poll`-like wait just before it, began. Returns the wait's end in that case: the
     /// receive's `RecvEnd` belongs there, so that the CPU after the wait (the receive call
     /// itself, and anything the process did before it) is work.
-    pub fn recv_start(&mut self, tid: u32, cpu_at: u64, wait: Option<Wait>) -> Option<u64> {
-        let at = wait.map_or(cpu_at, |w| w.entry_cpu.min(cpu_at));
+    pub fn recv_start(&mut self, tid: u32, entry: At, wait: Option<Wait>) -> Option<At> {
+        let at = match wait {
+            Some(w) if w.entry.cpu <= entry.cpu => w.entry,
+            _ => entry,
+        };
         self.push(tid, at, Some(vec![Item::Event(EventKind::RecvStart)]));
-        wait.map(|w| w.exit_cpu)
+        wait.map(|w| w.exit)
     }
 
-    /// Hands out, in order as `(cpu_ns, procedure CPU, item)`, the settled items at the front
-    /// of the queue, up to the first slot still open; with `all`, every item, an open slot as
-    /// a `Keepalive` carrying its CPU (the end of a capture).
-    pub fn drain(&mut self, all: bool, mut out: impl FnMut(u64, &ProcedureCpu, Item)) {
+    /// Hands out, in order as `(cpu_ns, procedure CPU, time, item)`, the settled items at the
+    /// front of the queue, up to the first slot still open; with `all`, every item, an open
+    /// slot as a `Keepalive` carrying its CPU (the end of a capture).
+    pub fn drain(&mut self, all: bool, mut out: impl FnMut(u64, &ProcedureCpu, Option<u64>, Item)) {
         while self.queue.front().is_some_and(|s| all || s.items.is_some()) {
             let slot = self.queue.pop_front().expect("checked");
             self.base += 1;
@@ -139,8 +165,8 @@ impl Timeline {
                 .unwrap_or_else(|| vec![Item::Event(EventKind::Keepalive)]);
             for (i, item) in items.into_iter().enumerate() {
                 match i {
-                    0 => out(slot.cpu_ns, &slot.procedures, item),
-                    _ => out(0, &ProcedureCpu::NONE, item),
+                    0 => out(slot.cpu_ns, &slot.procedures, slot.ts_ns, item),
+                    _ => out(0, &ProcedureCpu::NONE, slot.ts_ns, item),
                 }
             }
         }
@@ -157,22 +183,24 @@ impl Timeline {
         (!self.queue.is_empty()).then_some(self.base)
     }
 
-    fn push(&mut self, tid: u32, cpu_at: u64, items: Option<Vec<Item>>) -> u64 {
+    fn push(&mut self, tid: u32, at: At, items: Option<Vec<Item>>) -> u64 {
         let base = self.cpu_base.entry(tid).or_insert(0);
-        let cpu_ns = cpu_at.saturating_sub(*base);
-        *base = (*base).max(cpu_at);
-        let procedures = self.procedures.share(tid, cpu_at);
-        self.push_slot_with(cpu_ns, procedures, items)
+        let cpu_ns = at.cpu.saturating_sub(*base);
+        *base = (*base).max(at.cpu);
+        let procedures = self.procedures.share(tid, at.cpu);
+        self.push_slot_with(cpu_ns, at.ts, procedures, items)
     }
 
     fn push_slot_with(
         &mut self,
         cpu_ns: u64,
+        ts_ns: Option<u64>,
         procedures: ProcedureCpu,
         items: Option<Vec<Item>>,
     ) -> u64 {
         self.queue.push_back(Slot {
             cpu_ns,
+            ts_ns,
             procedures,
             items,
         });

@@ -330,7 +330,7 @@ impl StreamMatcher {
 
 /// Hands the settled events of `t` (`all`: every one) to `out` as events of `proc`.
 fn drain_into(t: &mut Timeline, proc: ProcId, all: bool, out: &mut Ready) {
-    t.drain(all, |cpu_ns, shares, item| {
+    t.drain(all, |cpu_ns, shares, _, item| {
         // The builder's timelines hold engine events only.
         if let Item::Event(kind) = item {
             out.push(Event { proc, cpu_ns, kind }, shares);

@@ -7,10 +7,7 @@ use aya::{
     maps::{HashMap, MapData},
     programs::RawTracePoint,
 };
-use lbf_common::{
-    syscalls::{self, SyscallRead, AT_ATTACH},
-    ARG_WORDS,
-};
+use lbf_common::syscalls::{self, SyscallRead, AT_ATTACH, ENTRY_WORDS};
 
 use super::Tracer;
 
@@ -64,12 +61,12 @@ impl Tracer {
         if calls.keys().next().is_none() {
             return Ok(());
         }
-        let mut entries: HashMap<&mut MapData, u32, [u64; ARG_WORDS]> = HashMap::try_from(
+        let mut entries: HashMap<&mut MapData, u32, [u64; ENTRY_WORDS]> = HashMap::try_from(
             self.ebpf
                 .map_mut(syscalls::SYSCALL_ENTRY)
                 .context("map SYSCALL_ENTRY")?,
         )?;
-        let mut mark = [0u64; ARG_WORDS];
+        let mut mark = [0u64; ENTRY_WORDS];
         mark[6] = AT_ATTACH;
         for tid in threads {
             // Refused when the thread has entered a call since: that entry is the right one.

@@ -69,7 +69,7 @@ use crate::gaps::LostRecords;
 use crate::ids;
 use crate::record_capture::{Backlog, RecordCapture};
 use crate::roster::{Labels, Proc, Roster};
-use crate::timeline::RunClock;
+use crate::timeline::{At, RunClock};
 use crate::{EventSink, Summary};
 use lbf_model::event::{CollOp, EventKind, MsgId};
 
@@ -374,7 +374,7 @@ impl PvmCapture {
             Some(RecordKind::CallExit) => self.exit(rec),
             Some(RecordKind::Exit) => {
                 self.roster
-                    .exit(rec.tgid, rec.tid, rec.cpu_ns, &mut self.clock)
+                    .exit(rec.tgid, rec.tid, At::cpu(rec.cpu_ns), &mut self.clock)
             }
             Some(RecordKind::Attach) => self.roster.attached(rec.tgid, rec.tid, rec.cpu_ns),
             Some(RecordKind::Lost) => self.lost.record(rec),
@@ -521,7 +521,7 @@ impl PvmCapture {
         let p = self.member(rec.tgid);
         p.timeline.emit(
             rec.tid,
-            rec.cpu_ns,
+            At::cpu(rec.cpu_ns),
             EventKind::CollStart {
                 coll,
                 op: CollOp::Barrier,
@@ -562,7 +562,7 @@ impl PvmCapture {
             p.stats.send_bytes += bytes;
             p.timeline.emit(
                 tid,
-                cpu_ns,
+                At::cpu(cpu_ns),
                 EventKind::Send {
                     msg,
                     bytes,
@@ -638,7 +638,7 @@ impl PvmCapture {
             pvm::BARRIER => {
                 if let (Some(coll), Some(p)) = (open.coll, self.roster.get_mut(rec.tgid)) {
                     p.timeline
-                        .emit(rec.tid, rec.cpu_ns, EventKind::CollEnd { coll });
+                        .emit(rec.tid, At::cpu(rec.cpu_ns), EventKind::CollEnd { coll });
                 }
             }
             _ => {}
@@ -707,7 +707,7 @@ impl PvmCapture {
         }
         let p = self.member(rec.tgid);
         // No poll-like waits are recorded for PVM: the receive is the wait.
-        let _ = p.timeline.recv_start(rec.tid, entry_cpu, None);
+        let _ = p.timeline.recv_start(rec.tid, At::cpu(entry_cpu), None);
         let (msg, bytes) = match found {
             Found::Here(m) if !from_beyond => (Some(m.msg), m.bytes),
             Found::Here(m) => (None, m.bytes),
@@ -719,7 +719,7 @@ impl PvmCapture {
             p.stats.recv_bytes += bytes;
         }
         let kind = msg.map_or(EventKind::Keepalive, |msg| EventKind::RecvEnd { msg });
-        p.timeline.emit(rec.tid, rec.cpu_ns, kind);
+        p.timeline.emit(rec.tid, At::cpu(rec.cpu_ns), kind);
         if matches!(found, Found::Nothing) {
             self.unmatched_recvs += 1;
         }

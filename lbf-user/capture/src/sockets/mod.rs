@@ -68,12 +68,12 @@ use lbf_common::{Record, RecordKind};
 use self::channels::{Channel, Channels, Direction, EndClosed, Endpoint, Outcome, Role, StreamOp};
 use self::descriptors::{Descriptors, Fd};
 use self::resolve::{SocketChannels, SocketResolver, Unidentified};
-use self::syscall::Call;
+use self::syscall::{Call, Decoded};
 use crate::anomaly::{note, Anomalies, Anomaly};
 use crate::gaps::LostRecords;
 use crate::record_capture::{Backlog, Kept, RecordCapture};
 use crate::roster::{Labels, Proc, Roster};
-use crate::timeline::{RunClock, Wait};
+use crate::timeline::{At, RunClock, Wait};
 use crate::{EventSink, Summary};
 use lbf_model::event::EventKind;
 
@@ -240,7 +240,12 @@ impl SocketCapture {
                 if self.roster.joined_any() {
                     self.seen.remove(&tgid); // no note will name it
                 }
-                self.roster.exit(tgid, rec.tid, rec.cpu_ns, &mut self.clock);
+                self.roster.exit(
+                    tgid,
+                    rec.tid,
+                    At::new(rec.cpu_ns, rec.ts_ns),
+                    &mut self.clock,
+                );
             }
             Some(RecordKind::Attach) => self.roster.attached(rec.tgid, rec.tid, rec.cpu_ns),
             Some(RecordKind::Lost) => self.lost.record(rec),
@@ -348,7 +353,7 @@ impl SocketCapture {
     }
 
     /// Queues, for each of `sizes`, a send or receive (`role`) on direction `dir`, matched
-    /// elsewhere, made when thread `tid` of `tgid` read `cpu_at`.
+    /// elsewhere, made at thread `tid` of `tgid`'s instant `at`.
     fn stream_ops(
         &mut self,
         tgid: u32,
@@ -356,7 +361,7 @@ impl SocketCapture {
         dir: Direction,
         role: Role,
         sizes: &[u64],
-        cpu_at: u64,
+        at: At,
     ) {
         for &bytes in sizes {
             let p = self.member(tgid);
@@ -368,7 +373,7 @@ impl SocketCapture {
                 p.stats.recv_bytes += bytes;
             }
             p.timeline
-                .emit_stream(tid, cpu_at, StreamOp { dir, role, bytes });
+                .emit_stream(tid, at, StreamOp { dir, role, bytes });
             *self.ends.entry((dir, role)).or_default() += bytes;
         }
     }
@@ -449,25 +454,32 @@ impl SocketCapture {
         match d.call {
             Call::Send { fd, sizes, to_port } => {
                 if let Some(s) = self.socket(tgid, fd) {
-                    self.send(tgid, tid, s, &sizes, to_port, d.exit_cpu);
+                    self.send(
+                        tgid,
+                        tid,
+                        s,
+                        &sizes,
+                        to_port,
+                        Decoded::sent(d.entry, d.exit),
+                    );
                 }
             }
             Call::Recv { fd, sizes } => match self.socket(tgid, fd) {
-                Some(s) => self.recv(tgid, tid, s, &sizes, d.entry_cpu, d.exit_cpu),
+                Some(s) => self.recv(tgid, tid, s, &sizes, d.entry, d.exit),
                 None => {
                     self.waits.remove(&tgid);
                 }
             },
             Call::Transfer { from, to, bytes } => {
                 if let Some(s) = self.socket(tgid, to) {
-                    self.send(tgid, tid, s, &[bytes], None, d.exit_cpu);
+                    self.send(tgid, tid, s, &[bytes], None, Decoded::sent(d.entry, d.exit));
                 } else if let Some(s) = self.socket(tgid, from) {
-                    self.recv(tgid, tid, s, &[bytes], d.entry_cpu, d.exit_cpu);
+                    self.recv(tgid, tid, s, &[bytes], d.entry, d.exit);
                 }
             }
             Call::Wait => {
                 let earlier = self.waits.get(&tgid).copied();
-                let wait = Wait::after(earlier, d.entry_cpu, d.exit_cpu);
+                let wait = Wait::after(earlier, d.entry, d.exit);
                 self.waits.insert(tgid, wait);
             }
             Call::Open {
@@ -524,8 +536,8 @@ impl SocketCapture {
         }
     }
 
-    /// Queues one `Send` per message of `sizes` sent through socket `s` at `cpu_at`, to the
-    /// UDP port `to_port` named, else to its connected peer.
+    /// Queues one `Send` per message of `sizes` sent through socket `s` at `at` (the call's
+    /// return), to the UDP port `to_port` named, else to its connected peer.
     fn send(
         &mut self,
         tgid: u32,
@@ -533,11 +545,11 @@ impl SocketCapture {
         s: SocketChannels,
         sizes: &[u64],
         to_port: Option<u16>,
-        cpu_at: u64,
+        at: At,
     ) {
         let is_udp = is_udp(s.recv);
         if is_udp && self.between_hosts {
-            self.unmatched_datagrams(tgid, tid, Role::Send, sizes, cpu_at);
+            self.unmatched_datagrams(tgid, tid, Role::Send, sizes, at);
             return;
         }
         let to = to_port.filter(|_| is_udp).map(resolve::udp_channel);
@@ -546,47 +558,39 @@ impl SocketCapture {
             return;
         };
         if let Some(dir) = self.elsewhere(channel) {
-            self.stream_ops(tgid, tid, dir, Role::Send, sizes, cpu_at);
+            self.stream_ops(tgid, tid, dir, Role::Send, sizes, at);
             return;
         }
         for &bytes in sizes {
             let p = self.member(tgid);
             p.stats.sends += 1;
             p.stats.send_bytes += bytes;
-            let slot = p.timeline.open(tid, cpu_at);
+            let slot = p.timeline.open(tid, at);
             let token = self.token(tgid, slot);
             let outcomes = self.channels.send(channel, token, bytes);
             self.apply(outcomes);
         }
     }
 
-    /// A receive of `sizes` through socket `s`, entered at `entry_cpu` and returning at
-    /// `exit_cpu`: its `RecvStart`, then one `RecvEnd` per message, matched.
-    fn recv(
-        &mut self,
-        tgid: u32,
-        tid: u32,
-        s: SocketChannels,
-        sizes: &[u64],
-        entry_cpu: u64,
-        exit_cpu: u64,
-    ) {
+    /// A receive of `sizes` through socket `s`, entered at `entry` and returning at `exit`:
+    /// its `RecvStart`, then one `RecvEnd` per message, matched.
+    fn recv(&mut self, tgid: u32, tid: u32, s: SocketChannels, sizes: &[u64], entry: At, exit: At) {
         let wait = self.waits.remove(&tgid);
-        let end = self.member(tgid).timeline.recv_start(tid, entry_cpu, wait);
-        let cpu_at = end.unwrap_or(exit_cpu);
+        let end = self.member(tgid).timeline.recv_start(tid, entry, wait);
+        let at = end.unwrap_or(exit);
         if let Some(dir) = self.elsewhere(s.recv) {
-            self.stream_ops(tgid, tid, dir, Role::Recv, sizes, cpu_at);
+            self.stream_ops(tgid, tid, dir, Role::Recv, sizes, at);
             return;
         }
         if is_udp(s.recv) && self.between_hosts {
-            self.unmatched_datagrams(tgid, tid, Role::Recv, sizes, cpu_at);
+            self.unmatched_datagrams(tgid, tid, Role::Recv, sizes, at);
             return;
         }
         for &bytes in sizes {
             let p = self.member(tgid);
             p.stats.recvs += 1;
             p.stats.recv_bytes += bytes;
-            let slot = p.timeline.open(tid, cpu_at);
+            let slot = p.timeline.open(tid, at);
             let token = self.token(tgid, slot);
             let outcomes = self.channels.recv(s.recv, token, bytes);
             self.apply(outcomes);
@@ -594,11 +598,11 @@ impl SocketCapture {
     }
 
     /// UDP datagrams of a capture matching between hosts, sent or received (`role`) by
-    /// thread `tid` of `tgid` when its clock read `cpu_at`: not matched, since their other end
+    /// thread `tid` of `tgid` at its instant `at`: not matched, since their other end
     /// may be on another host, which nothing here tells (UDP receivers are told apart by port
     /// alone), and a datagram waiting for a match would hold its process's events until its
     /// socket closes. Each is a `Keepalive`, counted as unmatched and noted.
-    fn unmatched_datagrams(&mut self, tgid: u32, tid: u32, role: Role, sizes: &[u64], cpu_at: u64) {
+    fn unmatched_datagrams(&mut self, tgid: u32, tid: u32, role: Role, sizes: &[u64], at: At) {
         for &bytes in sizes {
             match role {
                 Role::Send => self.unmatched_sends += 1,
@@ -609,7 +613,7 @@ impl SocketCapture {
                 p.stats.sends += 1;
                 p.stats.send_bytes += bytes;
             }
-            p.timeline.emit(tid, cpu_at, EventKind::Keepalive);
+            p.timeline.emit(tid, at, EventKind::Keepalive);
             note(&mut self.anomalies, Anomaly::UdpUnmatched);
         }
     }

@@ -7,6 +7,8 @@ use lbf_common::{
     Record, ARG_WORDS, MEM_BYTES,
 };
 
+use crate::timeline::At;
+
 /// Size of a `struct mmsghdr` on x86-64, and the offset of its `msg_len` field.
 const MMSGHDR_SIZE: u16 = 64;
 const MMSGHDR_LEN_OFFSET: u16 = 56;
@@ -195,10 +197,10 @@ pub struct Decoded {
     /// What happened (as far as this record tells: a `sendmmsg`/`recvmmsg` of many messages
     /// takes several records, see [`Decoded::continue_with`]).
     pub call: Call,
-    /// The thread's CPU clock at the call's entry.
-    pub entry_cpu: u64,
-    /// The thread's CPU clock at its return.
-    pub exit_cpu: u64,
+    /// The call's entry: the thread's CPU clock and the time.
+    pub entry: At,
+    /// Its return.
+    pub exit: At,
     /// Which part of its call the record is (`lbf_common::Record::part`).
     pub part: u16,
     /// Whether a record of the call's next part follows.
@@ -211,6 +213,18 @@ pub struct Decoded {
 }
 
 impl Decoded {
+    /// Where a send's events go, for a call from `entry` to `exit`: at its return on the
+    /// thread's CPU clock (the CPU of
+    /// the call is the sender's work), at its entry in time (when its bytes began to leave:
+    /// a write larger than the socket's buffer returns only once most of them have, and the
+    /// engine starts a message's journey where the sender computed up to, which is there).
+    pub fn sent(entry: At, exit: At) -> At {
+        At {
+            cpu: exit.cpu,
+            ts: entry.ts,
+        }
+    }
+
     /// Adds the messages of `next`, the record of this call's next part; false (and nothing
     /// added) if `next` is no such record.
     pub fn continue_with(&mut self, next: Decoded) -> bool {
@@ -231,7 +245,8 @@ impl Decoded {
 }
 
 /// Decodes a `Syscall` record (`fn_id` = the number, `args[0]` = the return value,
-/// `args[1..7]` = the arguments, `args[7]` = the entry's CPU clock).
+/// `args[1..6]` = the first 5 arguments, `args[6]` and `args[7]` = the entry's time and CPU
+/// clock).
 pub fn decode(rec: &Record) -> Decoded {
     let args: &[u64; ARG_WORDS] = &rec.args;
     let ret = args[0] as i64;
@@ -328,8 +343,8 @@ pub fn decode(rec: &Record) -> Decoded {
     };
     Decoded {
         call,
-        entry_cpu: args[7],
-        exit_cpu: rec.cpu_ns,
+        entry: At::new(args[7], args[6]),
+        exit: At::new(rec.cpu_ns, rec.ts_ns),
         part: rec.part,
         more: missing > 0 && full_part,
         missing,

@@ -516,7 +516,7 @@ fn fit_network_finds_the_shaped_link_in_a_socket_trace() {
         );
         // Not half: on this link the ping-pong's 128 and 256 B one-way times (half the
         // median round trip, 21 to 27 us) are twice its 64 B ones, and their lower envelope
-        // is 0.41 to 0.64 of them.
+        // is 0.41 to 0.66 of them.
         let misses = fit_misses(&run.trace, &dir.join("fitted.toml"), &own, 0.0);
         outcome("fit-network's table", misses, others)
     });

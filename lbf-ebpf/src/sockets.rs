@@ -65,20 +65,7 @@ pub fn sys_enter(ctx: RawTracePointContext) -> u32 {
     let Ok(regs) = (unsafe { bpf_probe_read_kernel(raw_arg(&ctx, 0) as *const pt_regs) }) else {
         return 0;
     };
-    let now = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
-    // The x86-64 system call convention: rdi, rsi, rdx, r10, r8, r9.
-    let saved = [
-        regs.rdi,
-        regs.rsi,
-        regs.rdx,
-        regs.r10,
-        regs.r8,
-        regs.r9,
-        nr as u64,
-        cpu_now(now),
-        now,
-    ];
-    let _ = SYSCALL_ENTRY.insert(&tid, &saved, 0);
+    let _ = SYSCALL_ENTRY.insert(&tid, &entry_now(&regs, nr), 0);
     0
 }
 
@@ -145,8 +132,17 @@ fn entry_at_attach(ctx: &RawTracePointContext) -> Option<[u64; ENTRY_WORDS]> {
     let nr = regs.orig_rax as u32;
     // SAFETY: presence test only.
     unsafe { SYSCALLS.get(&nr) }?;
+    Some(entry_now(&regs, nr))
+}
+
+/// The [`SYSCALL_ENTRY`] value of call `nr` whose arguments are in `regs`, entered now: the
+/// x86-64 system call convention's argument registers (rdi, rsi, rdx, r10, r8, r9), the
+/// number, the thread's CPU clock and the time.
+#[inline(always)]
+fn entry_now(regs: &pt_regs, nr: u32) -> [u64; ENTRY_WORDS] {
+    // SAFETY: a helper without arguments.
     let now = unsafe { aya_ebpf::helpers::bpf_ktime_get_ns() };
-    Some([
+    [
         regs.rdi,
         regs.rsi,
         regs.rdx,
@@ -156,7 +152,7 @@ fn entry_at_attach(ctx: &RawTracePointContext) -> Option<[u64; ENTRY_WORDS]> {
         nr as u64,
         cpu_now(now),
         now,
-    ])
+    ]
 }
 
 /// The read `read` asks for ([`how::PLAIN`] or [`how::INDIRECT`]), pointers taken from the

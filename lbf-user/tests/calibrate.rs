@@ -440,17 +440,7 @@ fn fit_network_finds_the_shaped_link_in_a_trace() {
     // Up to 1 MiB, 5 to 200 round trips a size for 0.1 s: about 4 s traced.
     let command = job(Mpi::OpenMpi, &pair, &ssh, &program, "1048576 5 200 100");
     timed(|| {
-        let (run, others) = watched(|| {
-            lbf_trace(
-                "fit-network",
-                &["--source", "mpi", "--", "sh", "-c", &command],
-            )
-        });
-        assert_eq!(
-            run.code, 0,
-            "the traced ping-pong:\n{}\n{}",
-            run.stdout, run.stderr
-        );
+        let (run, others) = traced_ping_pong("fit-network", "mpi", &command);
         // The program's own one-way times: `LBF-PINGPONG bytes seconds reps`.
         let own: Vec<(f64, f64)> = run
             .stdout
@@ -498,17 +488,7 @@ fn fit_network_finds_the_shaped_link_in_a_socket_trace() {
         measured = measured.display(),
     );
     timed(|| {
-        let (run, others) = watched(|| {
-            lbf_trace(
-                "fit-network-sockets",
-                &["--source", "sockets", "--", "sh", "-c", &command],
-            )
-        });
-        assert_eq!(
-            run.code, 0,
-            "the traced ping-pong:\n{}\n{}",
-            run.stdout, run.stderr
-        );
+        let (run, others) = traced_ping_pong("fit-network-sockets", "sockets", &command);
         let own = measured_points(&measured);
         assert!(
             own.iter().any(|&(bytes, _)| bytes == 1048576.0),
@@ -520,6 +500,19 @@ fn fit_network_finds_the_shaped_link_in_a_socket_trace() {
         let misses = fit_misses(&run.trace, &dir.join("fitted.toml"), &own, 0.0);
         outcome("fit-network's table", misses, others)
     });
+}
+
+/// `sh -c COMMAND` traced with `--source SOURCE` as `label`, which must succeed; with the
+/// share of the machine other work took meanwhile.
+fn traced_ping_pong(label: &str, source: &str, command: &str) -> (traced::TraceRun, f64) {
+    let (run, others) =
+        watched(|| lbf_trace(label, &["--source", source, "--", "sh", "-c", command]));
+    assert_eq!(
+        run.code, 0,
+        "the traced ping-pong:\n{}\n{}",
+        run.stdout, run.stderr
+    );
+    (run, others)
 }
 
 /// What is wrong with the table `lbf-gag fit-network --remote` fits (into `table`) from the

@@ -326,6 +326,7 @@ fn cut_at_attach(
 fn eager(kind: EventKind) -> EventKind {
     match kind {
         EventKind::Send { msg, bytes, .. } => EventKind::Send {
+            after: 0,
             msg,
             bytes,
             rendezvous: false,

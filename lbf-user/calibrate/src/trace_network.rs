@@ -11,7 +11,7 @@
 //! ([`crate::fit`], as `lbf-node calibrate` fits).
 //!
 //! A socket send that several receives took is several messages in a trace (one per piece,
-//! each sent at the call, the later ones with no CPU before them): they are timed together,
+//! each sent at the call, the later ones with their `after`): they are timed together,
 //! as one message of all their bytes, from the call (its entry: when the bytes began to
 //! leave) to the last piece's arrival, as a ping-pong times a message, with the first piece's
 //! receiver waiting.
@@ -155,9 +155,8 @@ pub fn timed_messages(trace: &Path) -> Result<(Vec<Timed>, Tally), String> {
         .map(|p| p.host.clone())
         .collect();
     let mut waiting: Vec<Option<u64>> = vec![None; hosts.len()];
-    // Each process's send call in progress: its first message and time, while its events are
-    // the call's pieces (a send right after a send, at the same time, with no CPU between).
-    let mut calling: Vec<Option<(MsgId, Option<u64>)>> = vec![None; hosts.len()];
+    // Each process's last send call: its first message (its later ones have `after`).
+    let mut calling: Vec<Option<MsgId>> = vec![None; hosts.len()];
     let mut sent: HashMap<MsgId, Sent> = HashMap::new();
     let mut received: HashMap<MsgId, Received> = HashMap::new();
     let mut calls: BTreeMap<MsgId, Call> = BTreeMap::new();
@@ -188,13 +187,14 @@ pub fn timed_messages(trace: &Path) -> Result<(Vec<Timed>, Tally), String> {
                 msg,
                 bytes,
                 rendezvous,
+                after,
             } => {
                 *wait = None;
                 let call = match in_call {
-                    Some((first, t)) if t == e.t_ns && e.event.cpu_ns == 0 => first,
+                    Some(first) if after > 0 => first,
                     _ => msg,
                 };
-                calling[proc as usize] = Some((call, e.t_ns));
+                calling[proc as usize] = Some(call);
                 calls.entry(call).or_default().pieces += 1;
                 let s = Sent {
                     proc,

@@ -86,6 +86,9 @@ pub struct BatchBuilder {
     conns: HashMap<Direction, u32>,
     /// How many procedures the node follows: `proc_ns` entries per event.
     procedures: usize,
+    /// Sends in the batch so far: the batch's `after` column, once a send needs it, has one
+    /// entry for each.
+    sends: usize,
 }
 
 impl BatchBuilder {
@@ -109,9 +112,17 @@ impl BatchBuilder {
                 msg,
                 bytes,
                 rendezvous,
+                after,
             } => {
                 b.id.push(msg);
                 b.bytes.push(bytes);
+                if after > 0 {
+                    b.after.resize(self.sends, 0);
+                }
+                if !b.after.is_empty() || after > 0 {
+                    b.after.push(after);
+                }
+                self.sends += 1;
                 if rendezvous {
                     SEND_RENDEZVOUS
                 } else {
@@ -204,6 +215,7 @@ impl BatchBuilder {
     /// The batch so far (its `seq`, `lost_events` and `end` unset); starts a new one.
     pub fn take(&mut self) -> Batch {
         self.conns.clear();
+        self.sends = 0;
         std::mem::take(&mut self.batch)
     }
 }
@@ -328,11 +340,12 @@ pub fn decode_batch(
             .copied()
             .ok_or_else(|| bad(format!("conn {conn} is not in the batch's {}", dirs.len())))
     };
-    let (mut ids, mut bytes, mut shapes, mut streams) = (
+    let (mut ids, mut bytes, mut shapes, mut streams, mut afters) = (
         batch.id.iter(),
         batch.bytes.iter(),
         batch.coll_shape.iter(),
         batch.stream.iter(),
+        batch.after.iter(),
     );
     let mut events = Vec::with_capacity(n);
     for (i, (&pk, &cpu_ns)) in batch.proc_kind.iter().zip(&batch.cpu_ns).enumerate() {
@@ -349,6 +362,10 @@ pub fn decode_batch(
                 msg: id()?,
                 bytes: *bytes.next().ok_or_else(|| short("bytes"))?,
                 rendezvous: code == SEND_RENDEZVOUS,
+                after: match batch.after.is_empty() {
+                    true => 0,
+                    false => *afters.next().ok_or_else(|| short("after"))?,
+                },
             },
             RECV_START => EventKind::RecvStart,
             RECV_END => EventKind::RecvEnd { msg: id()? },
@@ -481,11 +498,13 @@ mod tests {
     fn sample() -> Vec<Event> {
         let kinds = [
             EventKind::Send {
+                after: 0,
                 msg: u64::MAX,
                 bytes: 7,
                 rendezvous: false,
             },
             EventKind::Send {
+                after: 0,
                 msg: 5,
                 bytes: 1 << 20,
                 rendezvous: true,
@@ -680,6 +699,7 @@ mod tests {
                 proc: (i % 4) as u32,
                 cpu_ns: 50_000 + i,
                 kind: EventKind::Send {
+                    after: 0,
                     msg: i,
                     bytes: 64,
                     rendezvous: false,

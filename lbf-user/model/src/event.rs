@@ -74,6 +74,11 @@ pub enum EventKind {
         /// Whether the message goes by rendezvous: an MPI library sends a message above its
         /// eager limit, or a synchronous send's, only once the receiver has matched it.
         rendezvous: bool,
+        /// Bytes of the same send call that leave before this message's own: a socket send
+        /// that several receives took is one message per receive, and its bytes leave one
+        /// after the other, so a message costs what `after + bytes` would and the last
+        /// arrives when the whole send would. 0 for every other message.
+        after: u64,
     },
     /// The process starts waiting (entry of a blocking receive, or of a wait for receives or
     /// rendezvous sends). The CPU before it is work.
@@ -134,10 +139,12 @@ impl EventKind {
                 msg,
                 bytes,
                 rendezvous,
+                after,
             } => EventKind::Send {
                 msg: f(msg),
                 bytes,
                 rendezvous,
+                after,
             },
             EventKind::RecvPost { msg } => EventKind::RecvPost { msg: f(msg) },
             EventKind::RecvEnd { msg } => EventKind::RecvEnd { msg: f(msg) },

@@ -21,6 +21,7 @@ fn ev(proc: ProcId, cpu: u64, f: u64, kind: EventKind) -> (Event, u64) {
 
 fn send(msg: u64) -> EventKind {
     EventKind::Send {
+        after: 0,
         msg,
         bytes: 0,
         rendezvous: false,

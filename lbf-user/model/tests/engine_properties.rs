@@ -82,6 +82,7 @@ fn streams(n: usize, actions: &[Action], exit_cpu: &[u64]) -> Vec<Vec<Event>> {
                 }
                 let rendezvous = how.rendezvous;
                 let send = EventKind::Send {
+                    after: 0,
                     msg,
                     bytes,
                     rendezvous,
@@ -259,6 +260,7 @@ mod reference {
                             msg,
                             bytes,
                             rendezvous,
+                            ..
                         } => {
                             sent.insert(msg, (now, bytes, p, rendezvous));
                             true

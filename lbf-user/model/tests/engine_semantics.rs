@@ -41,6 +41,7 @@ fn figure3() -> Vec<Event> {
             2,
             5,
             Send {
+                after: 0,
                 msg: 1,
                 bytes: 0,
                 rendezvous: false,
@@ -139,6 +140,7 @@ fn messages_pay_the_remote_table_between_nodes_and_the_local_one_within() {
             0,
             1,
             Send {
+                after: 0,
                 msg: 9,
                 bytes: 1000,
                 rendezvous: false,
@@ -166,6 +168,54 @@ fn messages_pay_the_remote_table_between_nodes_and_the_local_one_within() {
     assert_eq!(p[0].predicted_seconds, 5.0);
     // together: P0 runs alone until its send at 1 (P1 is waiting), arrives at 2, P1 exits at 3
     assert_eq!(p[1].predicted_seconds, 3.0);
+}
+
+/// A send call that two receives took is two messages: the second leaves behind the first's
+/// bytes (`after`), so it arrives when the whole call would, and the first when its own
+/// bytes would.
+#[test]
+fn a_send_calls_later_messages_pay_for_the_bytes_before_them() {
+    use EventKind::*;
+    let events = vec![
+        ev(
+            0,
+            1,
+            Send {
+                msg: 1,
+                bytes: 400,
+                rendezvous: false,
+                after: 0,
+            },
+        ),
+        ev(
+            0,
+            0,
+            Send {
+                msg: 2,
+                bytes: 600,
+                rendezvous: false,
+                after: 400,
+            },
+        ),
+        ev(0, 0, Exit),
+        ev(1, 0, RecvStart),
+        ev(1, 0, RecvEnd { msg: 1 }),
+        ev(1, 0, RecvStart),
+        ev(1, 0, RecvEnd { msg: 2 }),
+        ev(1, 0, Exit),
+    ];
+    let mut apart = target("apart", vec![vec![0], vec![1]]);
+    apart.network = Network {
+        local: CommTable::default(),
+        remote: CommTable::new(vec![(0.0, 0.0), (1000.0, 10.0)]).unwrap(),
+    };
+    let mut engine = Engine::new(2, vec![apart]).unwrap();
+    for e in events {
+        engine.push(e, 0).unwrap();
+    }
+    // Both leave at 1; the first arrives at 1 + 4, the second at 1 + 10 (its own 600 bytes
+    // alone would take 6): P1 exits at 11.
+    assert_eq!(engine.finish().unwrap()[0].predicted_seconds, 11.0);
 }
 
 #[test]
@@ -245,6 +295,7 @@ fn bad_input_is_refused_with_its_origin() {
                 0,
                 1,
                 Send {
+                    after: 0,
                     msg: 3,
                     bytes: 0,
                     rendezvous: false,
@@ -259,6 +310,7 @@ fn bad_input_is_refused_with_its_origin() {
                 0,
                 1,
                 Send {
+                    after: 0,
                     msg: 3,
                     bytes: 0,
                     rendezvous: false,
@@ -325,6 +377,7 @@ fn keepalives_let_the_engine_advance_and_events_are_freed() {
                     0,
                     1,
                     Send {
+                        after: 0,
                         msg: i,
                         bytes: 0,
                         rendezvous: false,

@@ -812,6 +812,7 @@ impl Capture {
             rec.ts_ns,
         );
         let kind = EventKind::Send {
+            after: 0,
             msg,
             bytes,
             rendezvous,

@@ -219,6 +219,7 @@ fn blocking_ping_pong_cpu_split_into_work_and_waiting() {
         (
             50,
             EventKind::Send {
+                after: 0,
                 msg: msg(0, 1, 0, 0),
                 bytes: 16,
                 rendezvous: false,
@@ -427,6 +428,7 @@ fn waitall_uses_statuses_for_any_source() {
             (
                 1,
                 EventKind::Send {
+                    after: 0,
                     msg: msg(0, 1, 3, 0),
                     bytes: 12,
                     rendezvous: false
@@ -470,6 +472,7 @@ fn sendrecv_ring_and_probe() {
         (
             10,
             EventKind::Send {
+                after: 0,
                 msg: msg(1, 0, 9, 0),
                 bytes: 16,
                 rendezvous: false,
@@ -783,6 +786,7 @@ fn attached_mid_run_aligns_at_the_end_and_counts_cpu_from_the_attach() {
         (
             1_000,
             EventKind::Send {
+                after: 0,
                 msg: msg(0, 1, 7, 0),
                 bytes: 16,
                 rendezvous: false
@@ -858,6 +862,7 @@ fn large_blocking_sends_go_by_rendezvous_and_end_at_their_return() {
             (
                 100,
                 EventKind::Send {
+                    after: 0,
                     msg: big,
                     bytes: 8256,
                     rendezvous: true
@@ -867,6 +872,7 @@ fn large_blocking_sends_go_by_rendezvous_and_end_at_their_return() {
             (
                 20,
                 EventKind::Send {
+                    after: 0,
                     msg: msg(0, 1, 1, 0),
                     bytes: 8252,
                     rendezvous: false
@@ -902,6 +908,7 @@ fn synchronous_and_nonblocking_rendezvous_sends_end_where_they_complete() {
     assert_matched(&log);
     let (sync, big) = (msg(0, 1, 0, 0), msg(0, 1, 1, 0));
     let sent = |msg, bytes| EventKind::Send {
+        after: 0,
         msg,
         bytes,
         rendezvous: true,
@@ -1113,6 +1120,7 @@ fn events_carry_the_time_of_their_records() {
     run.finalize(1, 50); // 11000, 12000
     let m = msg(0, 1, 5, 0);
     let send = EventKind::Send {
+        after: 0,
         msg: m,
         bytes: 4,
         rendezvous: false,

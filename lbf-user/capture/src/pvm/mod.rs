@@ -564,6 +564,7 @@ impl PvmCapture {
                 tid,
                 At::cpu(cpu_ns),
                 EventKind::Send {
+                    after: 0,
                     msg,
                     bytes,
                     rendezvous: false,

@@ -6,7 +6,9 @@
 //! per receive, so a send is cut where receives end: the send holding the ends of `k`
 //! receives becomes `k` messages, the first taking its bytes up to the first receive's end
 //! (plus the bytes of earlier sends no receive ended in, which travel with it), the last
-//! taking the rest of the send. A send no receive ends in carries no message of its own: its
+//! taking the rest of the send. Its bytes leave one after the other, so each message but the
+//! first leaves after those of the messages before it ([`Piece::after`]): the last arrives
+//! when the whole send would. A send no receive ends in carries no message of its own: its
 //! bytes travel with the next message of its direction. A send's cuts are known once the
 //! receiver has consumed all of its bytes, so its outcome is reported then.
 //!
@@ -38,6 +40,9 @@ pub struct Piece {
     pub msg: MsgId,
     /// Its payload for the cost model.
     pub bytes: u64,
+    /// The bytes of its send that leave before its own (those of the send's earlier
+    /// messages): see `EventKind::Send::after`.
+    pub after: u64,
 }
 
 /// What became of a send or a receive.
@@ -84,6 +89,7 @@ impl Outcome {
                     msg: p.msg,
                     bytes: p.bytes,
                     rendezvous: false,
+                    after: p.after,
                 })
                 .collect(),
             Outcome::Recv { msg: Some(msg), .. } => vec![EventKind::RecvEnd { msg: *msg }],
@@ -391,7 +397,11 @@ fn datagram(send: u64, recv: u64, msg: MsgId, bytes: u64) -> [Outcome; 2] {
         },
         Outcome::Send {
             token: send,
-            pieces: vec![Piece { msg, bytes }],
+            pieces: vec![Piece {
+                msg,
+                bytes,
+                after: 0,
+            }],
             unconsumed: 0,
         },
     ]
@@ -438,12 +448,16 @@ fn settle(carry: u64, send: OpenSend, unconsumed: u64) -> (Outcome, u64) {
         pieces.push(Piece {
             msg,
             bytes: end - prev,
+            after: 0,
         });
         prev = end;
     }
     pieces[0].bytes += carry;
     if let Some(last) = pieces.last_mut() {
         last.bytes += send.end - prev;
+    }
+    for i in 1..pieces.len() {
+        pieces[i].after = pieces[i - 1].after + pieces[i - 1].bytes;
     }
     (
         Outcome::Send {

@@ -124,6 +124,7 @@ fn one_send_read_by_two_receives_becomes_two_messages() {
             (
                 10,
                 Send {
+                    after: 0,
                     msg: 1,
                     bytes: 40,
                     rendezvous: false
@@ -132,6 +133,7 @@ fn one_send_read_by_two_receives_becomes_two_messages() {
             (
                 0,
                 Send {
+                    after: 40,
                     msg: 2,
                     bytes: 60,
                     rendezvous: false
@@ -171,6 +173,7 @@ fn sends_read_by_one_receive_travel_with_the_last_one() {
             (
                 1,
                 Send {
+                    after: 0,
                     msg: 1,
                     bytes: 100,
                     rendezvous: false
@@ -203,6 +206,7 @@ fn a_receive_recorded_before_its_send_waits_for_it() {
             (
                 1,
                 Send {
+                    after: 0,
                     msg: 1,
                     bytes: 30,
                     rendezvous: false
@@ -211,6 +215,7 @@ fn a_receive_recorded_before_its_send_waits_for_it() {
             (
                 0,
                 Send {
+                    after: 30,
                     msg: 2,
                     bytes: 10,
                     rendezvous: false
@@ -246,11 +251,13 @@ fn datagrams_are_whole_messages() {
         sends[..2],
         [
             Send {
+                after: 0,
                 msg: 1,
                 bytes: 50,
                 rendezvous: false
             },
             Send {
+                after: 0,
                 msg: 2,
                 bytes: 70,
                 rendezvous: false
@@ -458,6 +465,7 @@ fn a_process_beyond_the_expected_count_is_left_out_and_its_events_counted() {
             (
                 1,
                 Send {
+                    after: 0,
                     msg: 1,
                     bytes: 10,
                     rendezvous: false
@@ -604,6 +612,7 @@ fn a_connection_stays_while_any_copy_of_either_end_is_open() {
             (
                 1,
                 Send {
+                    after: 0,
                     msg: 2,
                     bytes: 10,
                     rendezvous: false

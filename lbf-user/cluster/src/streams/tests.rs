@@ -384,6 +384,7 @@ fn a_send_waits_for_the_other_node_and_its_end_settles_it() {
                 0,
                 10,
                 EventKind::Send {
+                    after: 0,
                     msg,
                     bytes: 100,
                     rendezvous: false
@@ -556,7 +557,7 @@ fn a_node_matches_local_connections_and_hands_on_those_between_hosts() {
     assert_eq!(
         process_0,
         [
-            "Send { msg: 1, bytes: 100, rendezvous: false }",
+            "Send { msg: 1, bytes: 100, rendezvous: false, after: 0 }",
             "Keepalive",
             "Send 50",
             "RecvStart",
@@ -630,6 +631,7 @@ fn a_receiver_closed_before_the_second_of_two_sends_it_read_together() {
         [
             EventKind::Keepalive,
             EventKind::Send {
+                after: 0,
                 msg,
                 bytes: 1016,
                 rendezvous: false

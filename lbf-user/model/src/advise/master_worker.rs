@@ -239,6 +239,7 @@ mod tests {
             p,
             cpu,
             EventKind::Send {
+                after: 0,
                 msg,
                 bytes,
                 rendezvous: false,

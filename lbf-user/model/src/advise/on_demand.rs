@@ -334,6 +334,7 @@ mod tests {
 
     fn send(msg: MsgId, bytes: u64) -> EventKind {
         EventKind::Send {
+            after: 0,
             msg,
             bytes,
             rendezvous: false,

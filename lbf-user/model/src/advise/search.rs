@@ -588,6 +588,7 @@ mod tests {
                 for (from, to, cpu_ns) in [(a, b, 1_000_000), (b, a, 0)] {
                     msg += 1;
                     let send = EventKind::Send {
+                        after: 0,
                         msg,
                         bytes,
                         rendezvous: false,

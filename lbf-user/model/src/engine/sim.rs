@@ -580,20 +580,24 @@ impl Sim {
     /// [`Sim::reach`] by event kind.
     fn reach_kind(&mut self, p: usize, q: &Queued) -> SimResult<bool> {
         match q.kind {
+            // A message's size for the network: its bytes and those of its send call that
+            // leave before them (`EventKind::Send::after`).
             EventKind::Send {
                 msg,
                 bytes,
                 rendezvous: false,
+                after,
             } => {
-                self.send(p, msg, bytes, q.origin)?;
+                self.send(p, msg, after + bytes, q.origin)?;
                 Ok(true)
             }
             EventKind::Send {
                 msg,
                 bytes,
                 rendezvous: true,
+                after,
             } => {
-                self.send_rendezvous(p, msg, bytes, q.origin)?;
+                self.send_rendezvous(p, msg, after + bytes, q.origin)?;
                 Ok(true)
             }
             EventKind::RecvStart | EventKind::Keepalive => Ok(true),

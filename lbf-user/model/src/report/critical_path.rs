@@ -314,6 +314,7 @@ mod tests {
         const S: u64 = 1_000_000_000;
         let f = |ns: u64| ProcedureCpu::from_slice(&[ns]).unwrap();
         let send = EventKind::Send {
+            after: 0,
             msg: 1,
             bytes: 0,
             rendezvous: false,

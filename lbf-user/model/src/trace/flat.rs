@@ -58,10 +58,11 @@ fn store<'a>(raw: &mut RawLine<'a>, key: &str, value: Value<'a>) -> Option<()> {
         ("k", Value::Str(s)) => set(&mut raw.k, Cow::Borrowed(s)),
         ("op", Value::Str(s)) => set(&mut raw.op, Cow::Borrowed(s)),
         ("rendezvous", Value::Bool(b)) => set(&mut raw.rendezvous, b),
+        ("after", Value::Int(v)) => set(&mut raw.after, v),
         ("t_ns", Value::Int(v)) => set(&mut raw.t_ns, v),
         (
-            "p" | "cpu_ns" | "msg" | "bytes" | "coll" | "size" | "k" | "op" | "rendezvous" | "t_ns"
-            | "summary",
+            "p" | "cpu_ns" | "msg" | "bytes" | "coll" | "size" | "k" | "op" | "rendezvous"
+            | "after" | "t_ns" | "summary",
             _,
         ) => None,
         _ => Some(()), // a field readers ignore

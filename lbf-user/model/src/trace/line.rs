@@ -29,6 +29,7 @@ pub(super) struct RawLine<'a> {
     pub(super) op: Option<Cow<'a, str>>,
     pub(super) size: Option<u32>,
     pub(super) rendezvous: Option<bool>,
+    pub(super) after: Option<u64>,
     /// When the event happened (a capture's wall clock), nanoseconds after its origin.
     pub(super) t_ns: Option<u64>,
     /// The CPU in each of the header's procedures (serde_json's path only: the fast path
@@ -113,6 +114,7 @@ fn event_kind(name: &str, raw: &RawLine) -> Result<(&'static str, EventKind), Tr
             msg: raw.msg.ok_or(missing("send", "msg"))?,
             bytes: raw.bytes.ok_or(missing("send", "bytes"))?,
             rendezvous: raw.rendezvous.unwrap_or(false),
+            after: raw.after.unwrap_or(0),
         },
         "recv_start" => EventKind::RecvStart,
         "recv_post" => EventKind::RecvPost {

@@ -166,6 +166,7 @@ impl Synthetic {
                 self.push(
                     proc,
                     EventKind::Send {
+                        after: 0,
                         msg: m + 2 * proc as u64,
                         bytes,
                         rendezvous: false,
@@ -174,6 +175,7 @@ impl Synthetic {
                 self.push(
                     proc,
                     EventKind::Send {
+                        after: 0,
                         msg: m + 2 * proc as u64 + 1,
                         bytes,
                         rendezvous: false,
@@ -187,6 +189,7 @@ impl Synthetic {
                     self.push(
                         0,
                         EventKind::Send {
+                            after: 0,
                             msg: m + w - 1,
                             bytes: task_bytes,
                             rendezvous: false,
@@ -205,6 +208,7 @@ impl Synthetic {
                 self.push(
                     proc,
                     EventKind::Send {
+                        after: 0,
                         msg,
                         bytes: result_bytes,
                         rendezvous: false,

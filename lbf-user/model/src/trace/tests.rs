@@ -28,6 +28,7 @@ fn every_kind() -> Vec<Event> {
             0,
             1200,
             EventKind::Send {
+                after: 0,
                 msg: 17,
                 bytes: 4096,
                 rendezvous: false,
@@ -40,6 +41,7 @@ fn every_kind() -> Vec<Event> {
             0,
             6,
             EventKind::Send {
+                after: 0,
                 msg: 18,
                 bytes: 1 << 20,
                 rendezvous: true,
@@ -148,6 +150,7 @@ fn version_1_traces_read_as_before() {
     ))
     .unwrap();
     let sent = EventKind::Send {
+        after: 0,
         msg: 17,
         bytes: 4096,
         rendezvous: false,
@@ -343,7 +346,7 @@ proptest::proptest! {
             .map(|(i, (proc, cpu_ns, k, a, b, size, op))| {
                 let msg = (i as u64) << 48 | (a & 0xffff_ffff_ffff);
                 let kind = match k {
-                    0 => EventKind::Send { msg, bytes: b, rendezvous: false },
+                    0 => EventKind::Send { after: 0, msg, bytes: b, rendezvous: false },
                     1 => EventKind::RecvStart,
                     2 => EventKind::RecvEnd { msg },
                     3 => EventKind::CollStart { coll: a, op: ops[op], size, bytes: b },
@@ -351,7 +354,7 @@ proptest::proptest! {
                     5 => EventKind::Keepalive,
                     6 => {
                         pending[proc as usize].push(msg);
-                        EventKind::Send { msg, bytes: b, rendezvous: true }
+                        EventKind::Send { after: 0, msg, bytes: b, rendezvous: true }
                     }
                     7 => EventKind::RecvPost { msg },
                     8 => EventKind::SendEnd { msg },
@@ -494,6 +497,7 @@ fn wall_clock_times_are_written_and_read_back() {
         0,
         10,
         EventKind::Send {
+            after: 0,
             msg: 1,
             bytes: 8,
             rendezvous: false,

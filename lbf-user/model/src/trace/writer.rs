@@ -99,10 +99,14 @@ impl<W: Write> TraceWriter<W> {
                 msg,
                 bytes,
                 rendezvous,
+                after,
             } => {
                 write!(out, r#","msg":{msg},"bytes":{bytes}"#)?;
                 if rendezvous {
                     out.write_all(br#","rendezvous":true"#)?;
+                }
+                if after > 0 {
+                    write!(out, r#","after":{after}"#)?;
                 }
             }
             EventKind::RecvEnd { msg }

@@ -251,6 +251,7 @@ mod tests {
 
     fn send(msg: MsgId) -> EventKind {
         EventKind::Send {
+            after: 0,
             msg,
             bytes: 1000,
             rendezvous: true,
@@ -400,6 +401,7 @@ mod tests {
     #[test]
     fn a_send_end_of_an_eager_or_foreign_message_is_an_error() {
         let eager = EventKind::Send {
+            after: 0,
             msg: 7,
             bytes: 10,
             rendezvous: false,

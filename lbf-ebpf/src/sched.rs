@@ -192,7 +192,7 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
 #[btf_tracepoint(function = "sched_switch")]
 pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
     let now = unsafe { bpf_ktime_get_ns() };
-    let steal = lbf_steal_clock();
+    // The steal clock is read only for a traced thread: every switch on the machine runs this.
     // SAFETY: argument 1 is the task switched out (the current one).
     if let Some(s) = unsafe { THREADS.of(task_arg(&ctx, 1)) } {
         // SAFETY: the task's state; the thread is switching out on this CPU.
@@ -200,6 +200,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
             let c = &mut (*s).clock;
             if c.switched_in_ns != 0 {
                 // Running since its switch-in (or, seeded at an attach, since the seed).
+                let steal = lbf_steal_clock();
                 let reading = c.running_at(now, steal);
                 add(counter::STOLEN_NS, steal.saturating_sub(c.steal_in_ns));
                 match current_sum_exec_runtime() {
@@ -222,7 +223,7 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
                 // Not running since its switch-out (or, seeded at an attach, since the seed).
                 c.set_from_total(sum, c.acc_ns);
             }
-            c.switch_in(now, steal);
+            c.switch_in(now, lbf_steal_clock());
         }
     }
     0

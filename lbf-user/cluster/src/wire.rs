@@ -547,6 +547,34 @@ mod tests {
         assert!(builder.is_empty());
     }
 
+    /// A send's `after` crosses the wire: the column stays empty while every send's is 0, and
+    /// once one is not it holds one entry per send of the batch, those before it included.
+    #[test]
+    fn sends_after_other_bytes_of_their_call_round_trip() {
+        let send = |msg, after| Event {
+            proc: 0,
+            cpu_ns: 0,
+            kind: EventKind::Send {
+                msg,
+                bytes: 100,
+                rendezvous: false,
+                after,
+            },
+        };
+        let mut builder = BatchBuilder::default();
+        builder.push(&send(1, 0), &ProcedureCpu::NONE);
+        assert!(builder.take().after.is_empty());
+        let events = [send(2, 0), send(3, 100), send(4, 0)];
+        for e in &events {
+            builder.push(e, &ProcedureCpu::NONE);
+        }
+        let batch = builder.take();
+        assert_eq!(batch.after, [0, 100, 0]);
+        let back = decode_batch(&batch, 0, |_| true).unwrap().events;
+        let events: Vec<NodeEvent> = events.into_iter().map(NodeEvent::Event).collect();
+        assert_eq!(back, events);
+    }
+
     #[test]
     fn foreign_processes_and_short_columns_are_named() {
         let mut builder = BatchBuilder::default();

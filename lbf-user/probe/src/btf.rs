@@ -277,7 +277,6 @@ mod tests {
         assert!(signal > 0 && signal.is_multiple_of(8), "offset {signal}");
         assert!(live.is_multiple_of(4), "offset {live}");
         let [cfs_rq, rq, cpu, runqueues, steal] = btf.steal_clock_offsets().unwrap();
-        eprintln!("OFFS {cfs_rq} {rq} {cpu} {runqueues} {steal}");
         assert!(cfs_rq > off && cfs_rq.is_multiple_of(8), "offset {cfs_rq}");
         assert!(rq.is_multiple_of(8) && cpu.is_multiple_of(4), "{rq} {cpu}");
         assert!(

@@ -455,8 +455,6 @@ fn run(cli: Cli) -> Result<i32> {
                  next context switch"
             ),
         }
-    }
-    if cli.verbose {
         let how = if end.stopped {
             "stopped by signal"
         } else {

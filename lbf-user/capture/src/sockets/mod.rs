@@ -68,7 +68,7 @@ use lbf_common::{Record, RecordKind};
 use self::channels::{Channel, Channels, Direction, EndClosed, Endpoint, Outcome, Role, StreamOp};
 use self::descriptors::{Descriptors, Fd};
 use self::resolve::{SocketChannels, SocketResolver, Unidentified};
-use self::syscall::{Call, Decoded};
+use self::syscall::Call;
 use crate::anomaly::{note, Anomalies, Anomaly};
 use crate::gaps::LostRecords;
 use crate::record_capture::{Backlog, Kept, RecordCapture};
@@ -442,7 +442,7 @@ impl SocketCapture {
         if d.missing > 0 {
             note(&mut self.anomalies, Anomaly::MmsgSizesUnread);
         }
-        for fd in d.received {
+        for &fd in &d.received {
             // A descriptor passed by another process: made here by no recorded call.
             self.set_fd(tgid, fd, Fd::Unresolved);
             self.identify(tgid, fd, Lookup::Early);
@@ -451,17 +451,11 @@ impl SocketCapture {
             // The process did something else: no receive directly follows the wait.
             self.waits.remove(&tgid);
         }
+        let sent = d.sent();
         match d.call {
             Call::Send { fd, sizes, to_port } => {
                 if let Some(s) = self.socket(tgid, fd) {
-                    self.send(
-                        tgid,
-                        tid,
-                        s,
-                        &sizes,
-                        to_port,
-                        Decoded::sent(d.entry, d.exit),
-                    );
+                    self.send(tgid, tid, s, &sizes, to_port, sent);
                 }
             }
             Call::Recv { fd, sizes } => match self.socket(tgid, fd) {
@@ -472,7 +466,7 @@ impl SocketCapture {
             },
             Call::Transfer { from, to, bytes } => {
                 if let Some(s) = self.socket(tgid, to) {
-                    self.send(tgid, tid, s, &[bytes], None, Decoded::sent(d.entry, d.exit));
+                    self.send(tgid, tid, s, &[bytes], None, sent);
                 } else if let Some(s) = self.socket(tgid, from) {
                     self.recv(tgid, tid, s, &[bytes], d.entry, d.exit);
                 }
@@ -536,8 +530,8 @@ impl SocketCapture {
         }
     }
 
-    /// Queues one `Send` per message of `sizes` sent through socket `s` at `at` (the call's
-    /// return), to the UDP port `to_port` named, else to its connected peer.
+    /// Queues one `Send` per message of `sizes` sent through socket `s` at `at` (see
+    /// `syscall::Decoded::sent`), to the UDP port `to_port` named, else to its connected peer.
     fn send(
         &mut self,
         tgid: u32,

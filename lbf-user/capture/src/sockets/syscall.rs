@@ -213,15 +213,15 @@ pub struct Decoded {
 }
 
 impl Decoded {
-    /// Where a send's events go, for a call from `entry` to `exit`: at its return on the
-    /// thread's CPU clock (the CPU of
-    /// the call is the sender's work), at its entry in time (when its bytes began to leave:
-    /// a write larger than the socket's buffer returns only once most of them have, and the
-    /// engine starts a message's journey where the sender computed up to, which is there).
-    pub fn sent(entry: At, exit: At) -> At {
+    /// Where the events of a send this call made go: at its return on the thread's CPU clock
+    /// (the CPU of the call is the sender's work), at its entry in time (when its bytes began
+    /// to leave: a write larger than the socket's buffer returns only once most of them have,
+    /// and the engine starts a message's journey where the sender computed up to, which is
+    /// there).
+    pub fn sent(&self) -> At {
         At {
-            cpu: exit.cpu,
-            ts: entry.ts,
+            cpu: self.exit.cpu,
+            ts: self.entry.ts,
         }
     }
 

@@ -215,9 +215,16 @@ pub(crate) fn across(mpi: Mpi, net: &str, ssh: &Path) -> Vec<String> {
     let ssh = ssh.display().to_string();
     let words: Vec<&str> = match mpi {
         // Each "host" would bind its ranks to its first cores, the same cores of this machine.
+        // Without binding, the daemons' runtime-control component (rtc hwloc) only shares
+        // the topology through a segment it maps at an address it guesses free: once in CI
+        // every daemon of a job segfaulted there (in hwloc_shmem_topology_write), three runs
+        // in a row. It is left out.
         Mpi::OpenMpi => vec![
             "--bind-to",
             "none",
+            "--mca",
+            "rtc",
+            "^hwloc",
             "--mca",
             "plm_rsh_agent",
             &ssh,

@@ -9,6 +9,7 @@ use cluster_support::*;
 use std::io::Write;
 use std::net::TcpStream;
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const PROCS: u32 = 8;
@@ -251,4 +252,25 @@ fn a_node_of_another_protocol_version_is_refused_with_both_versions_named() {
     }
     builder.kill();
     assert!(logged(&log), "{log}");
+}
+
+#[test]
+fn a_calibration_agent_is_refused_by_a_jobs_builder_and_told_where_to_go() {
+    let root = scratch("agent-at-builder");
+    let s = setup(&root.join("builder"));
+    let builder = s.start("builder.log");
+    let out = Command::new(env!("CARGO_BIN_EXE_lbf-node"))
+        .env("LBF_NODE_TOKEN", "token-a-for-tests-only")
+        .args(["calibrate", "--builder", &s.listen, "--node", "a", "--ca"])
+        .arg(&s.cert)
+        .args(["--patience", "5"])
+        .output()
+        .unwrap();
+    builder.kill();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("calibration agent") && said.contains("lbf-gag calibrate"),
+        "{said}"
+    );
 }

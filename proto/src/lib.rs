@@ -13,4 +13,4 @@ pub use prost;
 
 /// The protocol version this build speaks; `Hello` and `Welcome` carry it, and the builder
 /// refuses a node with another, naming both.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;

@@ -9,9 +9,12 @@
 //! - [`program`]: a program's own speed on two hosts, from its traces on both.
 //! - [`trace_network`]: the network table a traced run saw, from its own messages.
 //! - [`output`]: what the measurements print and the TOML files they write.
+//! - [`args`]: the ping-pong's command-line options, shared by the commands that run one.
 //!
-//! `lbf-node calibrate` is the command; `docs/targets.md` says how to use its files.
+//! `lbf-node calibrate` is the command (and, for a whole cluster at once, `lbf-gag calibrate`
+//! ordering `lbf-node calibrate --builder` agents: `lbf_cluster::calibration`); `docs/targets.md` says how to use its files.
 
+pub mod args;
 pub mod cpu;
 pub mod fit;
 pub mod mpi;

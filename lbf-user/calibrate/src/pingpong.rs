@@ -138,7 +138,27 @@ pub fn measure(
     plan: &Plan,
     progress: &mut Progress,
 ) -> io::Result<Vec<Measured>> {
+    ping_pong(connect(peer)?, plan, progress)
+}
+
+/// [`measure`] against a server of [`serve_keyed`]: presents `key` first.
+pub fn measure_keyed(
+    peer: impl ToSocketAddrs,
+    key: &[u8; KEY_BYTES],
+    plan: &Plan,
+    progress: &mut Progress,
+) -> io::Result<Vec<Measured>> {
     let mut stream = connect(peer)?;
+    stream.write_all(key)?;
+    ping_pong(stream, plan, progress)
+}
+
+/// The ping-pong of `plan` on a connected `stream`.
+fn ping_pong(
+    mut stream: TcpStream,
+    plan: &Plan,
+    progress: &mut Progress,
+) -> io::Result<Vec<Measured>> {
     stream.set_nodelay(true)?;
     let sizes = plan.sizes();
     let largest = *sizes.last().unwrap_or(&0) as usize;
@@ -175,6 +195,50 @@ pub fn measure(
     Ok(measured)
 }
 
+/// Bytes of the key a client of [`serve_keyed`] presents.
+pub const KEY_BYTES: usize = 32;
+
+/// How long a connected client of [`serve_keyed`] may take to present its key.
+const KEY_PATIENCE: Duration = Duration::from_secs(5);
+
+/// Serves the first client on `listener` that presents `key` (see [`measure_keyed`]), then
+/// returns; connections that present anything else are closed. Gives up, with an error,
+/// when no such client has come within `patience`.
+pub fn serve_keyed(
+    listener: &TcpListener,
+    key: &[u8; KEY_BYTES],
+    patience: Duration,
+) -> io::Result<()> {
+    let deadline = Instant::now() + patience;
+    listener.set_nonblocking(true)?;
+    loop {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("no peer presented the key within {patience:?}"),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        stream.set_nonblocking(false)?;
+        stream.set_read_timeout(Some(KEY_PATIENCE))?;
+        let mut given = [0u8; KEY_BYTES];
+        let presented = (&stream).read_exact(&mut given).is_ok();
+        // Compared in constant time: how much of a guess matched is not told by its timing.
+        let differs = given.iter().zip(key).fold(0u8, |d, (a, b)| d | (a ^ b));
+        if presented && differs == 0 {
+            stream.set_read_timeout(None)?;
+            return echo(stream);
+        }
+    }
+}
+
 /// Measures `plan` within this host: a server thread on the loopback answers.
 pub fn measure_local(plan: &Plan, progress: &mut Progress) -> io::Result<Vec<Measured>> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
@@ -204,6 +268,34 @@ pub fn median(times: &mut [f64]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_keyed_server_answers_only_the_key_and_gives_up_in_time() {
+        let key = [7u8; KEY_BYTES];
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server =
+            std::thread::spawn(move || serve_keyed(&listener, &key, Duration::from_secs(20)));
+        let plan = Plan {
+            max_bytes: 4,
+            min_reps: 2,
+            max_reps: 2,
+            budget: Duration::ZERO,
+        };
+        // A wrong key is hung up on: its ping-pong fails, and the server waits on.
+        let wrong = measure_keyed(addr, &[8u8; KEY_BYTES], &plan, &mut Progress::hidden());
+        assert!(wrong.is_err());
+        let measured = measure_keyed(addr, &key, &plan, &mut Progress::hidden()).unwrap();
+        assert_eq!(
+            measured.iter().map(|m| m.bytes).collect::<Vec<_>>(),
+            [0, 1, 2, 4]
+        );
+        server.join().unwrap().unwrap();
+        // Nobody comes: an error once the patience is spent.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let err = serve_keyed(&listener, &key, Duration::from_millis(50)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+    }
 
     #[test]
     fn sizes_run_from_zero_by_powers_of_two() {

@@ -21,7 +21,7 @@ use lbf_proto::{
     builder_frame, node_frame, Ack, BuilderFrame, Hello, Hold, NodeFrame, Refusal, Results,
     TargetResult, Welcome, PROTOCOL_VERSION,
 };
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -456,39 +456,52 @@ fn check_procedures(hello: &Hello, procedures: &[String]) -> Result<(), String> 
     ))
 }
 
+/// Checks what every connection's hello must satisfy, whichever server it reaches: the
+/// protocol version, a safe node name, well-formed addresses, and the node's token in
+/// `tokens` (compared in constant time).
+pub(crate) fn authenticate(hello: &Hello, tokens: &BTreeMap<String, String>) -> Result<(), String> {
+    if hello.protocol_version != PROTOCOL_VERSION {
+        return Err(format!(
+            "protocol version mismatch: the node speaks version {}, this builder speaks \
+             version {PROTOCOL_VERSION}; run the same lbf release on nodes and builder",
+            hello.protocol_version
+        ));
+    }
+    check_node_name(&hello.node)?;
+    if let Some(a) = hello
+        .addresses
+        .iter()
+        .find(|a| a.len() != 4 && a.len() != 16)
+    {
+        return Err(format!(
+            "the hello lists an address of {} bytes (4 or 16 expected)",
+            a.len()
+        ));
+    }
+    let authentic = tokens
+        .get(&hello.node)
+        .is_some_and(|t| tls::token_matches(t, &hello.token));
+    if !authentic {
+        return Err(format!(
+            "authentication failed for node `{}`: unknown node name or wrong token (see \
+             [tokens] in the builder's configuration)",
+            hello.node
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a hello; the node's slot if it may stream.
 async fn admit(ctx: &Ctx, hello: &Hello) -> Result<Arc<Slot>, Refused> {
     let refuse = |reason: String| Refused {
         reason,
         permanent: true,
     };
-    if hello.protocol_version != PROTOCOL_VERSION {
+    authenticate(hello, &ctx.config.tokens).map_err(refuse)?;
+    if hello.calibration {
         return Err(refuse(format!(
-            "protocol version mismatch: the node speaks version {}, this builder speaks \
-             version {PROTOCOL_VERSION}; run the same lbf release on nodes and builder",
-            hello.protocol_version
-        )));
-    }
-    check_node_name(&hello.node).map_err(refuse)?;
-    if let Some(a) = hello
-        .addresses
-        .iter()
-        .find(|a| a.len() != 4 && a.len() != 16)
-    {
-        return Err(refuse(format!(
-            "the hello lists an address of {} bytes (4 or 16 expected)",
-            a.len()
-        )));
-    }
-    let authentic = ctx
-        .config
-        .tokens
-        .get(&hello.node)
-        .is_some_and(|t| tls::token_matches(t, &hello.token));
-    if !authentic {
-        return Err(refuse(format!(
-            "authentication failed for node `{}`: unknown node name or wrong token (see \
-             [tokens] in the builder's configuration)",
+            "node `{}` is a calibration agent (lbf-node calibrate --builder), and this is a \
+             job's builder (lbf-gag serve); point it at lbf-gag calibrate instead",
             hello.node
         )));
     }

@@ -8,6 +8,9 @@
 //!     -> status -> http (/results, /nodes, /metrics)
 //! ```
 //!
+//! [`calibration`] uses the same connections the other way round: a coordinator (`lbf-gag
+//! calibrate`) orders agents on every host to measure their CPU and the network between them.
+//!
 //! The wire format is `proto/lbf.proto` ([`lbf_proto`]); [`wire`] packs events into it.
 //!
 //! The builder needs only the model and the captures' matchers (`lbf-capture`); a node that
@@ -16,6 +19,7 @@
 
 pub mod apply;
 pub mod builder;
+pub mod calibration;
 pub mod framefile;
 pub mod http;
 pub mod journal;

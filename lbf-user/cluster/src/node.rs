@@ -13,13 +13,13 @@ use super::wire::{frame, read_message};
 use anyhow::{bail, Context, Result};
 use lbf_proto::{
     builder_frame, node_frame, Batch, BuilderFrame, End, Hello, HostFacts, NodeFrame, Proc,
-    Results, PROTOCOL_VERSION,
+    Results, Welcome, PROTOCOL_VERSION,
 };
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Notify};
 use tokio_rustls::TlsConnector;
@@ -160,13 +160,8 @@ pub fn run(
         procs: config.procs.clone(),
         run_start_unix_ns: 0,
         procedures: config.procedures.clone(),
-        addresses: host_addresses()
-            .iter()
-            .map(|a| match a {
-                IpAddr::V4(v4) => v4.octets().to_vec(),
-                IpAddr::V6(v6) => v6.octets().to_vec(),
-            })
-            .collect(),
+        addresses: address_bytes(),
+        calibration: false,
     };
     let node = Arc::new(Node {
         config,
@@ -337,6 +332,79 @@ fn all_started(node: &Node) -> bool {
     s.starts.len() >= node.hello.procs.len() || s.end_seq.is_some()
 }
 
+/// Why a connection to the builder was not opened.
+pub(crate) enum Unopened {
+    /// Trying again may help (the builder is down or restarting, the network cut): why.
+    Retry(String),
+    /// It cannot (the builder refused this node for good, or its certificate is not the one
+    /// trusted).
+    Fatal(anyhow::Error),
+}
+
+/// Connects to `builder` over TCP and TLS, checking its certificate against `name`.
+pub(crate) async fn open(
+    builder: &str,
+    connector: &TlsConnector,
+    name: rustls::pki_types::ServerName<'static>,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, Unopened> {
+    let retry = |what: &str, e: &dyn std::fmt::Display| {
+        Unopened::Retry(format!("{what} builder {builder}: {e}"))
+    };
+    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(builder)).await {
+        Ok(Ok(tcp)) => tcp,
+        Ok(Err(e)) => return Err(retry("cannot connect to", &e)),
+        Err(_) => return Err(retry("cannot connect to", &"timed out")),
+    };
+    let _ = tcp.set_nodelay(true);
+    match tokio::time::timeout(CONNECT_TIMEOUT, connector.connect(name, tcp)).await {
+        Err(_) => Err(retry("TLS handshake with", &"timed out")),
+        Ok(Ok(tls)) => Ok(tls),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+            Err(Unopened::Fatal(anyhow::anyhow!(
+                "TLS with builder {builder} failed: {e}; is --ca the builder's certificate, \
+                 and --server-name a name in it?"
+            )))
+        }
+        Ok(Err(e)) => Err(retry("TLS handshake with", &e)),
+    }
+}
+
+/// Sends `hello` on a connection [`open`] made and reads the builder's answer: its welcome,
+/// or why not.
+pub(crate) async fn greet(
+    builder: &str,
+    rd: &mut (impl AsyncRead + Unpin),
+    wr: &mut (impl AsyncWrite + Unpin),
+    hello: Hello,
+) -> Result<Welcome, Unopened> {
+    let retry = |what: &str, e: &dyn std::fmt::Display| {
+        Unopened::Retry(format!("{what} builder {builder}: {e}"))
+    };
+    let hello = NodeFrame {
+        body: Some(node_frame::Body::Hello(hello)),
+    };
+    if let Err(e) = wr.write_all(&frame(&hello)).await.and(wr.flush().await) {
+        return Err(retry("sending the hello to", &e));
+    }
+    let mut buf = Vec::new();
+    let answer = tokio::time::timeout(CONNECT_TIMEOUT, read_message::<BuilderFrame>(rd, &mut buf));
+    let first = match answer.await {
+        Ok(Ok(f)) => f.body,
+        Ok(Err(e)) => return Err(retry("no answer to the hello from", &e)),
+        Err(_) => return Err(retry("no answer to the hello from", &"timed out")),
+    };
+    match first {
+        Some(builder_frame::Body::Welcome(w)) => Ok(w),
+        Some(builder_frame::Body::Refusal(r)) if r.permanent => Err(Unopened::Fatal(
+            anyhow::anyhow!("builder {builder} refused this node: {}", r.reason),
+        )),
+        Some(builder_frame::Body::Refusal(r)) => Err(retry("refused by", &r.reason)),
+        _ => Err(Unopened::Fatal(anyhow::anyhow!(
+            "builder {builder} answered the hello with something else than a welcome"
+        ))),
+    }
+}
+
 /// One connection: hello, then send from the spool and take acknowledgements until done or
 /// the connection fails. Errors are for what retrying cannot fix.
 async fn session(
@@ -349,22 +417,11 @@ async fn session(
     let retry = |what: &str, e: &dyn std::fmt::Display| {
         Ok(SessionEnd::Retry(format!("{what} builder {builder}: {e}")))
     };
-    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(builder)).await {
-        Ok(Ok(tcp)) => tcp,
-        Ok(Err(e)) => return retry("cannot connect to", &e),
-        Err(_) => return retry("cannot connect to", &"timed out"),
+    let (mut rd, mut wr) = match open(builder, connector, name).await {
+        Ok(tls) => tokio::io::split(tls),
+        Err(Unopened::Retry(why)) => return Ok(SessionEnd::Retry(why)),
+        Err(Unopened::Fatal(e)) => return Err(e),
     };
-    let _ = tcp.set_nodelay(true);
-    let tls = match tokio::time::timeout(CONNECT_TIMEOUT, connector.connect(name, tcp)).await {
-        Err(_) => return retry("TLS handshake with", &"timed out"),
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => bail!(
-            "TLS with builder {builder} failed: {e}; is --ca the builder's certificate, and \
-             --server-name a name in it?"
-        ),
-        Ok(Err(e)) => return retry("TLS handshake with", &e),
-    };
-    let (mut rd, mut wr) = tokio::io::split(tls);
     let mut hello = node.hello.clone();
     hello.run_start_unix_ns = node.lock().run_start_unix_ns;
     for p in &mut hello.procs {
@@ -372,29 +429,10 @@ async fn session(
             p.start_ns = start;
         }
     }
-    let hello = NodeFrame {
-        body: Some(node_frame::Body::Hello(hello)),
-    };
-    if let Err(e) = wr.write_all(&frame(&hello)).await.and(wr.flush().await) {
-        return retry("sending the hello to", &e);
-    }
-    let mut buf = Vec::new();
-    let answer = tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        read_message::<BuilderFrame>(&mut rd, &mut buf),
-    );
-    let first = match answer.await {
-        Ok(Ok(f)) => f.body,
-        Ok(Err(e)) => return retry("no answer to the hello from", &e),
-        Err(_) => return retry("no answer to the hello from", &"timed out"),
-    };
-    let last_seq = match first {
-        Some(builder_frame::Body::Welcome(w)) => w.last_seq,
-        Some(builder_frame::Body::Refusal(r)) if r.permanent => {
-            bail!("builder {builder} refused this node: {}", r.reason)
-        }
-        Some(builder_frame::Body::Refusal(r)) => return retry("refused by", &r.reason),
-        _ => bail!("builder {builder} answered the hello with something else than a welcome"),
+    let last_seq = match greet(builder, &mut rd, &mut wr, hello).await {
+        Ok(welcome) => welcome.last_seq,
+        Err(Unopened::Retry(why)) => return Ok(SessionEnd::Retry(why)),
+        Err(Unopened::Fatal(e)) => return Err(e),
     };
     {
         let mut s = node.lock();
@@ -503,7 +541,7 @@ impl Drop for AbortOnDrop {
 }
 
 /// A number distinguishing this run of the node from its earlier ones.
-fn session_id() -> u64 {
+pub(crate) fn session_id() -> u64 {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -530,6 +568,17 @@ pub fn host_facts() -> HostFacts {
         cores,
         cpu_model,
     }
+}
+
+/// [`host_addresses`] as a hello lists them: 4 or 16 bytes each.
+pub fn address_bytes() -> Vec<Vec<u8>> {
+    host_addresses()
+        .iter()
+        .map(|a| match a {
+            IpAddr::V4(v4) => v4.octets().to_vec(),
+            IpAddr::V6(v6) => v6.octets().to_vec(),
+        })
+        .collect()
 }
 
 /// The addresses of this host's network interfaces (of the network namespace the node runs

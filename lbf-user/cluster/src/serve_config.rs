@@ -129,15 +129,11 @@ impl ServeConfig {
     /// Parses configuration text whose relative paths are relative to `base`.
     pub fn parse(text: &str, base: &Path) -> Result<Self> {
         let file: File = toml::from_str(text)?;
-        for (what, addr) in [("listen", Some(file.listen)), ("http", file.http)] {
-            if addr.is_some_and(|a| a.ip().is_unspecified()) && !file.allow_all_interfaces {
-                bail!(
-                    "`{what} = \"{}\"` listens on all interfaces; name one address, or set \
-                     `allow_all_interfaces = true` if that is what you want",
-                    addr.expect("checked")
-                );
-            }
-        }
+        check_listen(
+            &[("listen", Some(file.listen)), ("http", file.http)],
+            file.allow_all_interfaces,
+        )?;
+        check_tokens(&file.tokens)?;
         let procs = procs(&file.job)?;
         let resolve = |p: &Path| base.join(p);
         let mut targets = file
@@ -182,17 +178,6 @@ impl ServeConfig {
                 other => anyhow::anyhow!("[job]: target `{}`: {other}", t.name),
             })?;
         }
-        let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
-        for (name, token) in &file.tokens {
-            check_node_name(name).map_err(|e| anyhow::anyhow!("[tokens]: {e}"))?;
-            check_token(token).map_err(|e| anyhow::anyhow!("[tokens] {name}: {e}"))?;
-            if let Some(other) = seen.insert(token, name) {
-                bail!(
-                    "[tokens] {other} and {name} have the same token: each node needs its own, \
-                     or one node could pass for the other"
-                );
-            }
-        }
         Ok(ServeConfig {
             listen: file.listen,
             http: file.http,
@@ -208,6 +193,39 @@ impl ServeConfig {
             tokens: file.tokens,
         })
     }
+}
+
+/// Refuses an address of `addresses` (key, value) that listens on all interfaces unless
+/// `allow_all` says that is meant.
+pub(crate) fn check_listen(
+    addresses: &[(&str, Option<SocketAddr>)],
+    allow_all: bool,
+) -> Result<()> {
+    for &(what, addr) in addresses {
+        if let Some(addr) = addr.filter(|a| a.ip().is_unspecified() && !allow_all) {
+            bail!(
+                "`{what} = \"{addr}\"` listens on all interfaces; name one address, or set \
+                 `allow_all_interfaces = true` if that is what you want"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Checks `[tokens]`: safe node names, strong tokens, none shared by two nodes.
+pub(crate) fn check_tokens(tokens: &BTreeMap<String, String>) -> Result<()> {
+    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+    for (name, token) in tokens {
+        check_node_name(name).map_err(|e| anyhow::anyhow!("[tokens]: {e}"))?;
+        check_token(token).map_err(|e| anyhow::anyhow!("[tokens] {name}: {e}"))?;
+        if let Some(other) = seen.insert(token, name) {
+            bail!(
+                "[tokens] {other} and {name} have the same token: each node needs its own, \
+                 or one node could pass for the other"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The procedure what-ifs of `[job]` (`move`, `zero`, `speedup = ["NAME=S"]`), as

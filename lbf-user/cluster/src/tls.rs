@@ -29,9 +29,12 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig
     Ok(Arc::new(config))
 }
 
+/// A node's TLS configuration, shared by its connections.
+pub type ClientTls = Arc<rustls::ClientConfig>;
+
 /// A node's TLS configuration: trusts only the certificate(s) in `ca` (PEM), the builder's
 /// own self-signed certificate or the authority that signed it.
-pub fn client_config(ca: &Path) -> Result<Arc<rustls::ClientConfig>> {
+pub fn client_config(ca: &Path) -> Result<ClientTls> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in certificates(ca)? {
         roots

@@ -157,7 +157,7 @@ struct Cli {
     spool_dir: PathBuf,
 
     /// The spool's size limit in bytes (suffixes K, M, G).
-    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = parse_size, help_heading = "Spool")]
+    #[arg(long, value_name = "BYTES", default_value = "1G", value_parser = lbf::calibrate::args::parse_size, help_heading = "Spool")]
     spool_size: u64,
 
     /// Reconnect when batches stay unacknowledged this long (a silently cut connection).
@@ -248,26 +248,6 @@ fn parse_synthetic(text: &str) -> Result<synthetic::Config, String> {
     }
 }
 
-/// `512M` as bytes.
-fn parse_size(text: &str) -> Result<u64, String> {
-    let (digits, unit) = match text.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => text.split_at(i),
-        None => (text, ""),
-    };
-    let shift = match unit.to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        _ => return Err(format!("unknown size unit `{unit}`; use K, M or G")),
-    };
-    let n: u64 = digits
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size (write e.g. 512M)"))?;
-    Ok(n << shift)
-}
-
 /// Set by SIGINT/SIGTERM: end the capture (what was captured is still delivered).
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -303,9 +283,28 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs the node; returns the number of events lost.
-fn run(cli: Cli) -> Result<u64> {
-    let token = match &cli.token_file {
+/// Who a node or calibration agent is to its builder, and how it checks the builder.
+struct Identity {
+    /// The name the builder's certificate must carry.
+    server_name: String,
+    /// This node's name.
+    node: String,
+    /// Its token.
+    token: String,
+    /// TLS trusting only the builder's certificate.
+    tls: tls::ClientTls,
+}
+
+/// The identity the options give: the token from `token_file` or LBF_NODE_TOKEN, the node
+/// name (default: the host name), the server name (default: HOST of `builder`).
+fn identity(
+    builder: &str,
+    ca: &std::path::Path,
+    server_name: &Option<String>,
+    node: &Option<String>,
+    token_file: &Option<PathBuf>,
+) -> Result<Identity> {
+    let token = match token_file {
         Some(path) => std::fs::read_to_string(path)
             .with_context(|| format!("reading the token file {}", path.display()))?
             .trim()
@@ -316,17 +315,32 @@ fn run(cli: Cli) -> Result<u64> {
         )?,
     };
     lbf::net::serve_config::check_token(&token).context("this node's token")?;
-    let host = cli
-        .builder
+    let host = builder
         .rsplit_once(':')
         .map(|(h, _)| h.trim_matches(['[', ']']))
         .context("--builder must be HOST:PORT")?;
-    let server_name = cli.server_name.clone().unwrap_or_else(|| host.to_string());
-    let node_name = cli
-        .node
-        .clone()
-        .unwrap_or_else(|| node::host_facts().hostname);
-    let tls = tls::client_config(&cli.ca)?;
+    Ok(Identity {
+        server_name: server_name.clone().unwrap_or_else(|| host.to_string()),
+        node: node.clone().unwrap_or_else(|| node::host_facts().hostname),
+        token,
+        tls: tls::client_config(ca)?,
+    })
+}
+
+/// Runs the node; returns the number of events lost.
+fn run(cli: Cli) -> Result<u64> {
+    let Identity {
+        server_name,
+        node: node_name,
+        token,
+        tls,
+    } = identity(
+        &cli.builder,
+        &cli.ca,
+        &cli.server_name,
+        &cli.node,
+        &cli.token_file,
+    )?;
     if !cli.procedure.is_empty() && (cli.replay.is_some() || cli.synthetic.is_some()) {
         bail!(
             "--procedure goes with a live capture; a replayed trace streams the procedures it \

@@ -3,6 +3,7 @@
 //! `lbf::trace`, `lbf::config`, `lbf::engine` and `lbf::report`, prints.
 
 mod advise;
+mod calibrate;
 
 use anyhow::{Context, Result};
 use clap::{error::ErrorKind, CommandFactory, Parser, Subcommand};
@@ -37,6 +38,7 @@ enum Command {
     FitNetwork(FitNetwork),
     Serve(Serve),
     Cert(Cert),
+    Calibrate(calibrate::Calibrate),
 }
 
 /// A program's own speed on one host relative to another, from its traces on both.
@@ -241,6 +243,7 @@ fn main() -> ExitCode {
             ServeConfig::load(&args.config).and_then(|config| serve(config, args.exit_when_done))
         }
         Command::Cert(args) => cert(&args),
+        Command::Calibrate(args) => calibrate::calibrate(&args),
         Command::Advise(args) => advise::advise(&args),
         Command::Speed(args) => speed(&args),
         Command::FitNetwork(args) => fit_network(&args),

@@ -3,11 +3,13 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Parser};
+use lbf::calibrate::args::PingPongArgs;
 use lbf::calibrate::cpu::{self, REFERENCE};
 use lbf::calibrate::mpi::{self, Library, MpiRun};
 use lbf::calibrate::output::{cpu_listing, cpu_toml, reference_rates, NetworkTable};
-use lbf::calibrate::pingpong::{self, Plan};
+use lbf::calibrate::pingpong;
 use lbf::calibrate::progress::Progress;
+use lbf::net::calibration::agent::{self, AgentConfig};
 use std::net::{TcpListener, ToSocketAddrs, UdpSocket};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,10 +32,72 @@ use std::time::Duration;
 /// host's --cpu) would take per second here; `cores` the CPUs this process may use, fewer
 /// where its cgroup's quota (cpu.max, or v1's cpu.cfs_quota_us) allows fewer. Inside a
 /// cgroup, the measurement is what a process of that cgroup gets.
+///
+/// A whole cluster at once (--builder): run this on every host as an agent of the
+/// coordinator `lbf-gag calibrate`, which orders each host's CPU and loopback measurements
+/// and a ping-pong between its hosts, one at a time, and writes one cluster file. The agent
+/// authenticates as a node does (--ca, --node, --token-file or LBF_NODE_TOKEN).
 #[derive(Parser)]
 #[command(name = "lbf-node calibrate", verbatim_doc_comment, after_help = AFTER_HELP)]
-#[command(group = ArgGroup::new("what").required(true).args(["listen", "peer", "local", "cpu"]))]
+#[command(group = ArgGroup::new("what").required(true).args(["listen", "peer", "local", "cpu", "builder"]))]
 pub(crate) struct Calibrate {
+    /// Be an agent of the coordinator (`lbf-gag calibrate`) at HOST:PORT: measure what it
+    /// orders, until it has finished.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        requires = "ca",
+        help_heading = "Cluster"
+    )]
+    builder: Option<String>,
+
+    /// With --builder: the coordinator's certificate (PEM), the only one trusted.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "builder",
+        help_heading = "Cluster"
+    )]
+    ca: Option<PathBuf>,
+
+    /// With --builder: the name to check its certificate against (default: its HOST).
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "builder",
+        help_heading = "Cluster"
+    )]
+    server_name: Option<String>,
+
+    /// With --builder: this host's node name, as in the coordinator's [tokens] (default:
+    /// the host name).
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "builder",
+        help_heading = "Cluster"
+    )]
+    node: Option<String>,
+
+    /// With --builder: the file holding this node's token; or set LBF_NODE_TOKEN.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "builder",
+        help_heading = "Cluster"
+    )]
+    token_file: Option<PathBuf>,
+
+    /// With --builder: how long to keep trying to reach the coordinator.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 120.0,
+        requires = "builder",
+        help_heading = "Cluster"
+    )]
+    patience: f64,
+
     /// Answer TCP ping-pongs on ADDR:PORT (the other host runs --peer).
     #[arg(long, value_name = "ADDR:PORT", help_heading = "Network")]
     listen: Option<String>,
@@ -79,26 +143,8 @@ pub(crate) struct Calibrate {
     #[arg(long, value_name = "DIR", help_heading = "Network")]
     mpi_dir: Option<PathBuf>,
 
-    /// The largest message, in bytes (K, M, G suffixes), rounded down to a power of two.
-    #[arg(long, value_name = "SIZE", default_value = "16M", value_parser = super::parse_size, help_heading = "Network")]
-    max_bytes: u64,
-
-    /// Round trips per size at least.
-    #[arg(long, value_name = "N", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1_000_000), help_heading = "Network")]
-    min_reps: u32,
-
-    /// Round trips per size at most.
-    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=1_000_000), help_heading = "Network")]
-    max_reps: u32,
-
-    /// Seconds per size after which no more round trips start (beyond --min-reps).
-    #[arg(
-        long,
-        value_name = "SECONDS",
-        default_value_t = 0.5,
-        help_heading = "Network"
-    )]
-    seconds_per_size: f64,
+    #[command(flatten)]
+    pingpong: PingPongArgs,
 
     /// Measure this host's cores and speed.
     #[arg(long, help_heading = "CPU")]
@@ -137,12 +183,18 @@ Examples:
   lbf-node calibrate --cpu -o a.toml
   lbf-node calibrate --cpu --reference a.toml -o b.toml
 
+  # every host of a cluster, ordered by the coordinator `lbf-gag calibrate` (one file)
+  LBF_NODE_TOKEN=... lbf-node calibrate --builder 10.0.0.1:7400 --ca builder.pem --node a
+
 The files' keys are those of a cluster file (docs/targets.md): `remote` is a [[network]]'s
 `table`, `local` a [[host]]'s `local`, `cores` and `speed` a [[host]]'s.";
 
 /// Runs `lbf-node calibrate` with `args` (the words after `calibrate`, program name first).
 pub(crate) fn main(args: Vec<String>) -> Result<()> {
     let cli = Calibrate::parse_from(args);
+    if let Some(coordinator) = &cli.builder {
+        return agent(&cli, coordinator);
+    }
     if let Some(addr) = &cli.listen {
         let listener = TcpListener::bind(addr).with_context(|| format!("listening on {addr}"))?;
         eprintln!("answering ping-pongs on {}", listener.local_addr()?);
@@ -151,32 +203,7 @@ pub(crate) fn main(args: Vec<String>) -> Result<()> {
     if cli.cpu {
         return calibrate_cpu(&cli);
     }
-    if !(cli.seconds_per_size.is_finite() && cli.seconds_per_size >= 0.0) {
-        bail!(
-            "--seconds-per-size {} is not a number of seconds",
-            cli.seconds_per_size
-        );
-    }
-    if cli.max_reps < cli.min_reps {
-        bail!(
-            "--max-reps {} is below --min-reps {}",
-            cli.max_reps,
-            cli.min_reps
-        );
-    }
-    if cli.max_bytes > pingpong::MAX_MESSAGE {
-        bail!(
-            "--max-bytes {} is more than {} (1 GiB)",
-            cli.max_bytes,
-            pingpong::MAX_MESSAGE
-        );
-    }
-    let plan = Plan {
-        max_bytes: cli.max_bytes,
-        min_reps: cli.min_reps,
-        max_reps: cli.max_reps,
-        budget: Duration::from_secs_f64(cli.seconds_per_size),
-    };
+    let plan = cli.pingpong.plan().map_err(anyhow::Error::msg)?;
     let key = if cli.local { "local" } else { "remote" };
     let how = std::env::args().collect::<Vec<_>>().join(" ");
     let measured = if cli.mpi {
@@ -225,6 +252,28 @@ pub(crate) fn main(args: Vec<String>) -> Result<()> {
     let table = NetworkTable::fit(key, how, measured);
     print!("{}", table.listing());
     write(&cli.output, &table.toml())
+}
+
+/// An agent of the coordinator at `coordinator`.
+fn agent(cli: &Calibrate, coordinator: &str) -> Result<()> {
+    let ca = cli.ca.as_deref().context("--builder needs --ca")?;
+    let id = super::identity(
+        coordinator,
+        ca,
+        &cli.server_name,
+        &cli.node,
+        &cli.token_file,
+    )?;
+    let patience = Duration::try_from_secs_f64(cli.patience)
+        .with_context(|| format!("--patience {} is not a number of seconds", cli.patience))?;
+    agent::run(AgentConfig {
+        coordinator: coordinator.to_string(),
+        server_name: id.server_name,
+        tls: id.tls,
+        node: id.node,
+        token: id.token,
+        patience,
+    })
 }
 
 /// The CPU calibration.

@@ -20,6 +20,7 @@ apt_packages=(
     gfortran                        # the Fortran MPI workloads (mpif90.openmpi, mpif90.mpich)
     hpcc                            # HPC Challenge (Open MPI): a third-party MPI program
     iproute2                        # network namespaces for multi-host tests
+    sockperf                        # a third-party TCP ping-pong the calibration tests compare with
     gcc make pkg-config
 )
 

@@ -13,7 +13,7 @@ use std::time::Instant;
 use traced::machine::{self, machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
 use traced::{
     across, lbf_trace, predict_on_this_machine, read_trace, run, speed_beside_this_machine, timed,
-    traced_job_retried, workload, workload_built_by, Cgroup, Mpi, NetnsPair, BUSY,
+    traced_job_retried, workload_built_by, Cgroup, Mpi, NetnsPair, BUSY,
 };
 
 /// Relative error allowed between a measured table and the shaping, at 64 KiB and above.

@@ -28,7 +28,7 @@ use std::time::Duration;
 #[derive(clap::Args)]
 #[command(after_help = AFTER_HELP)]
 pub(crate) struct Calibrate {
-    /// The builder configuration (TOML): listen, cert, key, [tokens].
+    /// The builder configuration (TOML): listen, cert, key, `[tokens]`.
     #[arg(long, value_name = "FILE")]
     config: PathBuf,
 
@@ -37,7 +37,7 @@ pub(crate) struct Calibrate {
     output: PathBuf,
 
     /// The hosts to calibrate, by node name (comma-separated; default: every node of
-    /// [tokens]).
+    /// `[tokens]`).
     #[arg(long, value_name = "NAMES", value_delimiter = ',')]
     hosts: Vec<String>,
 

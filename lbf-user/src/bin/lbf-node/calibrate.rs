@@ -69,7 +69,7 @@ pub(crate) struct Calibrate {
     )]
     server_name: Option<String>,
 
-    /// With --builder: this host's node name, as in the coordinator's [tokens] (default:
+    /// With --builder: this host's node name, as in the coordinator's `[tokens]` (default:
     /// the host name).
     #[arg(
         long,

@@ -4,12 +4,14 @@
 //! third-party ping-pong (Debian's `sockperf`), and its tables must predict an MPI program moved from a fast link
 //! to a shaped one (NF), with Open MPI and with MPICH.
 
+mod shaping;
 mod traced;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
+use shaping::{comment_points, shaping_implies};
 use traced::machine::{self, machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
 use traced::{
     across, lbf_trace, predict_on_this_machine, read_trace, run, speed_beside_this_machine, timed,
@@ -58,21 +60,9 @@ fn pinned_in(ns: &str, cpu: u32, program: &Path) -> Command {
     c
 }
 
-/// The `[bytes, seconds, reps]` comments of a table file calibrate wrote.
+/// The measured points a table file calibrate wrote keeps as comments.
 fn measured_points(file: &Path) -> Vec<(f64, f64)> {
-    std::fs::read_to_string(file)
-        .expect("the table file")
-        .lines()
-        .filter_map(|l| l.strip_prefix("#   ["))
-        .map(|l| {
-            let v: Vec<f64> = l
-                .trim_end_matches(']')
-                .split(',')
-                .map(|x| x.trim().parse().expect("a number"))
-                .collect();
-            (v[0], v[1])
-        })
-        .collect()
+    comment_points(&std::fs::read_to_string(file).expect("the table file"))
 }
 
 /// Runs `f`, and the share of the machine's CPU others took meanwhile.
@@ -85,16 +75,6 @@ fn watched<T>(f: impl FnOnce() -> T) -> (T, f64) {
         start.elapsed().as_secs_f64(),
     );
     (value, others)
-}
-
-/// What a token bucket of `rate` bits/s and `burst` bytes implies for a TCP message of
-/// `bytes` one way: `base` (the empty message's time), plus the bytes on the wire beyond the
-/// bucket's fill at the rate. On the wire, each segment of 1448 payload bytes (1500 MTU, TCP
-/// timestamps) carries 66 bytes of TCP, IP and Ethernet headers; in a ping-pong the bucket is
-/// full when a message starts (it refills while the answer travels).
-fn shaping_implies(bytes: f64, rate: f64, burst: f64, base: f64) -> f64 {
-    let wire = bytes + (bytes / 1448.0).ceil() * 66.0;
-    base + (wire - burst).max(0.0) * 8.0 / rate
 }
 
 /// The TCP tables of a 100 Mbit/s and a 1 Gbit/s link follow the shaping from 64 KiB on, and

@@ -7,8 +7,10 @@
 //! is refused and says so.
 
 mod cluster_support;
+mod shaping;
 
 use cluster_support::*;
+use shaping::{comment_points, shaping_implies};
 use std::process::Command;
 use std::time::Duration;
 
@@ -16,33 +18,14 @@ use std::time::Duration;
 /// (as for `lbf-node calibrate --peer` in `tests/calibrate.rs`).
 const RATE_TOLERANCE: f64 = 0.05;
 
-/// What a token bucket of `rate` bits/s and `burst` bytes implies for a TCP message of
-/// `bytes` one way, `base` being the empty message's time: the bytes on the wire (1448
-/// payload bytes a segment, 66 of headers) beyond the bucket's fill, at the rate (the same
-/// reckoning as `tests/calibrate.rs`).
-fn shaping_implies(bytes: f64, rate: f64, burst: f64, base: f64) -> f64 {
-    let wire = bytes + (bytes / 1448.0).ceil() * 66.0;
-    base + (wire - burst).max(0.0) * 8.0 / rate
-}
-
-/// The `#   [bytes, seconds, reps]` comments of the `[[network]]` section of a cluster file.
+/// The measured points of the `[[network]]` section of a cluster file.
 fn network_points(cluster: &str) -> Vec<(f64, f64)> {
-    let section = cluster
-        .split("[[network]]")
-        .nth(1)
-        .expect("a [[network]] section");
-    section
-        .lines()
-        .filter_map(|l| l.strip_prefix("#   ["))
-        .map(|l| {
-            let v: Vec<f64> = l
-                .trim_end_matches(']')
-                .split(',')
-                .map(|x| x.trim().parse().expect("a number"))
-                .collect();
-            (v[0], v[1])
-        })
-        .collect()
+    comment_points(
+        cluster
+            .split("[[network]]")
+            .nth(1)
+            .expect("a [[network]] section"),
+    )
 }
 
 /// `tc` shaping the egress of device `dev` in namespace `ns`.

@@ -120,10 +120,7 @@ fn zero() -> String {
 impl ServeConfig {
     /// Reads and checks the configuration file at `path`.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the builder configuration {}", path.display()))?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, base).with_context(|| path.display().to_string())
+        load_with(path, Self::parse)
     }
 
     /// Parses configuration text whose relative paths are relative to `base`.
@@ -193,6 +190,15 @@ impl ServeConfig {
             tokens: file.tokens,
         })
     }
+}
+
+/// Reads the builder configuration at `path` and parses it with `parse`, relative paths
+/// relative to its directory; errors name the file.
+pub(crate) fn load_with<T>(path: &Path, parse: impl FnOnce(&str, &Path) -> Result<T>) -> Result<T> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the builder configuration {}", path.display()))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    parse(&text, base).with_context(|| path.display().to_string())
 }
 
 /// Refuses an address of `addresses` (key, value) that listens on all interfaces unless

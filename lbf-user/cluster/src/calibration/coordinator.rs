@@ -5,7 +5,7 @@
 
 use super::{measured_of, order_of};
 use crate::builder::authenticate;
-use crate::serve_config::{check_listen, check_tokens};
+use crate::serve_config::{check_listen, check_tokens, load_with};
 use crate::tls;
 use crate::wire::{read_message, write_message};
 use anyhow::{bail, Context, Result};
@@ -71,10 +71,7 @@ impl CoordinatorConfig {
     /// Reads `listen`, `cert`, `key` and `[tokens]` of the builder configuration at `path`
     /// (relative paths relative to its directory), checked as `lbf-gag serve` checks them.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the builder configuration {}", path.display()))?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, base).with_context(|| path.display().to_string())
+        load_with(path, Self::parse)
     }
 
     /// Parses configuration text whose relative paths are relative to `base`.

@@ -16,6 +16,7 @@ const KIND_ARRAY: u32 = 3;
 const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
 const KIND_ENUM: u32 = 6;
+const KIND_TYPEDEF: u32 = 8;
 const KIND_FUNC_PROTO: u32 = 13;
 const KIND_VAR: u32 = 14;
 const KIND_DATASEC: u32 = 15;
@@ -35,6 +36,16 @@ const WANTED: [&str; 8] = [
     "kvm_steal_time",
 ];
 
+/// The tracepoints the lifecycle hooks attach to (BTF tracepoint programs of the object, named
+/// after them): loading such a program names its tracepoint by the type id of the kernel's
+/// `btf_trace_<tracepoint>` typedef.
+pub(crate) const LIFECYCLE_TRACEPOINTS: [&str; 4] = [
+    "sched_switch",
+    "task_newtask",
+    "sched_process_exec",
+    "sched_process_exit",
+];
+
 /// The per-CPU variables whose places in the per-CPU section are looked up.
 const WANTED_PER_CPU: [&str; 2] = ["runqueues", "steal_time"];
 
@@ -51,6 +62,8 @@ pub(crate) struct Btf {
     anonymous: HashMap<u32, Vec<Member>>,
     /// Offsets of the [`WANTED_PER_CPU`] variables in the per-CPU section.
     per_cpu: HashMap<&'static str, u32>,
+    /// Type ids of the `btf_trace_*` typedefs of the [`LIFECYCLE_TRACEPOINTS`].
+    tracepoints: HashMap<&'static str, u32>,
 }
 
 impl Btf {
@@ -59,6 +72,19 @@ impl Btf {
         let data =
             fs::read(VMLINUX).with_context(|| format!("reading the kernel's BTF {VMLINUX}"))?;
         Self::parse(&data).with_context(|| format!("parsing {VMLINUX}"))
+    }
+
+    /// The type ids of the [`LIFECYCLE_TRACEPOINTS`]' `btf_trace_*` typedefs, in that order;
+    /// an error naming one the kernel does not have.
+    pub(crate) fn tracepoint_ids(&self) -> Result<[u32; 4]> {
+        let mut ids = [0; 4];
+        for (id, tp) in ids.iter_mut().zip(LIFECYCLE_TRACEPOINTS) {
+            *id = *self
+                .tracepoints
+                .get(tp)
+                .with_context(|| format!("the kernel's BTF has no tracepoint {tp}"))?;
+        }
+        Ok(ids)
     }
 
     /// Byte offset of `task_struct.pid` (a task's thread id).
@@ -170,6 +196,7 @@ impl Btf {
         // variables (`vlen` entries of type id, offset, size).
         let mut per_cpu_vars = HashMap::new();
         let mut per_cpu_section = None;
+        let mut tracepoints = HashMap::new();
         let mut pos = types;
         let mut id = 0u32;
         while pos < types + type_len {
@@ -203,6 +230,13 @@ impl Btf {
                 }
             } else if kind == KIND_DATASEC && name(name_off) == PER_CPU_SECTION {
                 per_cpu_section = Some((pos, vlen));
+            } else if kind == KIND_TYPEDEF {
+                if let Some(tp) = name(name_off)
+                    .strip_prefix(b"btf_trace_")
+                    .and_then(|n| LIFECYCLE_TRACEPOINTS.iter().find(|t| t.as_bytes() == n))
+                {
+                    tracepoints.insert(*tp, id);
+                }
             }
             pos += extra;
         }
@@ -227,6 +261,7 @@ impl Btf {
             structs,
             anonymous,
             per_cpu,
+            tracepoints,
         })
     }
 
@@ -283,5 +318,18 @@ mod tests {
             runqueues != steal && steal.is_multiple_of(8),
             "{runqueues} {steal}"
         );
+    }
+
+    /// The tracepoints' type ids are those aya's own BTF parser finds.
+    #[test]
+    fn finds_the_lifecycle_tracepoints_as_aya_does() {
+        let ours = Btf::of_kernel().unwrap().tracepoint_ids().unwrap();
+        let aya = aya::Btf::from_sys_fs().unwrap();
+        for (id, tp) in ours.iter().zip(LIFECYCLE_TRACEPOINTS) {
+            let theirs = aya
+                .id_by_type_name_kind(&format!("btf_trace_{tp}"), aya_obj::btf::BtfKind::Typedef)
+                .unwrap();
+            assert_eq!(*id, theirs, "{tp}");
+        }
     }
 }

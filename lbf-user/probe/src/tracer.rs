@@ -15,7 +15,7 @@ use aya::{
         BtfTracePoint, UProbe,
     },
     sys::{is_uprobe_multi_supported, UProbeMultiFeature},
-    Btf, Ebpf, EbpfLoader,
+    Ebpf, EbpfLoader,
 };
 use lbf_common::{
     counter,
@@ -24,8 +24,8 @@ use lbf_common::{
 };
 
 use super::{
-    kernel_offsets, notices::InitWatch, procfs, reader::RecordReader, ring::RecordRing, symbols,
-    thread_states::ThreadStates,
+    btf::LIFECYCLE_TRACEPOINTS, kernel_facts, notices::InitWatch, procfs, reader::RecordReader,
+    ring::RecordRing, symbols, thread_states::ThreadStates,
 };
 
 /// The `Attach` record of thread `tid` of `pid`, seeded at `ts_ns` with CPU clock `cpu_ns`.
@@ -192,12 +192,7 @@ impl Returns {
 const SESSION_PROGRAM: &str = "mpi_session";
 
 /// The BTF tracepoint programs that follow processes and their CPU clocks.
-const LIFECYCLE_PROGRAMS: [&str; 4] = [
-    "sched_switch",
-    "task_newtask",
-    "sched_process_exec",
-    "sched_process_exit",
-];
+const LIFECYCLE_PROGRAMS: [&str; 4] = LIFECYCLE_TRACEPOINTS;
 
 /// Checks that `found` holds every program of `names`: the object has them all.
 fn expect_programs(found: &[(&str, &mut aya::programs::Program)], names: &[&str]) -> Result<()> {
@@ -209,13 +204,20 @@ fn expect_programs(found: &[(&str, &mut aya::programs::Program)], names: &[&str]
     Ok(())
 }
 
-/// Verifies the lifecycle programs (`programs`: [`LIFECYCLE_PROGRAMS`], by name) against the
-/// kernel's BTF (`btf`).
-fn load_lifecycle(programs: &mut [(&str, &mut aya::programs::Program)], btf: &Btf) -> Result<()> {
+/// Verifies the lifecycle programs (`programs`: [`LIFECYCLE_PROGRAMS`], by name) for their
+/// tracepoints, whose BTF type ids are `tracepoints` (in [`LIFECYCLE_PROGRAMS`]' order).
+fn load_lifecycle(
+    programs: &mut [(&str, &mut aya::programs::Program)],
+    tracepoints: &[u32; 4],
+) -> Result<()> {
     expect_programs(programs, &LIFECYCLE_PROGRAMS)?;
     for (name, prog) in programs {
+        let at = LIFECYCLE_PROGRAMS
+            .iter()
+            .position(|p| p == name)
+            .expect("checked by expect_programs");
         let prog: &mut BtfTracePoint = (&mut **prog).try_into()?;
-        prog.load(name, btf)
+        prog.load_by_btf_id(tracepoints[at])
             .with_context(|| format!("verifying eBPF program {name}"))?;
     }
     Ok(())
@@ -352,14 +354,11 @@ impl Tracer {
     /// CPU-clock hooks. Needs root (CAP_BPF and CAP_PERFMON); says so plainly otherwise.
     pub fn load(options: &TracerOptions) -> Result<Self> {
         check_privileges()?;
-        // aya's reading of the kernel's BTF (some 25 ms) overlaps lbf's own and the object's
-        // load.
-        let kernel_btf = std::thread::spawn(Btf::from_sys_fs);
-        let offsets = kernel_offsets::offsets()?;
+        let kernel = kernel_facts::facts()?;
         let count = ring_count()?;
         let ring = ringbuf_size(options.ringbuf_bytes / count);
         let mut ebpf = object_loader()
-            .override_global(maps::KERNEL_OFFSETS, &offsets, true)
+            .override_global(maps::KERNEL_OFFSETS, &kernel.offsets, true)
             .override_global(maps::WAKE_BYTES, &wake_bytes(ring), true)
             .override_global(maps::RING_MASK, &(count - 1), true)
             .load(OBJECT)
@@ -388,11 +387,7 @@ impl Tracer {
         let rings = std::thread::scope(|scope| {
             let mpi = scope.spawn(|| load_uprobe_programs(mpi, &uprobes, returns));
             let rings = scope.spawn(|| create_rings(&mut slots, count, ring));
-            let loaded = kernel_btf
-                .join()
-                .expect("the thread reading the kernel's BTF")
-                .context("reading the kernel's BTF")
-                .and_then(|btf| load_lifecycle(&mut lifecycle, &btf));
+            let loaded = load_lifecycle(&mut lifecycle, &kernel.tracepoints);
             let rings = rings.join().expect("the thread making the record rings");
             let attached = loaded
                 .and(rings)

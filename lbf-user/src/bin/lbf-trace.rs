@@ -297,10 +297,18 @@ fn run(cli: Cli) -> Result<i32> {
         ringbuf_bytes: cli.ringbuf_size,
         all_returns: cli.all_returns,
     };
-    let mut recorder = Recorder::load(source, &options, &scope, "lbf-trace", cli.verbose)?;
+    // Which MPI libraries to probe (`ldconfig -p`, the launcher's name, the program's own
+    // symbols) is found while the eBPF object loads.
+    let libraries = std::thread::scope(|threads| {
+        let libraries = (source == Source::Mpi).then(|| threads.spawn(|| mpi_libraries(&cli)));
+        let recorder = Recorder::load(source, &options, &scope, "lbf-trace", cli.verbose);
+        let libraries = libraries.map(|l| l.join().expect("the thread finding MPI libraries"));
+        recorder.map(|r| (r, libraries))
+    });
+    let (mut recorder, libraries) = libraries?;
     let loaded = started.elapsed();
-    if source == Source::Mpi {
-        recorder.attach_mpi(mpi_libraries(&cli)?)?;
+    if let Some(libraries) = libraries {
+        recorder.attach_mpi(libraries?)?;
         if cli.verbose {
             eprintln!(
                 "lbf-trace: start-up: eBPF loaded in {} ms, MPI probes attached in {} ms",

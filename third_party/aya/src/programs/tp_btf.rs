@@ -68,6 +68,15 @@ impl BtfTracePoint {
         load_program_with_attach_type(BPF_PROG_TYPE_TRACING, BPF_TRACE_RAW_TP, data)
     }
 
+    /// Loads the program inside the kernel for the tracepoint whose `btf_trace_*` typedef
+    /// has type id `attach_btf_id` in the kernel's BTF, without parsing that BTF here (lbf:
+    /// its callers keep the id across runs of one kernel build).
+    pub fn load_by_btf_id(&mut self, attach_btf_id: u32) -> Result<(), ProgramError> {
+        let Self { data } = self;
+        data.attach_btf_id = Some(attach_btf_id);
+        load_program_with_attach_type(BPF_PROG_TYPE_TRACING, BPF_TRACE_RAW_TP, data)
+    }
+
     /// Attaches the program.
     ///
     /// The returned value can be used to detach, see [`BtfTracePoint::detach`].

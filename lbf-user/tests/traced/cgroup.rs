@@ -102,33 +102,62 @@ impl Drop for Cgroup {
 }
 
 /// What [`speed_beside_this_machine`] measured: the speed relative to this machine, the
-/// cores the cgroup's host file gives, and both runs' listings.
+/// cores the cgroup's host file gives, and the runs' listings.
 pub(crate) struct SideBySide {
     /// The cgroup's speed over this machine's, both measured at once.
     pub speed: f64,
     /// The cores of the cgroup's host file.
     pub cores: u32,
-    /// What the two calibrations printed: this machine's, then the cgroup's.
+    /// What the calibrations printed: this machine's, then the cgroup's, for each CPU.
     pub listing: String,
 }
 
-/// `lbf-node calibrate --cpu --seconds SECONDS` in `group` on CPU 0 (host file `file`) while
-/// the same command measures this machine on CPU 1 (host file `reference`). Side by side
-/// because this VM's speed drifts by more than 5 % within seconds: four references a few
-/// seconds apart on an idle machine read 0.79 to 0.94 of calibrate's built-in one, and after
-/// a minute of load a 25 % cgroup read 0.18 to 0.27 against a reference taken just before.
+/// `lbf-node calibrate --cpu --seconds SECONDS` in `group` on one CPU (host file `file`)
+/// while the same command measures this machine on the other (host file `reference`), then
+/// the other way round; the speed is the mean of the two ratios. Side by side because this
+/// VM's speed drifts by more than 5 % within seconds: four references a few seconds apart on
+/// an idle machine read 0.79 to 0.94 of calibrate's built-in one, and after a minute of load
+/// a 25 % cgroup read 0.18 to 0.27 against a reference taken just before. Both ways round
+/// because the two virtual CPUs need not be equally fast at a given moment (the hypervisor
+/// takes time from one more than the other): measured one way only, four hosts once read 17
+/// to 21 % below their quotas together, which reordered placements in the advice test.
 pub(crate) fn speed_beside_this_machine(
     group: &Cgroup,
     seconds: u32,
     file: &Path,
     reference: &Path,
 ) -> SideBySide {
+    let (mut speeds, mut listing, mut cores) = (Vec::new(), String::new(), 0);
+    for (host_cpu, this_cpu) in [(0, 1), (1, 0)] {
+        let (speed, host_cores, text) =
+            side_by_side(group, seconds, file, reference, host_cpu, this_cpu);
+        speeds.push(speed);
+        cores = host_cores;
+        listing += &text;
+    }
+    SideBySide {
+        speed: speeds.iter().sum::<f64>() / speeds.len() as f64,
+        cores,
+        listing,
+    }
+}
+
+/// One measurement of [`speed_beside_this_machine`]: `group` on CPU `host_cpu`, this machine
+/// on CPU `this_cpu`; the ratio, the cgroup's cores and what both printed.
+fn side_by_side(
+    group: &Cgroup,
+    seconds: u32,
+    file: &Path,
+    reference: &Path,
+    host_cpu: u32,
+    this_cpu: u32,
+) -> (f64, u32, String) {
     let node = env!("CARGO_BIN_EXE_lbf-node");
     let seconds = seconds.to_string();
     let this_machine = Command::new("taskset")
         .args([
             "-c",
-            "1",
+            &this_cpu.to_string(),
             node,
             "calibrate",
             "--cpu",
@@ -141,7 +170,7 @@ pub(crate) fn speed_beside_this_machine(
         .spawn()
         .expect("lbf-node calibrate --cpu for this machine");
     let listing = super::run(&mut group.run(&format!(
-        "taskset -c 0 {node} calibrate --cpu --seconds {seconds} -o {}",
+        "taskset -c {host_cpu} {node} calibrate --cpu --seconds {seconds} -o {}",
         file.display()
     )));
     let this_machine = this_machine
@@ -152,11 +181,11 @@ pub(crate) fn speed_beside_this_machine(
         "this machine's calibration failed"
     );
     let ((speed, cores), (reference_speed, _)) = (host_figures(file), host_figures(reference));
-    SideBySide {
-        speed: speed / reference_speed,
+    (
+        speed / reference_speed,
         cores,
-        listing: String::from_utf8_lossy(&this_machine.stdout).into_owned() + &listing,
-    }
+        String::from_utf8_lossy(&this_machine.stdout).into_owned() + &listing,
+    )
 }
 
 /// The `speed` and `cores` a host file of `lbf-node calibrate --cpu` gives.

@@ -4,15 +4,14 @@
 //! third-party ping-pong (Debian's `sockperf`), and its tables must predict an MPI program moved from a fast link
 //! to a shaped one (NF), with Open MPI and with MPICH.
 
-mod shaping;
 mod traced;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use shaping::{comment_points, shaping_implies};
 use traced::machine::{self, machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
+use traced::shaping::{comment_points, shaping_implies};
 use traced::{
     across, lbf_trace, predict_on_this_machine, read_trace, run, speed_beside_this_machine, timed,
     traced_job_retried, workload_built_by, Cgroup, Mpi, NetnsPair, BUSY,

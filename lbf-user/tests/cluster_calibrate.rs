@@ -10,7 +10,7 @@ mod cluster_support;
 mod shaping;
 
 use cluster_support::*;
-use shaping::{comment_points, shaping_implies};
+use shaping::{comment_points, shape, shaping_implies};
 use std::process::Command;
 use std::time::Duration;
 
@@ -26,23 +26,6 @@ fn network_points(cluster: &str) -> Vec<(f64, f64)> {
             .nth(1)
             .expect("a [[network]] section"),
     )
-}
-
-/// `tc` shaping the egress of device `dev` in namespace `ns`.
-fn shape(ns: &str, dev: &str, rate: &str, burst: u32) {
-    let status = Command::new("tc")
-        .args(["-n", ns, "qdisc", "replace", "dev", dev, "root", "tbf"])
-        .args([
-            "rate",
-            rate,
-            "burst",
-            &burst.to_string(),
-            "latency",
-            "100ms",
-        ])
-        .status()
-        .expect("running tc");
-    assert!(status.success(), "tc ... tbf rate {rate} on {dev} in {ns}");
 }
 
 /// `lbf-node calibrate --builder` as node `name` with `token`, in namespace `ns`.

@@ -152,16 +152,9 @@ pub fn run(
     let spool = Spool::new(&config.spool_dir, config.spool_bytes)
         .with_context(|| format!("creating the spool in {}", config.spool_dir.display()))?;
     let hello = Hello {
-        protocol_version: PROTOCOL_VERSION,
-        node: config.node.clone(),
-        token: config.token.clone(),
-        session: session_id(),
-        host: Some(host_facts()),
         procs: config.procs.clone(),
-        run_start_unix_ns: 0,
         procedures: config.procedures.clone(),
-        addresses: address_bytes(),
-        calibration: false,
+        ..hello(&config.node, &config.token)
     };
     let node = Arc::new(Node {
         config,
@@ -540,8 +533,23 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// The hello of node `node` with `token`, as every connection of this process opens: the
+/// protocol version, this run's session, the host's facts and addresses; what it streams
+/// (processes, procedures) or that it is a calibration agent is the caller's to add.
+pub(crate) fn hello(node: &str, token: &str) -> Hello {
+    Hello {
+        protocol_version: PROTOCOL_VERSION,
+        node: node.to_string(),
+        token: token.to_string(),
+        session: session_id(),
+        host: Some(host_facts()),
+        addresses: address_bytes(),
+        ..Hello::default()
+    }
+}
+
 /// A number distinguishing this run of the node from its earlier ones.
-pub(crate) fn session_id() -> u64 {
+fn session_id() -> u64 {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -571,7 +579,7 @@ pub fn host_facts() -> HostFacts {
 }
 
 /// [`host_addresses`] as a hello lists them: 4 or 16 bytes each.
-pub fn address_bytes() -> Vec<Vec<u8>> {
+fn address_bytes() -> Vec<Vec<u8>> {
     host_addresses()
         .iter()
         .map(|a| match a {

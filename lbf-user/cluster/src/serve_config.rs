@@ -101,7 +101,8 @@ struct Short {
     network: String,
 }
 
-fn default_listen() -> SocketAddr {
+/// Where a builder listens unless its configuration says: loopback, port 7400.
+pub(crate) fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7400))
 }
 fn one() -> u32 {

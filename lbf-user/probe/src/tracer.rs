@@ -191,9 +191,6 @@ impl Returns {
 /// The program of the MPI and PVM probes as a uprobe session (see `lbf-ebpf/src/mpi.rs`).
 const SESSION_PROGRAM: &str = "mpi_session";
 
-/// The BTF tracepoint programs that follow processes and their CPU clocks.
-const LIFECYCLE_PROGRAMS: [&str; 4] = LIFECYCLE_TRACEPOINTS;
-
 /// Checks that `found` holds every program of `names`: the object has them all.
 fn expect_programs(found: &[(&str, &mut aya::programs::Program)], names: &[&str]) -> Result<()> {
     ensure!(
@@ -204,15 +201,16 @@ fn expect_programs(found: &[(&str, &mut aya::programs::Program)], names: &[&str]
     Ok(())
 }
 
-/// Verifies the lifecycle programs (`programs`: [`LIFECYCLE_PROGRAMS`], by name) for their
-/// tracepoints, whose BTF type ids are `tracepoints` (in [`LIFECYCLE_PROGRAMS`]' order).
+/// Verifies the lifecycle programs, the BTF tracepoint programs that follow processes and their
+/// CPU clocks (`programs`: named after their [`LIFECYCLE_TRACEPOINTS`]), whose BTF type ids
+/// are `tracepoints` (in that order).
 fn load_lifecycle(
     programs: &mut [(&str, &mut aya::programs::Program)],
     tracepoints: &[u32; 4],
 ) -> Result<()> {
-    expect_programs(programs, &LIFECYCLE_PROGRAMS)?;
+    expect_programs(programs, &LIFECYCLE_TRACEPOINTS)?;
     for (name, prog) in programs {
-        let at = LIFECYCLE_PROGRAMS
+        let at = LIFECYCLE_TRACEPOINTS
             .iter()
             .position(|p| p == name)
             .expect("checked by expect_programs");
@@ -378,7 +376,7 @@ impl Tracer {
         let mut lifecycle = Vec::new();
         let mut mpi = Vec::new();
         for (name, prog) in ebpf.programs_mut() {
-            if LIFECYCLE_PROGRAMS.contains(&name) {
+            if LIFECYCLE_TRACEPOINTS.contains(&name) {
                 lifecycle.push((name, prog));
             } else if uprobes.contains(&name) {
                 mpi.push((name, prog));

@@ -52,17 +52,8 @@ struct Cli {
     #[arg(long, value_name = "FILE", help_heading = "Builder")]
     ca: PathBuf,
 
-    /// The name to check the builder's certificate against (default: HOST of --builder).
-    #[arg(long, value_name = "NAME", help_heading = "Builder")]
-    server_name: Option<String>,
-
-    /// This node's name, unique in the job (default: the host name).
-    #[arg(long, value_name = "NAME", help_heading = "Builder")]
-    node: Option<String>,
-
-    /// File holding this node's token (as in the builder's `[tokens]`); or set LBF_NODE_TOKEN.
-    #[arg(long, value_name = "FILE", help_heading = "Builder")]
-    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    identity: IdentityArgs,
 
     /// The global process ids streamed from this host, e.g. `0-3` or `0,2,4`.
     #[arg(long, value_name = "IDS", value_parser = parse_ids)]
@@ -283,6 +274,39 @@ fn main() -> ExitCode {
     }
 }
 
+/// How a node or calibration agent names itself to its builder and checks the builder:
+/// the options both take.
+#[derive(clap::Args)]
+struct IdentityArgs {
+    /// The name to check the builder's certificate against (default: HOST of --builder).
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "builder",
+        help_heading = "Builder"
+    )]
+    server_name: Option<String>,
+
+    /// This node's name, unique in the job and a key of the builder's `[tokens]` (default:
+    /// the host name).
+    #[arg(
+        long,
+        value_name = "NAME",
+        requires = "builder",
+        help_heading = "Builder"
+    )]
+    node: Option<String>,
+
+    /// File holding this node's token (as in the builder's `[tokens]`); or set LBF_NODE_TOKEN.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "builder",
+        help_heading = "Builder"
+    )]
+    token_file: Option<PathBuf>,
+}
+
 /// Who a node or calibration agent is to its builder, and how it checks the builder.
 struct Identity {
     /// The name the builder's certificate must carry.
@@ -295,36 +319,36 @@ struct Identity {
     tls: tls::ClientTls,
 }
 
-/// The identity the options give: the token from `token_file` or LBF_NODE_TOKEN, the node
-/// name (default: the host name), the server name (default: HOST of `builder`).
-fn identity(
-    builder: &str,
-    ca: &std::path::Path,
-    server_name: &Option<String>,
-    node: &Option<String>,
-    token_file: &Option<PathBuf>,
-) -> Result<Identity> {
-    let token = match token_file {
-        Some(path) => std::fs::read_to_string(path)
-            .with_context(|| format!("reading the token file {}", path.display()))?
-            .trim()
-            .to_string(),
-        None => std::env::var("LBF_NODE_TOKEN").context(
-            "no token: give --token-file FILE or set LBF_NODE_TOKEN (the value of this node \
-             in the builder's [tokens])",
-        )?,
-    };
-    lbf::net::serve_config::check_token(&token).context("this node's token")?;
-    let host = builder
-        .rsplit_once(':')
-        .map(|(h, _)| h.trim_matches(['[', ']']))
-        .context("--builder must be HOST:PORT")?;
-    Ok(Identity {
-        server_name: server_name.clone().unwrap_or_else(|| host.to_string()),
-        node: node.clone().unwrap_or_else(|| node::host_facts().hostname),
-        token,
-        tls: tls::client_config(ca)?,
-    })
+impl IdentityArgs {
+    /// The identity these options give for `builder` (HOST:PORT) and its certificate `ca`:
+    /// the token from --token-file or LBF_NODE_TOKEN, the node name (default: the host
+    /// name), the server name (default: HOST of `builder`).
+    fn resolve(&self, builder: &str, ca: &std::path::Path) -> Result<Identity> {
+        let token = match &self.token_file {
+            Some(path) => std::fs::read_to_string(path)
+                .with_context(|| format!("reading the token file {}", path.display()))?
+                .trim()
+                .to_string(),
+            None => std::env::var("LBF_NODE_TOKEN").context(
+                "no token: give --token-file FILE or set LBF_NODE_TOKEN (the value of this node \
+                 in the builder's [tokens])",
+            )?,
+        };
+        lbf::net::serve_config::check_token(&token).context("this node's token")?;
+        let host = builder
+            .rsplit_once(':')
+            .map(|(h, _)| h.trim_matches(['[', ']']))
+            .context("--builder must be HOST:PORT")?;
+        Ok(Identity {
+            server_name: self.server_name.clone().unwrap_or_else(|| host.to_string()),
+            node: self
+                .node
+                .clone()
+                .unwrap_or_else(|| node::host_facts().hostname),
+            token,
+            tls: tls::client_config(ca)?,
+        })
+    }
 }
 
 /// Runs the node; returns the number of events lost.
@@ -334,13 +358,7 @@ fn run(cli: Cli) -> Result<u64> {
         node: node_name,
         token,
         tls,
-    } = identity(
-        &cli.builder,
-        &cli.ca,
-        &cli.server_name,
-        &cli.node,
-        &cli.token_file,
-    )?;
+    } = cli.identity.resolve(&cli.builder, &cli.ca)?;
     if !cli.procedure.is_empty() && (cli.replay.is_some() || cli.synthetic.is_some()) {
         bail!(
             "--procedure goes with a live capture; a replayed trace streams the procedures it \

@@ -1,6 +1,8 @@
-//! What the calibration tests share about a shaped link and the files calibration writes:
-//! what a `tc ... tbf` token bucket implies for a TCP message, and the measured points a
-//! table file keeps as comments.
+//! What the tests share about a shaped link and the files calibration writes: shaping a
+//! namespace's device with a `tc ... tbf` token bucket, what such a bucket implies for a TCP
+//! message, and the measured points a table file keeps as comments.
+
+use std::process::Command;
 
 /// What a token bucket of `rate` bits/s and `burst` bytes implies for a TCP message of
 /// `bytes` one way: `base` (the empty message's time), plus the bytes on the wire beyond the
@@ -26,4 +28,20 @@ pub(crate) fn comment_points(text: &str) -> Vec<(f64, f64)> {
             (v[0], v[1])
         })
         .collect()
+}
+
+/// Shapes what device `dev` of namespace `ns` sends with a token bucket (`tc qdisc ...
+/// tbf`) of `rate` (tc's units, e.g. `100mbit`) and `burst` bytes, replacing any shaping
+/// before.
+pub(crate) fn shape(ns: &str, dev: &str, rate: &str, burst: u32) {
+    let status = Command::new("tc")
+        .args(["-n", ns, "qdisc", "replace", "dev", dev])
+        .args(["root", "tbf", "rate", rate, "burst", &burst.to_string()])
+        .args(["latency", "100ms"])
+        .status()
+        .expect("running tc");
+    assert!(
+        status.success(),
+        "tc qdisc replace ... tbf rate {rate} on {dev} in {ns}"
+    );
 }

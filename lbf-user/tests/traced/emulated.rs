@@ -10,7 +10,8 @@ use std::process::Command;
 
 use super::cgroup::Cgroup;
 use super::mpi::Mpi;
-use super::netns::{across, ip, netns_ssh, shape, wait_ready, Enter, SshHost};
+use super::netns::{across, ip, netns_ssh, wait_ready, Enter, SshHost};
+use super::shaping::shape;
 
 /// CPU time a core's quota gives per period, in microseconds: the period is this over the
 /// speed. The smallest quota the kernel takes, so that the period is as short as it can be:

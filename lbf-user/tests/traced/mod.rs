@@ -21,6 +21,8 @@ pub(crate) mod lbf_trace;
 pub(crate) mod machine;
 pub(crate) mod mpi;
 pub(crate) mod netns;
+#[path = "../shaping/mod.rs"]
+pub(crate) mod shaping;
 pub(crate) mod tracer;
 mod watchdog;
 pub(crate) mod workloads;

@@ -1,12 +1,13 @@
 //! Network namespaces as "hosts": a pair joined by a veth link ([`NetnsPair`]), the pieces
-//! any such network is made of (a device ready, a device shaped), and how an MPI job spans
-//! them ([`netns_ssh`], [`across`]).
+//! any such network is made of (a device ready; shaping one is `super::shaping`), and how an
+//! MPI job spans them ([`netns_ssh`], [`across`]).
 
 use std::process::Command;
 
 use std::path::{Path, PathBuf};
 
 use super::mpi::Mpi;
+use super::shaping::shape;
 use super::tracer::wait_for;
 
 /// Two network namespaces joined by a veth pair, `10.231.N.1` and `10.231.N.2`, removed on
@@ -122,22 +123,6 @@ pub(crate) fn wait_ready(ns: &str, dev: &str) {
             Err(format!("{dev} is not ready: {link}{addrs}"))
         }
     });
-}
-
-/// Shapes what device `dev` of namespace `ns` sends with a token bucket (`tc qdisc ...
-/// tbf`) of `rate` (tc's units, e.g. `100mbit`) and `burst` bytes, replacing any shaping
-/// before.
-pub(crate) fn shape(ns: &str, dev: &str, rate: &str, burst: u32) {
-    let status = Command::new("tc")
-        .args(["-n", ns, "qdisc", "replace", "dev", dev])
-        .args(["root", "tbf", "rate", rate, "burst", &burst.to_string()])
-        .args(["latency", "100ms"])
-        .status()
-        .expect("running tc");
-    assert!(
-        status.success(),
-        "tc qdisc replace ... tbf rate {rate} on {dev} in {ns}"
-    );
 }
 
 /// A "host" an MPI job's `ssh` reaches: its address, its network namespace, and shell lines

@@ -3,7 +3,7 @@
 //! ordered to, one order at a time, and reports each result (see [`super`]).
 
 use super::{plan_of, sizes_of};
-use crate::node::{address_bytes, greet, host_facts, open, session_id, Unopened};
+use crate::node::{greet, hello, open, Unopened};
 use crate::wire::{read_message, write_message};
 use anyhow::{bail, Context, Result};
 use lbf_calibrate::cpu::{self, REFERENCE};
@@ -11,7 +11,7 @@ use lbf_calibrate::pingpong::{self, KEY_BYTES};
 use lbf_calibrate::progress::Progress;
 use lbf_proto::{
     builder_frame, calibration_order, calibration_report, node_frame, CalibrationReport,
-    CpuMeasured, Finish, Hello, NodeFrame, PROTOCOL_VERSION,
+    CpuMeasured, Finish, Hello, NodeFrame,
 };
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -53,14 +53,8 @@ async fn serve(config: &AgentConfig) -> Result<()> {
     let connector = TlsConnector::from(config.tls.clone());
     let name = crate::tls::server_name(&config.server_name)?;
     let hello = Hello {
-        protocol_version: PROTOCOL_VERSION,
-        node: config.node.clone(),
-        token: config.token.clone(),
-        session: session_id(),
-        host: Some(host_facts()),
-        addresses: address_bytes(),
         calibration: true,
-        ..Hello::default()
+        ..hello(&config.node, &config.token)
     };
     let coordinator = &config.coordinator;
     let start = Instant::now();
@@ -171,6 +165,7 @@ async fn execute(what: Option<calibration_order::What>) -> calibration_report::W
                     rates: r.rates.to_vec(),
                     cpus: r.cpus,
                     quota: r.quota.unwrap_or(0.0),
+                    seconds: r.seconds,
                 }))
             })
             .await

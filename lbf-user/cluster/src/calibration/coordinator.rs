@@ -5,12 +5,12 @@
 
 use super::{measured_of, order_of};
 use crate::builder::authenticate;
-use crate::serve_config::{check_listen, check_tokens, load_with};
+use crate::serve_config::{check_listen, check_tokens, default_listen, load_with};
 use crate::tls;
 use crate::wire::{read_message, write_message};
 use anyhow::{bail, Context, Result};
-use lbf_calibrate::cpu::BENCHMARKS;
-use lbf_calibrate::output::NetworkTable;
+use lbf_calibrate::cpu::{CpuReport, BENCHMARKS};
+use lbf_calibrate::output::{cpu_listing, NetworkTable};
 use lbf_calibrate::pingpong::{Plan, KEY_BYTES};
 use lbf_calibrate::progress::Progress;
 use lbf_proto::{
@@ -61,10 +61,6 @@ struct Access {
     key: PathBuf,
     #[serde(default)]
     tokens: BTreeMap<String, String>,
-}
-
-fn default_listen() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 7400))
 }
 
 impl CoordinatorConfig {
@@ -146,8 +142,8 @@ pub struct Survey {
 pub struct HostMeasured {
     /// Its name (the agent's node name).
     pub name: String,
-    /// Its CPU.
-    pub cpu: CpuMeasured,
+    /// Its CPU, against the built-in reference.
+    pub cpu: CpuReport,
     /// Its loopback table.
     pub local: NetworkTable,
 }
@@ -182,13 +178,16 @@ impl Calibrated {
             self.how
         );
         for h in &self.hosts {
+            let measured: String = cpu_listing(&h.cpu, REFERENCE_NAME)
+                .lines()
+                .map(|l| format!("# {l}\n"))
+                .collect();
             let _ = write!(
                 s,
-                "\n[[host]]\nname = \"{}\"\ncores = {}\nspeed = {:.4}\n# CPU: {}\n{}",
+                "\n[[host]]\nname = \"{}\"\ncores = {}\nspeed = {:.4}\n{measured}{}",
                 h.name,
                 h.cpu.cores,
                 h.cpu.speed,
-                cpu_words(&h.cpu),
                 h.local.toml()
             );
         }
@@ -212,11 +211,9 @@ impl Calibrated {
         for h in &self.hosts {
             let _ = write!(
                 s,
-                "host {}: cores = {}, speed = {:.4} ({})\n{} loopback:\n{}\n",
+                "host {}:\n{}{} loopback:\n{}\n",
                 h.name,
-                h.cpu.cores,
-                h.cpu.speed,
-                cpu_words(&h.cpu),
+                cpu_listing(&h.cpu, REFERENCE_NAME),
                 h.name,
                 h.local.listing()
             );
@@ -235,23 +232,27 @@ impl Calibrated {
     }
 }
 
-/// A CPU measurement in words: the rates and what limited the cores.
-fn cpu_words(cpu: &CpuMeasured) -> String {
-    let rates: Vec<String> = BENCHMARKS
-        .iter()
-        .zip(&cpu.rates)
-        .map(|(name, rate)| format!("{name} {rate:.3e}"))
-        .collect();
-    let quota = if cpu.quota > 0.0 {
-        format!(", cgroup cpu.max allows {} CPUs", cpu.quota)
-    } else {
-        String::new()
-    };
-    format!(
-        "{} ops/s; {} CPUs in the affinity{quota}",
-        rates.join(", "),
-        cpu.cpus
-    )
+/// What the CPU micro-benchmarks are rated against (the agents measure against
+/// `lbf_calibrate::cpu::REFERENCE`, so that the hosts' speeds compare).
+const REFERENCE_NAME: &str = "the built-in reference host";
+
+/// An agent's CPU report as the calibration's own, or why it is not one.
+fn cpu_report(name: &str, cpu: CpuMeasured) -> Result<CpuReport> {
+    let rates: [f64; 4] = cpu.rates.as_slice().try_into().map_err(|_| {
+        anyhow::anyhow!(
+            "agent `{name}` reported {} CPU rates, {} expected",
+            cpu.rates.len(),
+            BENCHMARKS.len()
+        )
+    })?;
+    Ok(CpuReport {
+        cpus: cpu.cpus,
+        quota: (cpu.quota > 0.0).then_some(cpu.quota),
+        cores: cpu.cores,
+        rates,
+        speed: cpu.speed,
+        seconds: cpu.seconds,
+    })
 }
 
 /// Calibrates the hosts of `survey`: waits for their agents, orders the measurements one at
@@ -481,7 +482,7 @@ async fn measure(agents: &mut BTreeMap<String, Agent>, survey: &Survey) -> Resul
             )
             .await?
         {
-            calibration_report::What::Cpu(cpu) if cpu.rates.len() == BENCHMARKS.len() => cpu,
+            calibration_report::What::Cpu(cpu) => cpu_report(name, cpu)?,
             _ => bail!("agent `{name}` answered the CPU order with something else"),
         };
         next(&format!("{name}: loopback"));

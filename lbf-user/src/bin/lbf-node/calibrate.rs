@@ -47,7 +47,7 @@ pub(crate) struct Calibrate {
         long,
         value_name = "HOST:PORT",
         requires = "ca",
-        help_heading = "Cluster"
+        help_heading = "Builder"
     )]
     builder: Option<String>,
 
@@ -56,37 +56,12 @@ pub(crate) struct Calibrate {
         long,
         value_name = "FILE",
         requires = "builder",
-        help_heading = "Cluster"
+        help_heading = "Builder"
     )]
     ca: Option<PathBuf>,
 
-    /// With --builder: the name to check its certificate against (default: its HOST).
-    #[arg(
-        long,
-        value_name = "NAME",
-        requires = "builder",
-        help_heading = "Cluster"
-    )]
-    server_name: Option<String>,
-
-    /// With --builder: this host's node name, as in the coordinator's `[tokens]` (default:
-    /// the host name).
-    #[arg(
-        long,
-        value_name = "NAME",
-        requires = "builder",
-        help_heading = "Cluster"
-    )]
-    node: Option<String>,
-
-    /// With --builder: the file holding this node's token; or set LBF_NODE_TOKEN.
-    #[arg(
-        long,
-        value_name = "FILE",
-        requires = "builder",
-        help_heading = "Cluster"
-    )]
-    token_file: Option<PathBuf>,
+    #[command(flatten)]
+    identity: super::IdentityArgs,
 
     /// With --builder: how long to keep trying to reach the coordinator.
     #[arg(
@@ -94,7 +69,7 @@ pub(crate) struct Calibrate {
         value_name = "SECONDS",
         default_value_t = 120.0,
         requires = "builder",
-        help_heading = "Cluster"
+        help_heading = "Builder"
     )]
     patience: f64,
 
@@ -257,13 +232,7 @@ pub(crate) fn main(args: Vec<String>) -> Result<()> {
 /// An agent of the coordinator at `coordinator`.
 fn agent(cli: &Calibrate, coordinator: &str) -> Result<()> {
     let ca = cli.ca.as_deref().context("--builder needs --ca")?;
-    let id = super::identity(
-        coordinator,
-        ca,
-        &cli.server_name,
-        &cli.node,
-        &cli.token_file,
-    )?;
+    let id = cli.identity.resolve(coordinator, ca)?;
     let patience = Duration::try_from_secs_f64(cli.patience)
         .with_context(|| format!("--patience {} is not a number of seconds", cli.patience))?;
     agent::run(AgentConfig {

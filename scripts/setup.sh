@@ -79,6 +79,10 @@ install_cargo_subcommand() {
     fi
 }
 
+need_root
+install_apt
+install_rust_src
+install_bpf_linker
 # The test runner (scripts/test.sh): on this machine kind already.
 install_cargo_subcommand nextest "a few minutes"
 # The fuzzer driver (scripts/test.sh runs the parsers' fuzz targets briefly).

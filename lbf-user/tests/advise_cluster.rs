@@ -4,7 +4,8 @@
 //! bucket). The cluster file is measured: each host's speed by `lbf-node calibrate --cpu` in
 //! one of its cores' cgroups, the network's table by `lbf-node calibrate --peer` between two
 //! hosts; the cores are the emulation's. A master/worker program whose master deals its tasks
-//! on demand is traced once (on the block placement), advised, and then the advised placement
+//! on demand, and a stencil of uneven subdomains, are each traced once (on the block
+//! placement), advised, and then the advised placement
 //! and others (the baselines among them) are run for real, 3 times each: the advised placement
 //! must measure fastest or within 5 % of the fastest, and the predicted times must order the
 //! measured ones with a Spearman rank correlation of at least 0.9. See docs/advise.md for what
@@ -445,4 +446,12 @@ fn experiment(name: &str, args: &str, procs: usize) {
 #[test]
 fn master_worker_advice_holds_on_an_emulated_cluster() {
     experiment("master_worker", "12 20", 4);
+}
+
+/// A stencil of uneven subdomains (rank r of 4 computes 5 + r shares of 2 ms a step, 40
+/// steps): the slowest rank for its host sets the pace, and which one it is changes with the
+/// placement.
+#[test]
+fn stencil_advice_holds_on_an_emulated_cluster() {
+    experiment("stencil", "40 2", 4);
 }

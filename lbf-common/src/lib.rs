@@ -304,8 +304,12 @@ pub mod counter {
     /// guest's steal clock, over their running intervals): left out of their CPU clocks, as
     /// the scheduler leaves them out (see `crate::maps::ThreadClock`).
     pub const STOLEN_NS: u32 = 9;
+    /// Blocking sends found eager at their entry (`crate::maps::SendRules`) whose return
+    /// probe was skipped: of the calls without a return hit, those that are not
+    /// `crate::mpi::return_optional` calls.
+    pub const EAGER_SENDS_UNRETURNED: u32 = 10;
     /// Number of counters.
-    pub const COUNT: u32 = 10;
+    pub const COUNT: u32 = 11;
 }
 
 #[cfg(feature = "user")]

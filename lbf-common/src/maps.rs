@@ -52,6 +52,83 @@ pub const KERNEL_OFFSETS: &str = "KERNEL_OFFSETS";
 /// side would otherwise ask the ring buffer its size at every record, a helper call).
 pub const WAKE_BYTES: &str = "WAKE_BYTES";
 
+/// Per traced process (`u32` tgid -> [`SendRules`]): what tells the kernel side that a
+/// blocking send of the process surely goes eagerly, so that its return probe may be skipped
+/// (`crate::mpi::eager_by_size`). User space writes it when the process enters `MPI_Init`
+/// (from the process's library, rank and configuration); a process without an entry keeps
+/// every send's return.
+pub const SEND_RULES: &str = "SEND_RULES";
+
+/// Which library's handles a process's sends carry: [`SendRules::abi`].
+pub mod abi {
+    /// Not known: no send is found eager.
+    pub const UNKNOWN: u64 = 0;
+    /// MPICH: handles are `int`s; a builtin datatype (bits 30-31 equal to 1) carries its
+    /// size in bits 8-15.
+    pub const MPICH: u64 = 1;
+    /// Open MPI: handles are pointers; a datatype's points at an `opal_datatype_t`, whose
+    /// `size_t size` is at byte 24.
+    pub const OPEN_MPI: u64 = 2;
+}
+
+/// One process's [`SEND_RULES`] entry. A blocking standard-mode send (`MPI_Send`,
+/// `MPI_Rsend`) of `count` items of a datatype whose size the kernel side finds goes eagerly
+/// (its return is no event of the model) when its bytes are below `eager_below` and it is not
+/// to the process itself, or below `self_eager_below` whatever its destination. A send is
+/// known not to be to the process itself when its communicator is `world_comm` and its
+/// destination is not `world_rank`. These are the capture's own rules
+/// (`lbf_capture::mpi::eager`), taken at their most cautious: where the kernel side is not
+/// sure, the send keeps its return.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SendRules {
+    /// One more than the largest message sent eagerly to another process, whatever its host;
+    /// 0: none is.
+    pub eager_below: u64,
+    /// One more than the largest message sent eagerly to any process, the process itself
+    /// included; 0: every send to itself waits for its receive.
+    pub self_eager_below: u64,
+    /// `MPI_COMM_WORLD`'s handle in the process; [`SendRules::NO_COMM`] while its rank is
+    /// not known.
+    pub world_comm: u64,
+    /// The process's rank in `MPI_COMM_WORLD`.
+    pub world_rank: u64,
+    /// Which library's handles its sends carry ([`abi`]).
+    pub abi: u64,
+}
+
+impl SendRules {
+    /// A [`SendRules::world_comm`] that no communicator argument equals.
+    pub const NO_COMM: u64 = u64::MAX;
+
+    /// Whether a blocking standard-mode send of `count` items of `size` bytes each to rank
+    /// `dest` of communicator `comm` (the argument's register, whose upper half is undefined
+    /// for MPICH's `int` handles) surely goes eagerly. `size` `None`: not known.
+    pub const fn surely_eager(&self, count: i32, size: Option<u64>, dest: i32, comm: u64) -> bool {
+        // Sizes beyond 4 GiB are taken as unknown: below, the product fits in 63 bits
+        // (the eBPF target has no 128-bit multiply for a saturating one).
+        let (Some(size), true) = (size, count >= 0) else {
+            return false;
+        };
+        if size > u32::MAX as u64 {
+            return false;
+        }
+        let comm = if self.abi == abi::MPICH {
+            comm as u32 as u64
+        } else {
+            comm
+        };
+        let bytes = count as u64 * size;
+        if bytes < self.self_eager_below {
+            return true;
+        }
+        bytes < self.eager_below
+            && comm == self.world_comm
+            && dest >= 0
+            && dest as u64 != self.world_rank
+    }
+}
+
 /// Maximum number of traced processes.
 pub const MAX_TRACED: u32 = 16384;
 /// Maximum number of system calls (one per thread) in flight at once.
@@ -406,11 +483,66 @@ mod pod {
     unsafe impl aya::Pod for super::ThreadState {}
     // SAFETY: repr(C) plain old data, every bit pattern valid.
     unsafe impl aya::Pod for super::KernelOffsets {}
+    // SAFETY: plain `u64`s, no padding.
+    unsafe impl aya::Pod for super::SendRules {}
 }
 
 #[cfg(test)]
 mod tests {
-    use super::ThreadClock;
+    use super::{SendRules, ThreadClock};
+
+    /// A send is eager for sure only within the limits, and beyond the self limit only to
+    /// another rank of `MPI_COMM_WORLD`.
+    #[test]
+    fn sends_are_surely_eager_only_where_every_route_sends_them_eagerly() {
+        let world = 0x4400_0000;
+        let rules = SendRules {
+            eager_below: 8192,
+            self_eager_below: 0,
+            world_comm: world,
+            world_rank: 1,
+            abi: super::abi::MPICH,
+        };
+        let eager = |count, size, dest, comm| rules.surely_eager(count, size, dest, comm);
+        assert!(eager(1023, Some(8), 0, world) && eager(8191, Some(1), 2, world));
+        assert!(!eager(1024, Some(8), 0, world), "one byte over");
+        assert!(!eager(1, Some(8), 1, world), "to itself: every send waits");
+        assert!(!eager(1, Some(8), 0, world + 1), "another communicator");
+        assert!(
+            eager(1, Some(8), 0, world | 0xdead_0000_0000),
+            "an int's upper half"
+        );
+        assert!(!eager(1, None, 0, world), "unknown size");
+        assert!(!eager(-1, Some(8), 0, world) && !eager(1, Some(8), -2, world));
+        let open_mpi = SendRules {
+            eager_below: 4041,
+            self_eager_below: 969,
+            abi: super::abi::OPEN_MPI,
+            ..rules
+        };
+        assert!(
+            !open_mpi.surely_eager(200, Some(8), 0, world | 1 << 40),
+            "a pointer in full"
+        );
+        assert!(
+            open_mpi.surely_eager(121, Some(8), 1, world + 1),
+            "968 bytes anywhere"
+        );
+        assert!(
+            !open_mpi.surely_eager(122, Some(8), 1, world),
+            "976 bytes to itself"
+        );
+        assert!(open_mpi.surely_eager(505, Some(8), 0, world));
+        assert!(
+            !SendRules::default().surely_eager(0, Some(8), 0, 0),
+            "no rules, no skip"
+        );
+        let rank_unknown = SendRules {
+            world_comm: SendRules::NO_COMM,
+            ..rules
+        };
+        assert!(!rank_unknown.surely_eager(1, Some(8), 0, u64::MAX));
+    }
 
     /// A seeded clock keeps its reading at its first exact total, whatever /proc missed, and
     /// follows the total from then on; a clock traced from the start takes the total as is.

@@ -171,9 +171,9 @@ pub const fn poll_flag_arg(fn_id: u16) -> Option<u8> {
 ///   receive's or a rendezvous send's end, a collective's end, `MPI_Init`'s end of untimed
 ///   start-up, `MPI_Finalize`'s teardown), and the CPU inside a wait or a poll is waiting,
 ///   told apart from the work after it only by the return's CPU clock. A blocking
-///   `MPI_Send` keeps its return too: whether it went by rendezvous (its return then ends the
-///   model's `SendEnd`) is the capture's decision, from the message's size and route, which
-///   the kernel side does not know;
+///   `MPI_Send` keeps its return unless the kernel side finds it surely eager
+///   ([`eager_by_size`]): whether it went by rendezvous (its return then ends the model's
+///   `SendEnd`) is the capture's decision, from the message's size and route;
 /// - the outcome of a poll (`MPI_Test*`, `MPI_Iprobe`: [`poll_flag_arg`]), at the moment it
 ///   is known: an unsuccessful poll writes no record, and a later read could see the flag of a
 ///   later poll;
@@ -200,6 +200,18 @@ pub const fn return_optional(fn_id: u16) -> bool {
     )
 }
 
+/// Whether a call of `fn_id` may go without its return probe when the kernel side finds that
+/// its message surely goes eagerly (`crate::maps::SendRules`): the blocking standard-mode
+/// sends, `MPI_Send` and `MPI_Rsend`. An eager blocking send's return is no event of the model
+/// (the CPU inside counts as work) and it has no out-parameter, so its exit record, written at
+/// the thread's next probe hit as for [`return_optional`] calls, makes the same events; one
+/// sent by rendezvous ends its wait at the return (`SendEnd`), so a send the kernel side is
+/// not sure of keeps its return. With it a ring of `MPI_Send`/`MPI_Recv` takes 3 traps per
+/// pair of calls instead of 4.
+pub const fn eager_by_size(fn_id: u16) -> bool {
+    matches!(fn_id, SEND | RSEND)
+}
+
 /// The attach cookie of the probes on function `fn_id` of the library in slot `slot`: the
 /// kernel hands it to the probe program (`bpf_get_attach_cookie`), so one entry and one exit
 /// program serve every function and library. Low 16 bits: `fn_id`; next 16: `slot`; bit 32:
@@ -208,7 +220,7 @@ pub const fn return_optional(fn_id: u16) -> bool {
 /// [`dropped_args`] mask, with which the entry program reads all [`MAX_ARGS`] and keeps the
 /// others; bit 45: [`entry_at_once`]; bit 46: its [`pair_arg_words`] are
 /// [`crate::SHORT_ARG_WORDS`]; bits 47-49: 1 + its [`poll_flag_arg`], 0 if none; bit 50:
-/// [`return_optional`].
+/// [`return_optional`]; bit 51: [`eager_by_size`].
 pub const fn cookie(fn_id: u16, slot: u32) -> u64 {
     let stack_args = match arg_count(fn_id) {
         Some(n) => n > 6,
@@ -218,7 +230,8 @@ pub const fn cookie(fn_id: u16, slot: u32) -> u64 {
         Some(arg) => arg as u64 + 1,
         None => 0,
     };
-    ((return_optional(fn_id) as u64) << 50)
+    ((eager_by_size(fn_id) as u64) << 51)
+        | ((return_optional(fn_id) as u64) << 50)
         | ((poll & 0b111) << 47)
         | (((pair_arg_words(fn_id) == crate::SHORT_ARG_WORDS) as u64) << 46)
         | ((entry_at_once(fn_id) as u64) << 45)
@@ -247,6 +260,9 @@ pub struct Cookie {
     pub poll_flag: u8,
     /// Whether its return probe may be skipped ([`return_optional`]).
     pub return_optional: bool,
+    /// Whether its return probe may be skipped if its message surely goes eagerly
+    /// ([`eager_by_size`]).
+    pub eager_by_size: bool,
 }
 
 /// The argument words a [`crate::RecordKind::CallPair`] item of `fn_id` carries:
@@ -270,6 +286,7 @@ pub const fn split_cookie(cookie: u64) -> Cookie {
         short_args: (cookie >> 46) & 1 != 0,
         poll_flag: ((cookie >> 47) & 0b111) as u8,
         return_optional: (cookie >> 50) & 1 != 0,
+        eager_by_size: (cookie >> 51) & 1 != 0,
     }
 }
 
@@ -324,6 +341,22 @@ mod tests {
                 );
             }
             assert_eq!(split_cookie(cookie(id, 1)).fn_id, id);
+        }
+    }
+
+    /// Only the blocking standard-mode sends wait on their size; no call is both.
+    #[test]
+    fn blocking_standard_sends_alone_skip_their_return_by_size() {
+        let by_size = |id| split_cookie(cookie(id, 2)).eager_by_size;
+        assert!(by_size(SEND) && by_size(RSEND));
+        assert!(!by_size(SSEND) && !by_size(ISEND) && !by_size(SENDRECV) && !by_size(RECV));
+        for &(id, _) in NAMES {
+            assert_eq!(by_size(id), eager_by_size(id), "function {id}");
+            assert!(!(eager_by_size(id) && return_optional(id)), "function {id}");
+            assert!(
+                !eager_by_size(id) || arg_count(id) == Some(6),
+                "function {id}"
+            );
         }
     }
 

@@ -8,7 +8,8 @@ use aya_ebpf::{
 use lbf_common::{
     counter,
     maps::{
-        KernelOffsets, ThreadState, COMM_BYTES, INIT_NOTICES_BYTES, MAX_LIBS, MAX_RINGS, MAX_TRACED,
+        KernelOffsets, SendRules, ThreadState, COMM_BYTES, INIT_NOTICES_BYTES, MAX_LIBS, MAX_RINGS,
+        MAX_TRACED,
     },
     FnReads, MAX_FNS,
 };
@@ -46,6 +47,12 @@ pub static INIT_NOTICES: RingBuf = RingBuf::with_byte_size(INIT_NOTICES_BYTES, 0
 /// Traced thread group ids.
 #[map]
 pub static TRACED: HashMap<u32, u8> = HashMap::with_max_entries(MAX_TRACED, 0);
+
+/// What tells that a traced process's blocking send goes eagerly
+/// (`lbf_common::maps::SEND_RULES`), by tgid; removed when the process executes a new image
+/// or ends.
+#[map]
+pub static SEND_RULES: HashMap<u32, SendRules> = HashMap::with_max_entries(MAX_TRACED, 0);
 
 /// State (CPU clock, calls in flight) of each traced thread, kept in the thread's task: a
 /// probe finds its thread's state by a pointer walk from the current task instead of a hash

@@ -54,13 +54,13 @@ use aya_ebpf::{
 };
 use lbf_common::{
     counter,
-    maps::{CallInFlight, DeferredEntry, ThreadState, MAX_NESTED},
+    maps::{abi, CallInFlight, DeferredEntry, ThreadState, MAX_NESTED},
     mpi::{self, split_cookie, Cookie, MAX_ARGS},
     RecordKind, ARG_WORDS,
 };
 
 use crate::{
-    maps::{count, executable_text, fn_reads, thread_state, INIT_NOTICES},
+    maps::{count, executable_text, fn_reads, thread_state, INIT_NOTICES, SEND_RULES},
     record::{
         clock_at, count_poll, keep_entry_read, stamp_now, write_deferred_entry, write_pending,
         write_polls, Draft, Mem, PairDraft, UserRead,
@@ -146,8 +146,9 @@ fn on_entry(ctx: *mut c_void, session: bool) -> bool {
     };
     let regs = ProbeContext::new(ctx).regs;
     // SAFETY: `regs` is the probe's register context.
-    let skip =
-        session && cookie.return_optional && called_from_executable(state, unsafe { (*regs).rsp });
+    let skip = session
+        && ((cookie.return_optional && called_from_executable(state, unsafe { (*regs).rsp }))
+            || (cookie.eager_by_size && surely_eager(tgid, regs)));
     // One `enter` for both argument layouts: inlined once, verified once.
     let args = if cookie.dropped != 0 {
         // SAFETY: `regs` is the probe's register context.
@@ -195,6 +196,62 @@ fn register_args(regs: *mut aya_ebpf::bindings::pt_regs, stack_args: bool) -> [u
             stack[1],
         ]
     }
+}
+
+/// Whether the blocking send (`MPI_Send(buf, count, datatype, dest, tag, comm)`) of process
+/// `tgid` whose entry probe has the registers `regs` surely goes eagerly, by the process's
+/// [`SEND_RULES`] (see [`lbf_common::maps::SendRules`]): its return is then no event, and a
+/// uprobe session skips it.
+#[inline(always)]
+fn surely_eager(tgid: u32, regs: *mut aya_ebpf::bindings::pt_regs) -> bool {
+    // SAFETY: `regs` is the probe's register context.
+    let (count, datatype, dest, comm) =
+        unsafe { ((*regs).rsi, (*regs).rdx, (*regs).rcx, (*regs).r9) };
+    lbf_surely_eager(tgid, count, datatype, dest, comm) != 0
+}
+
+/// [`surely_eager`]'s work as a global BPF function, verified once rather than inlined into
+/// the session program's entry path: 1 if a send of `items` items of `datatype` to `dest` of
+/// `comm` by process `tgid` surely goes eagerly (counted in
+/// `lbf_common::counter::EAGER_SENDS_UNRETURNED`), else 0.
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub extern "C" fn lbf_surely_eager(
+    tgid: u32,
+    items: u64,
+    datatype: u64,
+    dest: u64,
+    comm: u64,
+) -> i32 {
+    // SAFETY: a map value, written by user space only.
+    let Some(rules) = (unsafe { SEND_RULES.get(&tgid) }) else {
+        return 0;
+    };
+    let size = match rules.abi {
+        abi::MPICH => {
+            let handle = datatype as u32;
+            (handle >> 30 == 1).then_some(((handle >> 8) & 0xff) as u64)
+        }
+        abi::OPEN_MPI => {
+            let mut size = MaybeUninit::<u64>::uninit();
+            // SAFETY: reads 8 bytes of user memory into `size`.
+            let rc = unsafe {
+                bpf_probe_read_user(
+                    size.as_mut_ptr() as *mut c_void,
+                    8,
+                    (datatype + 24) as *const c_void,
+                )
+            };
+            // SAFETY: filled by the successful read.
+            (rc == 0).then(|| unsafe { size.assume_init() })
+        }
+        _ => None,
+    };
+    let eager = rules.surely_eager(items as i32, size, dest as i32, comm);
+    if eager {
+        count(counter::EAGER_SENDS_UNRETURNED);
+    }
+    eager as i32
 }
 
 /// Whether the call whose entry probe fired with stack pointer `rsp` comes from the program's

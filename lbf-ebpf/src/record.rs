@@ -20,8 +20,7 @@ use lbf_common::{
     counter,
     maps::{DeferredEntry, LostRun, ThreadClock, ThreadState},
     GlobalPtr, MemRead, PairHead, Record, RecordKind, ARG_WORDS, MEM_BYTES, MORE_MEM_AT,
-    MORE_MEM_BYTES, PAIR_HEAD_BYTES,
-    RECORD_HEAD_BYTES, SHORT_ARG_WORDS, SHORT_MEM_BYTES,
+    MORE_MEM_BYTES, PAIR_HEAD_BYTES, RECORD_HEAD_BYTES, SHORT_ARG_WORDS, SHORT_MEM_BYTES,
 };
 
 use crate::maps::{
@@ -760,8 +759,7 @@ unsafe fn read_into(mem: *mut u8, mem_len: *mut u16, room: Mem, read: &UserRead)
             _ => MEM_BYTES as u32 - 1,
         };
         let to_end = to_end & mask;
-        if to_end < len && bpf_probe_read_user(mem as *mut _, to_end, read.ptr as *const _) == 0
-        {
+        if to_end < len && bpf_probe_read_user(mem as *mut _, to_end, read.ptr as *const _) == 0 {
             *mem_len = to_end as u16;
             return;
         }

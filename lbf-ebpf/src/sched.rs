@@ -24,8 +24,7 @@ use lbf_common::{counter, maps::KernelOffsets, RecordKind, MEM_BYTES};
 use crate::{
     maps::{
         add, current_sum_exec_runtime, is_traced, lbf_steal_clock, new_thread_state, offsets,
-        sum_exec_runtime,
-        ADOPT_COMM, THREADS, TRACED,
+        sum_exec_runtime, ADOPT_COMM, SEND_RULES, THREADS, TRACED,
     },
     mpi::finish_unreturned,
     record::{current_ids, lbf_write_pending, Draft, Mem},
@@ -147,6 +146,8 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> u32 {
             (*state).code = [0, 0];
         }
     }
+    // The old image's MPI is gone with it.
+    let _ = SEND_RULES.remove(&tgid);
     0
 }
 
@@ -179,6 +180,7 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
             d.submit(|_| 0);
         }
         let _ = TRACED.remove(&tgid);
+        let _ = SEND_RULES.remove(&tgid);
     }
     0
 }

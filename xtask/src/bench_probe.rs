@@ -10,8 +10,9 @@
 //!    on gives the programs' own run time per call, which other load does not inflate.
 //!    The halo exchange pattern alone (the call loop's `halo` mode) the same way, and under
 //!    `lbf-trace --all-returns`: its probe hits per call (`lbf-trace -v`).
-//! 2. Whole runs: communication-heavy (`ring`, `pingpong` without compute) and compute-heavy
-//!    (`halo`) workloads of `tests/workloads/mpi`, traced versus untraced, by their own
+//! 2. Whole runs: communication-heavy (`ring`'s `MPI_Send`/`MPI_Recv` phase and `pingpong`,
+//!    without compute) and compute-heavy (`halo`) workloads of `tests/workloads/mpi`, traced
+//!    versus untraced, by their own
 //!    reported wall time (`wall_ns`, from before `MPI_Init` to after `MPI_Finalize`), so the
 //!    tracer's own start and end are not counted; those are printed separately. Each also
 //!    runs under the empty uprobe + uretprobe on every function lbf probes: its slowdown is
@@ -148,7 +149,8 @@ pub(crate) fn run(root: &Path, args: &Args) -> Result<()> {
     // The probe programs' runs per workload are in the tens of thousands (halo's are fewer:
     // its programs' time is not sampled); any other program of lbf's runs a few hundred times.
     let workloads = [
-        ("ring 20000 0", "communication-heavy", Some(20_000)),
+        // The ring's Send/Recv phase only (no `MPI_Sendrecv` shifts).
+        ("ring 20000 0 0", "communication-heavy", Some(20_000)),
         ("pingpong 500 0", "communication-heavy", Some(2_000)),
         ("halo 10 50", "compute-heavy", None),
     ];

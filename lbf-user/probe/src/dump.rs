@@ -82,6 +82,7 @@ impl<W: Write> RecordSink for JsonLinesSink<W> {
             "polls_coalesced": lost.polls_coalesced,
             "call_entries": lost.call_entries,
             "call_returns": lost.call_returns,
+            "eager_sends_unreturned": lost.eager_sends_unreturned,
             "stolen_ns": lost.stolen_ns,
         }});
         writeln!(self.out, "{line}").context("writing the raw dump")?;

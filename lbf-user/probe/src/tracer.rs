@@ -19,7 +19,7 @@ use aya::{
 };
 use lbf_common::{
     counter,
-    maps::{self, ThreadClock, ThreadState, COMM_BYTES, MAX_LIBS},
+    maps::{self, SendRules, ThreadClock, ThreadState, COMM_BYTES, MAX_LIBS},
     mpi, FnReads, Record, RecordKind, ARG_WORDS, MAX_FNS, MEM_BYTES,
 };
 
@@ -125,6 +125,9 @@ pub struct LostCounts {
     /// Return probe hits of those calls: `(call_entries + call_returns) / call_entries` is
     /// the probe hits per call, 2 where every call takes its return probe.
     pub call_returns: u64,
+    /// Blocking sends whose return probe was skipped because they surely went eagerly (see
+    /// `lbf_common::counter::EAGER_SENDS_UNRETURNED`).
+    pub eager_sends_unreturned: u64,
     /// Nanoseconds the hypervisor took the CPU from traced threads while they ran, left out of
     /// their CPU clocks (see `lbf_common::counter::STOLEN_NS`); `None` when the kernel side
     /// found no steal clock to read (not a KVM guest, or a kernel without the way to it).
@@ -620,6 +623,7 @@ impl Tracer {
             polls_coalesced: sum(counter::POLLS_COALESCED)?,
             call_entries: sum(counter::CALL_ENTRIES)?,
             call_returns: sum(counter::CALL_RETURNS)?,
+            eager_sends_unreturned: sum(counter::EAGER_SENDS_UNRETURNED)?,
             stolen_ns: self
                 .reads_steal_clock()?
                 .then(|| sum(counter::STOLEN_NS))
@@ -743,6 +747,22 @@ impl Tracer {
             bail!("map {} is not a ring buffer", maps::INIT_NOTICES);
         };
         InitWatch::spawn(RecordRing::new(data, maps::INIT_NOTICES_BYTES)?, on_init)
+    }
+
+    /// A function that hands the kernel side what tells process `tgid`'s eager sends
+    /// (`lbf_common::maps::SendRules`), so that their return probes can be skipped: for the
+    /// capture's inspection of each rank at `MPI_Init` (see [`Tracer::watch_inits`]). Once
+    /// per tracer: the map is taken. A process whose rules do not fit the map keeps every
+    /// send's return, which costs time, not events.
+    pub fn send_rules_writer(&mut self) -> Result<impl FnMut(u32, SendRules) + Send + 'static> {
+        let map = self
+            .ebpf
+            .take_map(maps::SEND_RULES)
+            .context("the send rules were already taken")?;
+        let mut rules: HashMap<MapData, u32, SendRules> = HashMap::try_from(map)?;
+        Ok(move |tgid: u32, value: SendRules| {
+            let _ = rules.insert(&tgid, &value, 0);
+        })
     }
 
     /// Attaches the entry and the exit program at `points` of the file at `path` (absolute),

@@ -150,7 +150,8 @@ impl Recorder {
         Ok(match (self.source, scope) {
             (Source::Mpi, scope) => {
                 let procfs = ProcFs::new();
-                let watch = self.tracer.watch_inits(procfs.prefetcher())?;
+                let send_rules = self.tracer.send_rules_writer()?;
+                let watch = self.tracer.watch_inits(procfs.prefetcher(send_rules))?;
                 let capture = Capture::new(Box::new(procfs), host);
                 let capture = match scope {
                     Scope::Whole { .. } => capture,

@@ -444,10 +444,12 @@ fn run(cli: Cli) -> Result<i32> {
     }
     if cli.verbose && lost.call_entries > 0 {
         eprintln!(
-            "lbf-trace: {} MPI/PVM calls took {} return probes: {:.3} probe hits per call",
+            "lbf-trace: {} MPI/PVM calls took {} return probes: {:.3} probe hits per call \
+             ({} blocking sends found eager skipped theirs)",
             lost.call_entries,
             lost.call_returns,
-            (lost.call_entries + lost.call_returns) as f64 / lost.call_entries as f64
+            (lost.call_entries + lost.call_returns) as f64 / lost.call_entries as f64,
+            lost.eager_sends_unreturned
         );
     }
     if cli.verbose {

@@ -33,7 +33,9 @@
 //!   library runs (its next MPI call, not its receive): that is not rendezvous and is not
 //!   modelled (the sender's wait counts as its work, as before).
 
-use super::library::Library;
+use lbf_common::maps::{abi, SendRules};
+
+use super::library::{Abi, Library};
 
 /// The largest message sent eagerly per route; `None`: every message waits for its receive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,6 +155,25 @@ impl EagerLimits {
         Self::of(library, &[], true)
     }
 
+    /// What the kernel side needs to tell, at a blocking send's entry, that the send goes
+    /// eagerly by these limits, for a process of `abi` whose `MPI_COMM_WORLD` rank is `rank`
+    /// (see [`SendRules`]): the smaller limit of the two routes to another process (which one
+    /// a message takes is not known there), and the limit to the process itself.
+    pub fn send_rules(&self, abi: &Abi, rank: Option<u32>) -> SendRules {
+        let below = |limit: Option<u64>| limit.map_or(0, |l| l.saturating_add(1));
+        let others = self.same_host.zip(self.other_host).map(|(a, b)| a.min(b));
+        SendRules {
+            eager_below: below(others),
+            self_eager_below: below(self.itself.zip(others).map(|(a, b)| a.min(b))),
+            world_comm: rank.map_or(SendRules::NO_COMM, |_| abi.world()),
+            world_rank: rank.map_or(u64::MAX, u64::from),
+            abi: match abi {
+                Abi::OpenMpi(_) => abi::OPEN_MPI,
+                Abi::Mpich(_) => abi::MPICH,
+            },
+        }
+    }
+
     /// Whether a send of `bytes` along `route` in `mode` waits for its receive.
     pub fn rendezvous(&self, route: Route, mode: SendMode, bytes: u64) -> bool {
         let limit = match route {
@@ -208,6 +229,65 @@ mod tests {
         assert!(!standard(&mpich, Route::Unknown, 8255));
         assert!(mpich.rendezvous(Route::SameHost, SendMode::Synchronous, 0));
         assert!(!mpich.rendezvous(Route::SameHost, SendMode::Buffered, 1 << 20));
+    }
+
+    /// The kernel's rules find a send eager only where [`EagerLimits::rendezvous`] does on
+    /// every route the send could take.
+    #[test]
+    fn the_kernels_send_rules_are_never_bolder_than_the_capture() {
+        use super::super::{mpich::Mpich, openmpi::OpenMpi};
+        let world = 0x7f00_0000_1000;
+        let abis = [
+            Abi::OpenMpi(OpenMpi {
+                comm_world: world,
+                comm_self: world + 0x200,
+                request_null: world + 0x400,
+            }),
+            Abi::Mpich(Mpich),
+        ];
+        let envs: [&[&str]; 4] = [
+            &[],
+            &["OMPI_MCA_btl=tcp,self", "UCX_TLS=tcp,self"],
+            &["OMPI_MCA_btl_self_eager_limit=65536", "UCX_RNDV_THRESH=100"],
+            &["OMPI_MCA_pml=ucx"],
+        ];
+        for abi in &abis {
+            for vars in envs {
+                let limits = EagerLimits::of(abi.library(), &env(vars), true);
+                for rank in [None, Some(1)] {
+                    let rules = limits.send_rules(abi, rank);
+                    for bytes in [0, 1, 100, 968, 969, 4040, 4041, 8191, 8192, 65480, 65481] {
+                        for (dest, comm) in [(0, abi.world()), (1, abi.world()), (0, 5)] {
+                            if !rules.surely_eager(bytes as i32, Some(1), dest, comm) {
+                                continue;
+                            }
+                            let itself = rank == Some(dest as u32) || comm != abi.world();
+                            let routes: &[Route] = if itself {
+                                &[
+                                    Route::Itself,
+                                    Route::SameHost,
+                                    Route::OtherHost,
+                                    Route::Unknown,
+                                ]
+                            } else {
+                                &[Route::SameHost, Route::OtherHost, Route::Unknown]
+                            };
+                            for &route in routes {
+                                assert!(
+                                    !limits.rendezvous(route, SendMode::Standard, bytes),
+                                    "{abi:?} {vars:?} rank {rank:?}: {bytes} bytes to {dest} \
+                                     on {comm:#x} by {route:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let ompi = EagerLimits::default_of(Library::OpenMpi).send_rules(&abis[0], Some(0));
+        assert_eq!((ompi.eager_below, ompi.self_eager_below), (4041, 969));
+        let mpich = EagerLimits::default_of(Library::Mpich).send_rules(&abis[1], Some(0));
+        assert_eq!((mpich.eager_below, mpich.self_eager_below), (8192, 0));
     }
 
     #[test]

@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex};
 
 use object::{Object, ObjectSymbol};
 
+use lbf_common::maps::SendRules;
+
 use super::eager::EagerLimits;
 use super::library::{Abi, Library};
 use super::mpich::Mpich;
@@ -159,19 +161,29 @@ impl ProcFs {
 
     /// A function that inspects the process it is given now and keeps the answers for this
     /// inspector, which gives them when asked about that process, even after it ended (a
-    /// failed inspection is tried again then, while the process lives). For
+    /// failed inspection is tried again then, while the process lives); it hands
+    /// `send_rules` what the kernel side needs to tell the process's eager sends
+    /// ([`EagerLimits::send_rules`]), where the inspection found its library. For
     /// `probe::Tracer::watch_inits`, which calls it from another thread.
-    pub fn prefetcher(&self) -> impl FnMut(u32) + Send + 'static {
+    pub fn prefetcher(
+        &self,
+        mut send_rules: impl FnMut(u32, SendRules) + Send + 'static,
+    ) -> impl FnMut(u32) + Send + 'static {
         let mut live = ProcFs::new();
         let prefetched = self.prefetched.clone();
         move |tgid| {
             let abi = live.live_abi(tgid);
+            let launch_rank = live.live_launch_rank(tgid);
+            let eager_limits = abi
+                .as_ref()
+                .ok()
+                .map(|abi| live.live_eager_limits(tgid, abi.library()));
+            if let (Ok(abi), Some(limits)) = (&abi, &eager_limits) {
+                send_rules(tgid, limits.send_rules(abi, launch_rank.map(|r| r.rank)));
+            }
             let answers = Answers {
-                launch_rank: live.live_launch_rank(tgid),
-                eager_limits: abi
-                    .as_ref()
-                    .ok()
-                    .map(|abi| live.live_eager_limits(tgid, abi.library())),
+                launch_rank,
+                eager_limits,
                 abi,
             };
             lock(&prefetched).insert(tgid, answers);

@@ -493,8 +493,8 @@ fn check_matching(full: &Traced, attached: &Traced) -> (usize, usize) {
 }
 
 /// Checks a job attached mid-run; the capture from its start is checked as in `capture_mpi`.
-/// `in_flight`: the workload always has a message, request or collective in flight, so the
-/// attach must have found one.
+/// `in_flight`: the workload has a message, request or collective in flight nearly always,
+/// so the attach must have found one (a run whose attach found none is a miss, retried).
 fn check(mpi: Mpi, in_flight: bool, (full, attached): (Traced, Traced)) -> Result<(), String> {
     check_accounts(&full, 2, |c| c.num("rank") as usize);
     let s = &attached.summary;
@@ -519,17 +519,17 @@ fn check(mpi: Mpi, in_flight: bool, (full, attached): (Traced, Traced)) -> Resul
         counted(&BOUNDARY[1])
     );
     // Calls in progress at the attach: requests posted before it, and calls entered between
-    // the probes' attach and the process's (their exit comes without its entry).
-    assert!(
-        !in_flight
-            || earlier
-                + unreceived
-                + counted(&BOUNDARY[2])
-                + counted(&BOUNDARY[3])
-                + counted(&BOUNDARY[4])
-                > 0,
-        "nothing was in flight at the attach: the test did not exercise it"
-    );
+    // the probes' attach and the process's (their exit comes without its entry). The attach
+    // can fall in the few microseconds where none is (the master between a result received
+    // and the next task's send gone): that run did not exercise the attach, and is retried.
+    let found = earlier
+        + unreceived
+        + counted(&BOUNDARY[2])
+        + counted(&BOUNDARY[3])
+        + counted(&BOUNDARY[4]);
+    if in_flight && found == 0 {
+        return Err("nothing was in flight at the attach: the run did not exercise it".into());
+    }
     check_model_of_the_tail(mpi, &full, &attached);
     let spin = mpi.spin(attached.summary.procs.len() as u32);
     check_prediction(&attached, spin, Measured::Capture)

@@ -39,6 +39,7 @@ mod symbols;
 mod syscalls;
 mod thread_states;
 mod tracer;
+mod warm;
 
 pub use baseline::EmptyProbes;
 pub use child::HeldChild;

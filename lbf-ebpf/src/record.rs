@@ -595,12 +595,26 @@ impl Draft {
     /// per record (volatile keeps LLVM from forming those calls).
     #[inline(always)]
     pub fn submit(self, word: impl Fn(usize) -> u64) {
+        self.fill(word);
+        self.reserved.commit(false);
+    }
+
+    /// [`Draft::submit`], waking the reader at once: for a process's `Exit`, after which the
+    /// capture may end (one a process, so the wake-up's cost does not add up).
+    #[inline(always)]
+    pub fn submit_waking(self, word: impl Fn(usize) -> u64) {
+        self.fill(word);
+        self.reserved.commit(true);
+    }
+
+    /// Sets `args[i]` to `word(i)` for every `i`.
+    #[inline(always)]
+    fn fill(&self, word: impl Fn(usize) -> u64) {
         // SAFETY: `args` of the reserved record head, `i` < ARG_WORDS.
         let args = unsafe { (*(self.reserved.item as *mut Record)).args.as_mut_ptr() };
         for i in 0..ARG_WORDS {
             unsafe { core::ptr::write_volatile(args.add(i), word(i)) };
         }
-        self.reserved.commit();
     }
 }
 
@@ -684,7 +698,7 @@ impl PairDraft {
     /// Hands the item to user space ([`Reserved::commit`]).
     #[inline(always)]
     pub fn submit(self) {
-        self.reserved.commit();
+        self.reserved.commit(false);
     }
 }
 
@@ -780,15 +794,16 @@ impl Reserved {
     /// pace instead of losing their records. The reader polls on a short timer besides, which
     /// also catches a crossing that two CPUs' records hide from each other (where CPUs share a
     /// ring).
+    /// `wake_now`: wake the reader whatever the ring's fill.
     #[inline(always)]
-    fn commit(self) {
+    fn commit(self, wake_now: bool) {
         // SAFETY: `ring` is the ring buffer map the item was reserved in.
         let unread = unsafe { bpf_ringbuf_query(self.ring, BPF_RB_AVAIL_DATA as u64) };
         let wake = wake_bytes();
         // The item's own bytes include the ring buffer's 8-byte header (sizes are multiples
         // of 8).
         let crossed = unread >= wake && unread < wake + self.size + 8;
-        let flag = if crossed || unread >= 4 * wake {
+        let flag = if wake_now || crossed || unread >= 4 * wake {
             BPF_RB_FORCE_WAKEUP
         } else {
             BPF_RB_NO_WAKEUP

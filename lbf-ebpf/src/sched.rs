@@ -177,7 +177,7 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
     }
     if group_dead {
         if let Some(d) = Draft::reserve(RecordKind::Exit, 0, tgid, tid, Mem::None) {
-            d.submit(|_| 0);
+            d.submit_waking(|_| 0);
         }
         let _ = TRACED.remove(&tgid);
         let _ = SEND_RULES.remove(&tgid);

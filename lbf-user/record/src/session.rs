@@ -19,10 +19,13 @@ use lbf_probe::{LostCounts, RecordReader, RecordSink, Tracer};
 const POLL: Duration = Duration::from_millis(10);
 /// How often the traced set is checked for ended processes.
 const LIVENESS: Duration = Duration::from_millis(200);
-/// How long after an `Exit` record the traced set is checked at every wake-up instead: the
-/// kernel side takes an ended process out of it, so the capture ends within a [`POLL`] of the
-/// last one's end rather than up to a [`LIVENESS`] interval later.
+/// How long after an `Exit` record the traced set is checked at every wake-up instead, with
+/// waits of [`EXIT_POLL`]: the kernel side wakes the reader at a process's `Exit` record and
+/// then takes the process out of the set, so the capture ends a millisecond or two after the
+/// last one's end rather than up to a [`POLL`] (or a [`LIVENESS`] interval) later.
 const AFTER_EXIT: Duration = Duration::from_millis(100);
+/// How long one wait for records lasts at most within [`AFTER_EXIT`] of an `Exit`.
+const EXIT_POLL: Duration = Duration::from_millis(1);
 
 /// How a capture ended.
 #[derive(Clone, Copy, Debug)]
@@ -75,14 +78,14 @@ pub fn run_adopting(
         if drained.exits > 0 {
             exited_at = Some(Instant::now());
         }
+        let after_exit = exited_at.is_some_and(|t: Instant| t.elapsed() < AFTER_EXIT);
         if !drained.behind {
-            reader.wait(POLL)?;
+            reader.wait(if after_exit { EXIT_POLL } else { POLL })?;
         }
         sink.tick()?;
         if stop.load(Ordering::Relaxed) {
             break true;
         }
-        let after_exit = exited_at.is_some_and(|t: Instant| t.elapsed() < AFTER_EXIT);
         if after_exit || last_check.elapsed() >= LIVENESS {
             last_check = Instant::now();
             adopt(tracer)?;

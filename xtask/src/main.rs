@@ -5,6 +5,7 @@ mod bench_cluster;
 mod bench_probe;
 mod cmd;
 mod engine_diff;
+mod stats;
 mod validate;
 mod validate_nf;
 

@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 
 use crate::cmd::{run_cmd, run_cmd_in};
+use crate::stats::median;
 
 /// Options of `cargo xtask validate`.
 #[derive(clap::Args)]
@@ -345,17 +346,6 @@ fn summarise(rows: &[Row]) {
                 "not met"
             }
         );
-    }
-}
-
-/// The median of `xs` (the mean of the middle two for an even count).
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::Result;
 
-use crate::cmd::run_cmd;
+use crate::{cmd::run_cmd, stats::median};
 
 /// The launchers' command for 4 ranks of `program`, per library.
 fn launch(mpi: &str, program: &Path) -> Vec<String> {
@@ -47,9 +47,15 @@ pub(super) fn build(root: &Path, out: &Path) -> Result<Vec<(&'static str, PathBu
         .collect()
 }
 
-/// Prints, per library, the fastest of `runs` interleaved runs untraced and traced, and the
-/// difference: lbf-trace's start-up and teardown.
+/// Fewest runs of each configuration: a run of the empty program varies by some 20 ms here,
+/// more than the differences to be told apart.
+const MIN_RUNS: usize = 15;
+
+/// Prints, per library, the fastest and the median of `runs` (at least [`MIN_RUNS`])
+/// interleaved runs untraced and traced, and their differences: lbf-trace's start-up and
+/// teardown.
 pub(super) fn measure(lbf_trace: &Path, programs: &[(&str, PathBuf)], runs: usize) -> Result<()> {
+    let runs = runs.max(MIN_RUNS);
     println!("\nfixed cost: an empty 4-rank MPI program, whole command, {runs} runs each");
     for (mpi, program) in programs {
         let untraced = launch(mpi, program);
@@ -64,12 +70,16 @@ pub(super) fn measure(lbf_trace: &Path, programs: &[(&str, PathBuf)], runs: usiz
             }
         }
         let (p, t) = (super::fastest(&plain), super::fastest(&with));
+        let (mp, mt) = (median(&plain), median(&with));
         println!(
-            "  {mpi:<8} untraced {:6.1} ms, under lbf-trace {:6.1} ms: {:+6.1} ms (target: \
-             within 50 ms)",
+            "  {mpi:<8} fastest: untraced {:6.1} ms, under lbf-trace {:6.1} ms: {:+6.1} ms; \
+             median: {:6.1} ms, {:6.1} ms: {:+6.1} ms (target: within 50 ms)",
             p * 1e3,
             t * 1e3,
-            (t - p) * 1e3
+            (t - p) * 1e3,
+            mp * 1e3,
+            mt * 1e3,
+            (mt - mp) * 1e3
         );
     }
     Ok(())

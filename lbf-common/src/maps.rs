@@ -59,16 +59,29 @@ pub const WAKE_BYTES: &str = "WAKE_BYTES";
 /// every send's return.
 pub const SEND_RULES: &str = "SEND_RULES";
 
-/// Which library's handles a process's sends carry: [`SendRules::abi`].
+/// Which library's handles a process's sends carry ([`SendRules::abi`]), and how each gives a
+/// datatype's size: what the kernel side and the capture both read.
 pub mod abi {
     /// Not known: no send is found eager.
     pub const UNKNOWN: u64 = 0;
-    /// MPICH: handles are `int`s; a builtin datatype (bits 30-31 equal to 1) carries its
-    /// size in bits 8-15.
+    /// MPICH: handles are `int`s ([`mpich_builtin_size`]).
     pub const MPICH: u64 = 1;
     /// Open MPI: handles are pointers; a datatype's points at an `opal_datatype_t`, whose
-    /// `size_t size` is at byte 24.
+    /// `size_t size` is at [`OPEN_MPI_DATATYPE_SIZE_AT`].
     pub const OPEN_MPI: u64 = 2;
+
+    /// Byte offset of `opal_datatype_t::size` at an Open MPI 4.1 datatype handle.
+    pub const OPEN_MPI_DATATYPE_SIZE_AT: usize = 24;
+
+    /// The size of MPICH datatype `handle` if it is a builtin: bits 30-31 (the kind) are 1,
+    /// and bits 8-15 hold the size (`MPI_INT` = `0x4c000405`: 4 bytes).
+    pub const fn mpich_builtin_size(handle: u32) -> Option<u64> {
+        if handle >> 30 == 1 {
+            Some(((handle >> 8) & 0xff) as u64)
+        } else {
+            None
+        }
+    }
 }
 
 /// One process's [`SEND_RULES`] entry. A blocking standard-mode send (`MPI_Send`,
@@ -490,6 +503,16 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::{SendRules, ThreadClock};
+
+    /// MPICH's builtin datatypes carry their size; the pair types and derived ones do not.
+    #[test]
+    fn mpich_builtin_handles_give_their_size() {
+        use super::abi::mpich_builtin_size;
+        assert_eq!(mpich_builtin_size(0x4c00_0405), Some(4), "MPI_INT");
+        assert_eq!(mpich_builtin_size(0x4c00_080b), Some(8), "MPI_DOUBLE");
+        assert_eq!(mpich_builtin_size(0x8c00_0000), None, "MPI_FLOAT_INT");
+        assert_eq!(mpich_builtin_size(0xcc00_0000), None, "a derived type");
+    }
 
     /// A send is eager for sure only within the limits, and beyond the self limit only to
     /// another rank of `MPI_COMM_WORLD`.

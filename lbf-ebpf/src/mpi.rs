@@ -228,10 +228,7 @@ pub extern "C" fn lbf_surely_eager(
         return 0;
     };
     let size = match rules.abi {
-        abi::MPICH => {
-            let handle = datatype as u32;
-            (handle >> 30 == 1).then_some(((handle >> 8) & 0xff) as u64)
-        }
+        abi::MPICH => abi::mpich_builtin_size(datatype as u32),
         abi::OPEN_MPI => {
             let mut size = MaybeUninit::<u64>::uninit();
             // SAFETY: reads 8 bytes of user memory into `size`.
@@ -239,7 +236,7 @@ pub extern "C" fn lbf_surely_eager(
                 bpf_probe_read_user(
                     size.as_mut_ptr() as *mut c_void,
                     8,
-                    (datatype + 24) as *const c_void,
+                    (datatype + abi::OPEN_MPI_DATATYPE_SIZE_AT as u64) as *const c_void,
                 )
             };
             // SAFETY: filled by the successful read.

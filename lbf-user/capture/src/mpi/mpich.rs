@@ -15,6 +15,8 @@
 //!   << 32`); `MPI_STATUS_IGNORE` is `(MPI_Status *)1`, which the kernel fails to read.
 //! - `MPI_ANY_SOURCE` = -2, `MPI_PROC_NULL` = -1, `MPI_ANY_TAG` = -1.
 
+use lbf_common::maps::abi::mpich_builtin_size;
+
 use super::call::{decode_tag, Layout, Peer, Status};
 
 /// Read lengths for the kernel's table (datatypes need no read).
@@ -39,7 +41,6 @@ pub const SONAME: &str = "libmpich.so.12";
 const ANY_SOURCE: i32 = -2;
 const PROC_NULL: i32 = -1;
 const ANY_TAG: i32 = -1;
-const KIND_BUILTIN: u32 = 1;
 
 /// `(handle, bytes)` of the predefined pair datatypes, which are not encoded as builtins.
 const PAIR_TYPES: [(u32, u64); 5] = [
@@ -68,8 +69,8 @@ impl Mpich {
     /// Size of the datatype `handle` when it is predefined.
     pub fn datatype_size(handle: u64) -> Option<u64> {
         let handle = handle as u32;
-        if handle >> 30 == KIND_BUILTIN {
-            return Some(u64::from((handle >> 8) & 0xff));
+        if let Some(size) = mpich_builtin_size(handle) {
+            return Some(size);
         }
         PAIR_TYPES
             .iter()

@@ -15,6 +15,8 @@
 //!   (24 bytes, `_ucount` in bytes); `MPI_STATUS_IGNORE` is `NULL`.
 //! - `MPI_ANY_SOURCE` = -1, `MPI_PROC_NULL` = -2, `MPI_ANY_TAG` = -1.
 
+use lbf_common::maps::abi::OPEN_MPI_DATATYPE_SIZE_AT;
+
 use super::call::{decode_tag, Layout, Peer, Status};
 
 /// Read lengths for the kernel's table.
@@ -27,8 +29,8 @@ pub const LAYOUT: Layout = Layout {
 /// Bytes read at a datatype handle: `opal_datatype_t` up to and including `size`.
 pub const DATATYPE_READ_BYTES: u16 = 32;
 
-/// Offset of `opal_datatype_t::size`.
-const DATATYPE_SIZE_OFFSET: usize = 24;
+/// Offset of `opal_datatype_t::size` (the kernel side reads it there too).
+const DATATYPE_SIZE_OFFSET: usize = OPEN_MPI_DATATYPE_SIZE_AT;
 
 /// The exported object whose address is `MPI_COMM_WORLD`.
 pub const COMM_WORLD_SYMBOL: &str = "ompi_mpi_comm_world";

@@ -23,8 +23,8 @@ use lbf::advise::search::{describe as describe_on, Host};
 
 use traced::machine::{self, machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
 use traced::{
-    parse_checks, run, speed_beside_this_machine, traced_job_retried, workload_built_by,
-    EmulatedCluster, HostSpec, Mpi,
+    cgroup_speed, parse_checks, run, traced_job_retried, workload_built_by, EmulatedCluster,
+    HostSpec, Mpi, Reference,
 };
 
 /// The cluster: a fast host of 2 cores, a slower one of 2, two slow ones of 1, by their
@@ -96,10 +96,10 @@ fn table_of(file: &Path, key: &str) -> String {
 }
 
 /// The cluster file of `cluster`, measured: each host's speed by `calibrate --cpu` in its
-/// first core's cgroup on CPU 0, against this machine's measured at the same time on CPU 1
-/// (the trace's CPU times are this machine's, and its speed drifts by 10 % within seconds;
-/// calibrate's built-in reference read it 0.78 to 0.94, which made every prediction 20 to 30 %
-/// long), the network's table by
+/// first core's cgroup, against this machine measured at the same time on the other CPU
+/// ([`Reference::OtherCpu`]: the runs keep both CPUs busy, and this machine's speed drifts
+/// by 10 % within seconds; calibrate's built-in reference read it 0.78 to 0.94, which made
+/// every prediction 20 to 30 % long), the network's table by
 /// `calibrate --peer` from the first host to the second and within a host by `calibrate
 /// --local` (outside the cgroups: the network alone). Its cores are the emulation's.
 fn measure_cluster_file(cluster: &EmulatedCluster, dir: &Path) -> PathBuf {
@@ -115,7 +115,7 @@ fn measure_cluster_file(cluster: &EmulatedCluster, dir: &Path) -> PathBuf {
     for h in &cluster.hosts {
         let file = dir.join(format!("host-{}.toml", h.spec.name));
         let reference = dir.join(format!("reference-{}.toml", h.spec.name));
-        let speed = speed_beside_this_machine(h.core(0), 1, &file, &reference).speed;
+        let speed = cgroup_speed(h.core(0), 1, &file, &reference, Reference::OtherCpu).speed;
         eprintln!(
             "host {}: {} cores, measured speed {speed:.3} (quota {:.3} of a CPU)",
             h.spec.name, h.spec.cores, h.spec.speed

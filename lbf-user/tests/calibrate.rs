@@ -13,8 +13,8 @@ use std::time::Instant;
 use traced::machine::{self, machine_cpu_seconds, own_cpu_seconds, BUSY_MACHINE};
 use traced::shaping::{comment_points, shaping_implies};
 use traced::{
-    across, lbf_trace, predict_on_this_machine, read_trace, run, speed_beside_this_machine, timed,
-    traced_job_retried, workload_built_by, Cgroup, Mpi, NetnsPair, BUSY,
+    across, cgroup_speed, lbf_trace, predict_on_this_machine, read_trace, run, timed,
+    traced_job_retried, workload_built_by, Cgroup, Mpi, NetnsPair, Reference, BUSY,
 };
 
 /// Relative error allowed between a measured table and the shaping, at 64 KiB and above.
@@ -249,8 +249,9 @@ fn small_latencies(pair: &NetnsPair, file: &Path) -> (f64, f64) {
 /// A host emulated by a cgroup with cpu.max at 50 % and at 25 % of a CPU measures speed 0.5
 /// and 0.25 of this host, and one core.
 ///
-/// This machine is measured at the same time, on the other CPU (see
-/// [`speed_beside_this_machine`]).
+/// This host is what the same CPU does at the same time: the group's share of the two
+/// calibrations' sum when a process outside the group takes what its quota leaves (see
+/// [`Reference::SameCpu`]).
 #[test]
 fn a_cgroups_cpu_max_is_its_speed() {
     if !ready() {
@@ -260,10 +261,11 @@ fn a_cgroups_cpu_max_is_its_speed() {
     let reference = dir.join("reference.toml");
     for (quota, expected) in [(50_000, 0.5), (25_000, 0.25)] {
         let group = Cgroup::new(&format!("cpu{quota}"), quota);
+        group.favour();
         let file = dir.join(format!("quota{quota}.toml"));
         timed(|| {
             let (measured, others) =
-                watched(|| speed_beside_this_machine(&group, 4, &file, &reference));
+                watched(|| cgroup_speed(&group, 4, &file, &reference, Reference::SameCpu));
             let (speed, cores, listing) = (measured.speed, measured.cores, measured.listing);
             eprintln!("{listing}cpu.max {quota} 100000: speed {speed}, {cores} cores");
             assert_eq!(cores, 1, "a quota of less than a CPU is one core");

@@ -101,76 +101,94 @@ impl Drop for Cgroup {
     }
 }
 
-/// What [`speed_beside_this_machine`] measured: the speed relative to this machine, the
-/// cores the cgroup's host file gives, and the runs' listings.
-pub(crate) struct SideBySide {
+/// Where [`cgroup_speed`] measures this machine, at the same time as the cgroup.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Reference {
+    /// On the other CPU, both ways round: this machine as a process of it runs while every
+    /// CPU is busy, for emulated hosts whose runs keep both CPUs busy. This VM's CPUs run 8 to
+    /// 20 % slower per CPU-second while the other is busy (a spinning loop, both ways), so
+    /// beside a group throttled most of the time this machine reads fast: a 25 % quota
+    /// read 0.21 to 0.24 against it.
+    OtherCpu,
+    /// On the same CPU, outside the group, which must outweigh an ordinary process (see
+    /// [`Cgroup::favour`]): that calibration runs whenever the quota leaves the CPU, the two
+    /// measure the whole CPU over the same interval under the same neighbour, and the group's
+    /// speed is its share of their sum. What the quota itself gives: 0.247 to 0.255 for a
+    /// 25 % quota in six runs.
+    SameCpu,
+}
+
+/// What [`cgroup_speed`] measured: the speed relative to this machine, the cores the
+/// cgroup's host file gives, and the runs' listings.
+pub(crate) struct CgroupSpeed {
     /// The cgroup's speed over this machine's, both measured at once.
     pub speed: f64,
     /// The cores of the cgroup's host file.
     pub cores: u32,
-    /// What the calibrations printed: this machine's, then the cgroup's, for each CPU.
+    /// What the calibrations printed: the cgroup's, then this machine's, for each run.
     pub listing: String,
 }
 
-/// `lbf-node calibrate --cpu --seconds SECONDS` in `group` on one CPU (host file `file`)
-/// while the same command measures this machine on the other (host file `reference`), then
-/// the other way round; the speed is the mean of the two ratios. Side by side because this
-/// VM's speed drifts by more than 5 % within seconds: four references a few seconds apart on
-/// an idle machine read 0.79 to 0.94 of calibrate's built-in one, and after a minute of load
-/// a 25 % cgroup read 0.18 to 0.27 against a reference taken just before. Both ways round
-/// because the two virtual CPUs need not be equally fast at a given moment (the hypervisor
-/// takes time from one more than the other): measured one way only, four hosts once read 17
-/// to 21 % below their quotas together, which reordered placements in the advice test.
-pub(crate) fn speed_beside_this_machine(
+/// `lbf-node calibrate --cpu --seconds SECONDS` in `group` (host file `file`) while the same
+/// command measures this machine where `reference` says (host file `reference`), twice (the
+/// group on CPU 0, then on CPU 1); the speed is the mean of the two runs'. At the same time
+/// because this VM's speed drifts by more than 5 % within seconds: four references a few
+/// seconds apart on an idle machine read 0.79 to 0.94 of calibrate's built-in one, and after
+/// a minute of load a 25 % cgroup read 0.18 to 0.27 against a reference taken just before.
+/// On each CPU because the two virtual CPUs need not be equally fast at a given moment (the
+/// hypervisor takes time from one more than the other): measured one way only, four hosts
+/// once read 17 to 21 % below their quotas together, which reordered placements in the advice
+/// test.
+pub(crate) fn cgroup_speed(
     group: &Cgroup,
     seconds: u32,
     file: &Path,
     reference: &Path,
-) -> SideBySide {
+    this_machine: Reference,
+) -> CgroupSpeed {
     let (mut speeds, mut listing, mut cores) = (Vec::new(), String::new(), 0);
-    for (host_cpu, this_cpu) in [(0, 1), (1, 0)] {
-        let (speed, host_cores, text) =
-            side_by_side(group, seconds, file, reference, host_cpu, this_cpu);
-        speeds.push(speed);
+    for group_cpu in [0, 1] {
+        let this_cpu = match this_machine {
+            Reference::OtherCpu => 1 - group_cpu,
+            Reference::SameCpu => group_cpu,
+        };
+        let (speed, this_speed, host_cores, text) =
+            side_by_side(group, seconds, file, reference, group_cpu, this_cpu);
+        speeds.push(match this_machine {
+            Reference::OtherCpu => speed / this_speed,
+            Reference::SameCpu => speed / (speed + this_speed),
+        });
         cores = host_cores;
         listing += &text;
     }
-    SideBySide {
+    CgroupSpeed {
         speed: speeds.iter().sum::<f64>() / speeds.len() as f64,
         cores,
         listing,
     }
 }
 
-/// One measurement of [`speed_beside_this_machine`]: `group` on CPU `host_cpu`, this machine
-/// on CPU `this_cpu`; the ratio, the cgroup's cores and what both printed.
+/// One run of [`cgroup_speed`]: `group` on CPU `group_cpu`, this machine on CPU `this_cpu`;
+/// the speeds of both host files, the cgroup's cores and what both calibrations printed.
 fn side_by_side(
     group: &Cgroup,
     seconds: u32,
     file: &Path,
     reference: &Path,
-    host_cpu: u32,
+    group_cpu: u32,
     this_cpu: u32,
-) -> (f64, u32, String) {
+) -> (f64, f64, u32, String) {
     let node = env!("CARGO_BIN_EXE_lbf-node");
     let seconds = seconds.to_string();
     let this_machine = Command::new("taskset")
-        .args([
-            "-c",
-            &this_cpu.to_string(),
-            node,
-            "calibrate",
-            "--cpu",
-            "--seconds",
-            &seconds,
-            "-o",
-        ])
+        .args(["-c", &this_cpu.to_string(), node, "calibrate", "--cpu"])
+        .args(["--seconds", &seconds, "-o"])
         .arg(reference)
         .stdout(Stdio::piped())
         .spawn()
         .expect("lbf-node calibrate --cpu for this machine");
     let listing = super::run(&mut group.run(&format!(
-        "taskset -c {host_cpu} {node} calibrate --cpu --seconds {seconds} -o {}",
+        "taskset -c {group_cpu} {node} calibrate --cpu --seconds {seconds} -o {}",
         file.display()
     )));
     let this_machine = this_machine
@@ -180,11 +198,12 @@ fn side_by_side(
         this_machine.status.success(),
         "this machine's calibration failed"
     );
-    let ((speed, cores), (reference_speed, _)) = (host_figures(file), host_figures(reference));
+    let ((speed, cores), (this_speed, _)) = (host_figures(file), host_figures(reference));
     (
-        speed / reference_speed,
+        speed,
+        this_speed,
         cores,
-        String::from_utf8_lossy(&this_machine.stdout).into_owned() + &listing,
+        listing + &String::from_utf8_lossy(&this_machine.stdout),
     )
 }
 

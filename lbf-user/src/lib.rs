@@ -17,6 +17,6 @@ pub use lbf_probe as probe;
 pub use lbf_record as record;
 
 pub use lbf_model::{
-    advise, config, engine, event, live as predict_live, procedure, report, sink, source, stream,
-    target, trace,
+    advise, config, engine, event, live as predict_live, procedure, report, sink, source, startup,
+    stream, target, trace,
 };

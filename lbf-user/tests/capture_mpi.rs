@@ -20,8 +20,8 @@ use lbf::capture::EventLog;
 use lbf::event::{Event, EventKind};
 use lbf::record::CaptureSink;
 use traced::{
-    can_trace, check_accounts, check_prediction, check_trace_file, check_what_if, first_start,
-    lbf_trace_during, lbf_trace_without_outputs, machine, parse_checks, predict_on, probe_mpi,
+    can_trace, check_accounts, check_prediction, check_trace_file, check_what_if, lbf_trace_during,
+    lbf_trace_without_outputs, machine, parse_checks, predict_on, predicted_first_start, probe_mpi,
     timed, trace, wait_for, workload_built_by, Measured, Mpi, Setup, Traced,
 };
 
@@ -369,7 +369,8 @@ fn check_cores_what_if(mpi: Mpi) {
         let (one, two) = (on("0"), on("0,1"));
         let spin = mpi.spin(2);
         for cores in [1, 2] {
-            let [a, b] = [&one, &two].map(|t| predict_on(t, cores, spin) - first_start(t));
+            let [a, b] =
+                [&one, &two].map(|t| predict_on(t, cores, spin) - predicted_first_start(t, cores));
             eprintln!("{cores} cores predicted from the run on 1 core: {a:.4} s, on 2: {b:.4} s");
             assert!(
                 (a - b).abs() <= TRACED_WHERE_TOLERANCE * a.max(b),

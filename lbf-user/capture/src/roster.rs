@@ -350,6 +350,7 @@ impl Roster {
                 name: self.procs[&m.tgid].name.clone(),
                 host: self.host.clone(),
                 start_ns: clock.start_of(m.tgid),
+                ..Default::default()
             })
             .collect();
         for p in &self.announced {

@@ -101,6 +101,7 @@ mod tests {
             name: name.into(),
             host: "n1".into(),
             start_ns: 0,
+            ..Default::default()
         };
         let stats = |sends, cpu_ns| ProcStats {
             sends,

@@ -36,6 +36,17 @@ pub struct ProcInfo {
     /// prediction covers the launcher's start-up as the measured time does. 0 if unknown.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub start_ns: u64,
+    /// The CPU time its main thread had used by `start_ns` (its launch and its library's
+    /// start-up, `MPI_Init` for MPI), in nanoseconds; 0 if unknown. With [`ProcInfo::cpus`]
+    /// it lets a target with other cores or speeds predict the start-up, not take it as
+    /// measured (see [`crate::startup`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub startup_cpu_ns: u64,
+    /// The CPUs it could run on in the measured run (its affinity), in the kernel's list
+    /// format (`0-3,8`); empty if unknown. The processes of one host together had the CPUs
+    /// of all their lists.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cpus: String,
 }
 
 /// For serde: a zero start is not written.

@@ -53,6 +53,7 @@ pub mod procedure;
 pub mod report;
 pub mod sink;
 pub mod source;
+pub mod startup;
 pub mod stream;
 pub mod target;
 pub mod trace;

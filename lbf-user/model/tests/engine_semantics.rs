@@ -398,3 +398,44 @@ fn keepalives_let_the_engine_advance_and_events_are_freed() {
     let progress = engine.progress();
     assert!(progress[0].simulated_seconds >= 9_999.0, "{progress:?}");
 }
+
+/// A trace whose processes say their start-up's CPU and CPUs (`lbf_model::startup`): each
+/// target starts them later or sooner by its own shift, the run's own configuration not at
+/// all.
+#[test]
+fn each_target_moves_the_start_up_by_its_own_shift() {
+    use lbf_model::event::ProcInfo;
+    // Two processes that started 1 s in, after 0.5 s of start-up CPU each on 2 CPUs (0.5 s
+    // of wall for the CPU part), then compute 1 s each.
+    let procs: Vec<ProcInfo> = (0..2)
+        .map(|id| ProcInfo {
+            id,
+            start_ns: S,
+            startup_cpu_ns: S / 2,
+            cpus: "0-1".into(),
+            ..ProcInfo::default()
+        })
+        .collect();
+    let two_cores = Target {
+        nodes: vec![Node {
+            procs: vec![0, 1],
+            cores: 2,
+            speed: 1.0,
+        }],
+        ..target("2 cores", vec![])
+    };
+    let one_core = target("1 core", vec![vec![0, 1]]);
+    let mut engine = Engine::for_procs(&procs, vec![two_cores, one_core]).unwrap();
+    for p in 0..2 {
+        engine.push(ev(p, 1, EventKind::Exit), 0).unwrap();
+    }
+    let seconds: Vec<f64> = engine
+        .finish()
+        .unwrap()
+        .iter()
+        .map(|p| p.predicted_seconds)
+        .collect();
+    // On 2 cores as measured: 1 s of start-up, 1 s of work. On 1 core the start-up's CPU
+    // part takes 1 s instead of 0.5, and the work 2 s.
+    assert_eq!(seconds, [2.0, 3.5]);
+}

@@ -61,6 +61,13 @@ pub trait ProcessInspector {
         let _ = tgid;
         EagerLimits::default_of(library)
     }
+    /// The CPUs process `tgid` may run on (its affinity), in the kernel's list format
+    /// (`0-3,8`), if known: the node it was traced on has that many cores for it (the
+    /// start-up model, `lbf::startup`). The default knows nothing.
+    fn cpus(&mut self, tgid: u32) -> Option<String> {
+        let _ = tgid;
+        None
+    }
     /// Process `tgid` ended: whatever is kept about it can go. The default keeps nothing.
     fn forget(&mut self, tgid: u32) {
         let _ = tgid;
@@ -137,6 +144,7 @@ struct Answers {
     launch_rank: Option<LaunchRank>,
     /// `None` when `abi` is an error.
     eager_limits: Option<EagerLimits>,
+    cpus: Option<String>,
 }
 
 /// Answers found ahead of the capture's questions, by process id; shared between the
@@ -185,6 +193,7 @@ impl ProcFs {
                 launch_rank,
                 eager_limits,
                 abi,
+                cpus: live_cpus(tgid),
             };
             lock(&prefetched).insert(tgid, answers);
         }
@@ -285,9 +294,26 @@ impl ProcessInspector for ProcFs {
         }
     }
 
+    fn cpus(&mut self, tgid: u32) -> Option<String> {
+        match self.prefetched(tgid) {
+            Some(Answers { cpus: Some(c), .. }) => Some(c),
+            _ => live_cpus(tgid),
+        }
+    }
+
     fn forget(&mut self, tgid: u32) {
         lock(&self.prefetched).remove(&tgid);
     }
+}
+
+/// The `Cpus_allowed_list` of `/proc/TGID/status` (the process's affinity), if it is there.
+fn live_cpus(tgid: u32) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{tgid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|list| list.trim().to_string())
+        .filter(|list| !list.is_empty())
 }
 
 /// `prefetched`, locked; a prefetcher that panicked holding it left nothing half-written (one

@@ -131,6 +131,11 @@ pub struct Capture {
     /// When each process's `MPI_Init` returned, or when it was first seen past it (attached
     /// to a running job): where the model of the process starts.
     past_init: FxHashMap<u32, u64>,
+    /// The CPU clock of each process's thread when its `MPI_Init` returned: its start-up's
+    /// CPU (`ProcInfo::startup_cpu_ns`).
+    startup_cpu: FxHashMap<u32, u64>,
+    /// Each process's CPUs (its affinity) when inspected, as the kernel lists them.
+    cpus: FxHashMap<u32, String>,
     /// The latest `MPI_Finalize` entry: where the model of the job ends.
     last_finalize: Option<u64>,
     /// The `Attach` records of each process not inspected yet: (thread, time, CPU clock).
@@ -161,6 +166,8 @@ impl Capture {
             post_slots: FxHashMap::default(),
             clock: RunClock::default(),
             past_init: FxHashMap::default(),
+            startup_cpu: FxHashMap::default(),
+            cpus: FxHashMap::default(),
             last_finalize: None,
             attaches: FxHashMap::default(),
             attached_colls: AttachedCollectives::default(),
@@ -330,6 +337,8 @@ impl Capture {
             name: format!("rank {rank}"),
             host: self.host.clone(),
             start_ns,
+            startup_cpu_ns: self.startup_cpu.get(&tgid).copied().unwrap_or(0),
+            cpus: self.cpus.get(&tgid).cloned().unwrap_or_default(),
         }
     }
 
@@ -431,6 +440,9 @@ impl Capture {
             self.comms.set_size(comms::WORLD, size);
         }
         let eager = self.inspector.eager_limits(tgid, abi.library());
+        if let Some(cpus) = self.inspector.cpus(tgid) {
+            self.cpus.insert(tgid, cpus);
+        }
         self.procs.insert(tgid, Process::new(abi, eager, None));
         if let Some(l) = launch {
             self.claim_rank(tgid, l.rank);
@@ -590,6 +602,7 @@ impl Capture {
         match entry {
             Entry::Init => {
                 self.past_init.insert(rec.tgid, rec.ts_ns);
+                self.startup_cpu.insert(rec.tgid, cpu);
                 p.untimed(tid, cpu);
             }
             Entry::Finalize => p.untimed(tid, cpu),

@@ -32,6 +32,10 @@ impl ProcessInspector for FakeInspector {
             size: Some(size),
         })
     }
+    /// Every process it knows may run on CPUs 0 and 1.
+    fn cpus(&mut self, tgid: u32) -> Option<String> {
+        self.0.contains_key(&tgid).then(|| "0-1".into())
+    }
 }
 
 const WORLD: u64 = mpich::COMM_WORLD;
@@ -197,6 +201,24 @@ fn assert_matched(log: &EventLog) {
     sends.sort();
     recvs.sort();
     assert_eq!(sends, recvs);
+}
+
+/// Each rank's header says the CPU its thread had used when `MPI_Init` returned and the CPUs
+/// it could run on: what the start-up model needs (`lbf::startup`).
+#[test]
+fn ranks_carry_their_start_up_cpu_and_cpus() {
+    let mut run = Run::mpich(2);
+    for (rank, cpu) in [(0, 50), (1, 60)] {
+        run.init(rank, cpu);
+        run.finalize(rank, cpu + 100);
+    }
+    let (log, _) = run.finish();
+    let figures: Vec<(u64, &str)> = log
+        .procs
+        .iter()
+        .map(|p| (p.startup_cpu_ns, p.cpus.as_str()))
+        .collect();
+    assert_eq!(figures, [(50, "0-1"), (60, "0-1")]);
 }
 
 #[test]

@@ -348,6 +348,7 @@ mod tests {
                 name: format!("p{id}"),
                 host: String::new(),
                 start_ns: 0,
+                ..Default::default()
             })
             .collect()
     }

@@ -570,6 +570,7 @@ mod tests {
             name: format!("p{id}"),
             host: String::new(),
             start_ns: 0,
+            ..Default::default()
         }
     }
 

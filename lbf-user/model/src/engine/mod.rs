@@ -326,7 +326,8 @@ impl Engine {
     }
 
     /// An engine for the processes `procs` (the trace header's list, ids `0..procs.len()`),
-    /// starting each at its `start_ns`; see [`Engine::new`] and [`Engine::set_start`].
+    /// starting each at its `start_ns`, moved in each target by the start-up model
+    /// ([`crate::startup`]); see [`Engine::new`] and [`Engine::set_start`].
     pub fn for_procs(procs: &[ProcInfo], targets: Vec<Target>) -> Result<Self, EngineError> {
         Engine::for_procs_with_procedures(procs, &[], targets)
     }
@@ -338,11 +339,26 @@ impl Engine {
         procedures: &[String],
         targets: Vec<Target>,
     ) -> Result<Self, EngineError> {
+        let shifts: Vec<f64> = targets
+            .iter()
+            .map(|t| crate::startup::shift(procs, t))
+            .collect();
         let mut engine = Engine::with_procedures(procs.len(), procedures, targets)?;
-        for p in procs.iter().filter(|p| p.start_ns > 0) {
-            engine.set_start(p.id, p.start_ns as f64 * 1e-9);
+        for (target, shift) in shifts.into_iter().enumerate() {
+            for p in procs.iter().filter(|p| p.start_ns > 0) {
+                let seconds = (p.start_ns as f64 * 1e-9 + shift).max(0.0);
+                engine.sim_mut(target).set_start(p.id as usize, seconds);
+            }
         }
         Ok(engine)
+    }
+
+    /// The simulation of target number `target`.
+    fn sim_mut(&mut self, target: usize) -> &mut sim::Sim {
+        match self.order[target] {
+            (false, i) => &mut self.sims[i],
+            (true, i) => &mut self.shaped[i].sim,
+        }
     }
 
     /// Makes process `proc` start `seconds` after the run's start instead of at once, in every
@@ -369,10 +385,7 @@ impl Engine {
     /// # Panics
     /// If there is no target number `target`.
     pub fn set_schedule_sink(&mut self, target: usize, sink: Box<dyn ScheduleSink>) {
-        match self.order[target] {
-            (false, i) => self.sims[i].set_sink(sink),
-            (true, i) => self.shaped[i].sim.set_sink(sink),
-        }
+        self.sim_mut(target).set_sink(sink);
     }
 
     /// Feeds one event and advances every target as far as the events so far allow.

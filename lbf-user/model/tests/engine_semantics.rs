@@ -429,13 +429,13 @@ fn each_target_moves_the_start_up_by_its_own_shift() {
     for p in 0..2 {
         engine.push(ev(p, 1, EventKind::Exit), 0).unwrap();
     }
-    let seconds: Vec<f64> = engine
+    let predictions: Vec<(f64, f64)> = engine
         .finish()
         .unwrap()
         .iter()
-        .map(|p| p.predicted_seconds)
+        .map(|p| (p.predicted_seconds, p.startup_shift_seconds))
         .collect();
     // On 2 cores as measured: 1 s of start-up, 1 s of work. On 1 core the start-up's CPU
     // part takes 1 s instead of 0.5, and the work 2 s.
-    assert_eq!(seconds, [2.0, 3.5]);
+    assert_eq!(predictions, [(2.0, 0.0), (3.5, 0.5)]);
 }

@@ -50,6 +50,10 @@ pub struct Prediction {
     pub target: String,
     /// Predicted run time in seconds: the time of the last exit.
     pub predicted_seconds: f64,
+    /// How much later (negative: sooner) than measured the processes start their modelled
+    /// work in this prediction: the start-up model's shift ([`crate::startup`]); 0 where the
+    /// start-up is taken as measured.
+    pub startup_shift_seconds: f64,
 }
 
 /// How far one target's simulation has got, for periodic reports while a capture runs.
@@ -247,6 +251,8 @@ pub struct Engine {
     order: Vec<(bool, usize)>,
     /// Processes whose shaped streams grew in the current push (reused).
     touched: Vec<usize>,
+    /// Each target's start-up shift, in the order given ([`Prediction::startup_shift_seconds`]).
+    startup_shifts: Vec<f64>,
     /// The first error: the engine refuses further input after it.
     failed: Option<EngineError>,
 }
@@ -293,7 +299,8 @@ impl Engine {
     ) -> Result<Self, EngineError> {
         let mut sims = Vec::new();
         let mut shaped = Vec::new();
-        let mut order = Vec::with_capacity(targets.len());
+        let num_targets = targets.len();
+        let mut order = Vec::with_capacity(num_targets);
         for target in targets {
             if target.procedures.is_empty() {
                 order.push((false, sims.len()));
@@ -321,6 +328,7 @@ impl Engine {
             shaped,
             order,
             touched: Vec::new(),
+            startup_shifts: vec![0.0; num_targets],
             failed: None,
         })
     }
@@ -344,6 +352,7 @@ impl Engine {
             .map(|t| crate::startup::shift(procs, t))
             .collect();
         let mut engine = Engine::with_procedures(procs.len(), procedures, targets)?;
+        engine.startup_shifts.clone_from(&shifts);
         for (target, shift) in shifts.into_iter().enumerate() {
             for p in procs.iter().filter(|p| p.start_ns > 0) {
                 let seconds = (p.start_ns as f64 * 1e-9 + shift).max(0.0);
@@ -537,13 +546,16 @@ impl Engine {
             self.shaped.into_iter().map(|s| Some(s.sim)).collect();
         self.order
             .iter()
-            .map(|&(is_shaped, i)| {
+            .zip(&self.startup_shifts)
+            .map(|(&(is_shaped, i), &shift)| {
                 let slot = if is_shaped {
                     &mut shaped[i]
                 } else {
                     &mut sims[i]
                 };
-                slot.take().expect("each target once").finish()
+                let mut prediction = slot.take().expect("each target once").finish()?;
+                prediction.startup_shift_seconds = shift;
+                Ok(prediction)
             })
             .collect()
     }

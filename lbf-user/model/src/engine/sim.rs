@@ -956,6 +956,7 @@ impl Sim {
         Ok(Prediction {
             target: self.name,
             predicted_seconds: self.end,
+            startup_shift_seconds: 0.0,
         })
     }
 }

@@ -26,6 +26,14 @@ struct Row<'a> {
     /// Where the lost events are, when the capture knows.
     #[serde(skip_serializing_if = "<[Gap]>::is_empty")]
     gaps: &'a [Gap],
+    /// How far the start-up model moved the processes' start, when it did.
+    #[serde(skip_serializing_if = "is_zero")]
+    startup_shift_seconds: f64,
+}
+
+/// For serde: a start-up taken as measured is not written.
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
 }
 
 fn row<'a>(p: &'a Prediction, summary: Option<&'a Summary>, source: Option<Source>) -> Row<'a> {
@@ -38,6 +46,7 @@ fn row<'a>(p: &'a Prediction, summary: Option<&'a Summary>, source: Option<Sourc
         speedup: summary.and_then(|s| speedup(s.measured_seconds, p.predicted_seconds)),
         lost_events: summary.map(|s| s.lost_events),
         gaps: summary.map_or(&[], |s| &s.gaps),
+        startup_shift_seconds: p.startup_shift_seconds,
     }
 }
 
@@ -105,6 +114,29 @@ pub fn table(predictions: &[Prediction], summary: Option<&Summary>) -> String {
     }
     if let Some(m) = measured {
         let _ = writeln!(out, "{:<width$}  {:>12}", "(measured)", seconds(m));
+    }
+    let moved: Vec<String> = predictions
+        .iter()
+        .filter(|p| p.startup_shift_seconds != 0.0)
+        .map(|p| {
+            let sign = if p.startup_shift_seconds > 0.0 {
+                '+'
+            } else {
+                '-'
+            };
+            format!(
+                "{} {sign}{}",
+                p.target,
+                seconds(p.startup_shift_seconds.abs())
+            )
+        })
+        .collect();
+    if !moved.is_empty() {
+        let _ = writeln!(
+            out,
+            "(start-up predicted from the processes' start-up CPU, against the measured run's: {})",
+            moved.join("; ")
+        );
     }
     if let Some(lost) = summary.map(|s| s.lost_events).filter(|&n| n > 0) {
         let _ = writeln!(
@@ -207,10 +239,12 @@ mod tests {
             Prediction {
                 target: "two-nodes".into(),
                 predicted_seconds: 7.0,
+                startup_shift_seconds: 0.0,
             },
             Prediction {
                 target: "4x2 block gige".into(),
                 predicted_seconds: 0.0125,
+                startup_shift_seconds: 0.0,
             },
         ]
     }
@@ -241,6 +275,28 @@ two-nodes            7.000 s     2.00x
             text,
             "target           predicted\ntwo-nodes          7.000 s\n"
         );
+    }
+
+    /// A target whose start-up the start-up model moved says by how much, in the table and
+    /// in its JSON line; one it did not move says nothing.
+    #[test]
+    fn a_moved_start_up_is_shown() {
+        let mut p = predictions();
+        p[1].startup_shift_seconds = -0.0425;
+        let text = table(&p, Some(&SUMMARY));
+        assert!(
+            text.ends_with(
+                "(start-up predicted from the processes' start-up CPU, against the measured \
+                 run's: 4x2 block gige -42.500 ms)\n"
+            ),
+            "{text}"
+        );
+        let rows: Vec<serde_json::Value> = json_lines(&p, None, None)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(rows[0].get("startup_shift_seconds"), None);
+        assert_eq!(rows[1]["startup_shift_seconds"], -0.0425);
     }
 
     #[test]

@@ -187,7 +187,10 @@ struct Predict {
     #[command(flatten)]
     procedures: ProcedureArgs,
 
-    /// Print one JSON object per target and line instead of a table.
+    /// Print one JSON object per target and line instead of a table (`target`,
+    /// `predicted_seconds`, `complete`; with a completed trace `measured_seconds`, `speedup`,
+    /// `lost_events`; `startup_shift_seconds` where the start-up model moved the start-up,
+    /// see docs/engine.md).
     #[arg(long)]
     json: bool,
 
@@ -386,9 +389,11 @@ fn predict(args: &Predict) -> Result<Complete> {
             );
             Ok(reached
                 .into_iter()
-                .map(|r| Prediction {
+                .zip(&targets_kept)
+                .map(|(r, t)| Prediction {
                     target: r.target,
                     predicted_seconds: r.simulated_seconds,
+                    startup_shift_seconds: lbf::startup::shift(&header.procs, t),
                 })
                 .collect())
         }

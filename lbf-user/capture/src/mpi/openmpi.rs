@@ -29,9 +29,6 @@ pub const LAYOUT: Layout = Layout {
 /// Bytes read at a datatype handle: `opal_datatype_t` up to and including `size`.
 pub const DATATYPE_READ_BYTES: u16 = 32;
 
-/// Offset of `opal_datatype_t::size` (the kernel side reads it there too).
-const DATATYPE_SIZE_OFFSET: usize = OPEN_MPI_DATATYPE_SIZE_AT;
-
 /// The exported object whose address is `MPI_COMM_WORLD`.
 pub const COMM_WORLD_SYMBOL: &str = "ompi_mpi_comm_world";
 /// The exported object whose address is `MPI_COMM_SELF`.
@@ -71,7 +68,7 @@ impl OpenMpi {
 
     /// Size of the datatype whose first bytes the kernel read at entry into `mem`.
     pub fn datatype_size(mem: &[u8]) -> Option<u64> {
-        let field = mem.get(DATATYPE_SIZE_OFFSET..DATATYPE_SIZE_OFFSET + 8)?;
+        let field = mem.get(OPEN_MPI_DATATYPE_SIZE_AT..OPEN_MPI_DATATYPE_SIZE_AT + 8)?;
         Some(u64::from_le_bytes(field.try_into().ok()?))
     }
 

@@ -26,54 +26,74 @@
 use crate::event::ProcInfo;
 use crate::target::Target;
 
-/// How many seconds later than measured the processes' modelled work starts on `target`
-/// (negative: sooner); 0 unless every process of `procs` has its start-up CPU and CPUs.
-pub fn shift(procs: &[ProcInfo], target: &Target) -> f64 {
-    if procs.is_empty()
-        || procs
-            .iter()
-            .any(|p| p.startup_cpu_ns == 0 || cpu_list(&p.cpus).is_none())
-    {
-        return 0.0;
-    }
-    let cpu = |p: &ProcInfo| p.startup_cpu_ns as f64 * 1e-9;
-    // The measured run: per host, its processes' start-up CPU over the CPUs they had.
-    let mut hosts: Vec<(&str, f64, usize, Vec<u32>)> = Vec::new();
-    for p in procs {
-        let cpus = cpu_list(&p.cpus).unwrap_or_default();
-        match hosts.iter_mut().find(|h| h.0 == p.host) {
-            Some(h) => {
-                h.1 += cpu(p);
-                h.2 += 1;
-                h.3.extend(cpus);
-            }
-            None => hosts.push((&p.host, cpu(p), 1, cpus)),
+/// What the measured run says about its processes' start-up: read once from a trace's
+/// processes, then asked for each target ([`Startup::shift`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Startup {
+    /// Each process's start-up CPU, in seconds, by process id.
+    cpu: Vec<f64>,
+    /// The CPU part of the measured start-up: the slowest host's start-up CPU over the CPUs
+    /// its processes had.
+    measured: f64,
+}
+
+impl Startup {
+    /// The start-up of `procs` (a trace header's list, ids `0..procs.len()`); `None` unless
+    /// every process has its start-up CPU and a readable CPU list, in which case every
+    /// target keeps the measured start-up.
+    pub fn of(procs: &[ProcInfo]) -> Option<Self> {
+        if procs.is_empty() {
+            return None;
         }
+        let mut cpu = Vec::with_capacity(procs.len());
+        // Per host: its processes' start-up CPU, their number, and the CPUs they had.
+        let mut hosts: Vec<(&str, f64, usize, Vec<u32>)> = Vec::new();
+        for p in procs {
+            if p.startup_cpu_ns == 0 {
+                return None;
+            }
+            let seconds = p.startup_cpu_ns as f64 * 1e-9;
+            let cpus = cpu_list(&p.cpus)?;
+            cpu.push(seconds);
+            match hosts.iter_mut().find(|h| h.0 == p.host) {
+                Some(h) => {
+                    h.1 += seconds;
+                    h.2 += 1;
+                    h.3.extend(cpus);
+                }
+                None => hosts.push((&p.host, seconds, 1, cpus)),
+            }
+        }
+        let measured = hosts
+            .into_iter()
+            .map(|(_, c, m, mut cpus)| {
+                cpus.sort_unstable();
+                cpus.dedup();
+                c / cpus.len().min(m).max(1) as f64
+            })
+            .fold(0.0, f64::max);
+        Some(Startup { cpu, measured })
     }
-    let measured = hosts
-        .into_iter()
-        .map(|(_, c, m, mut cpus)| {
-            cpus.sort_unstable();
-            cpus.dedup();
-            c / cpus.len().min(m).max(1) as f64
-        })
-        .fold(0.0, f64::max);
-    let predicted = target
-        .nodes
-        .iter()
-        .filter(|n| !n.procs.is_empty())
-        .map(|n| {
-            let c: f64 = n
-                .procs
-                .iter()
-                .filter_map(|&id| procs.get(id as usize))
-                .map(cpu)
-                .sum();
-            let cores = (n.cores as usize).min(n.procs.len()).max(1) as f64;
-            c / (cores * n.speed)
-        })
-        .fold(0.0, f64::max);
-    predicted - measured
+
+    /// How many seconds later than measured the processes' modelled work starts on `target`
+    /// (negative: sooner).
+    pub fn shift(&self, target: &Target) -> f64 {
+        let predicted = target
+            .nodes
+            .iter()
+            .filter(|n| !n.procs.is_empty())
+            .map(|n| {
+                let c: f64 = n
+                    .procs
+                    .iter()
+                    .filter_map(|&id| self.cpu.get(id as usize))
+                    .sum();
+                let cores = (n.cores as usize).min(n.procs.len()).max(1) as f64;
+                c / (cores * n.speed)
+            })
+            .fold(0.0, f64::max);
+        predicted - self.measured
+    }
 }
 
 /// The CPUs of a list in the kernel's format (`0-3,8,10-11`: `Cpus_allowed_list`), or `None`
@@ -100,6 +120,11 @@ pub fn cpu_list(list: &str) -> Option<Vec<u32>> {
 mod tests {
     use super::*;
     use crate::target::Node;
+
+    /// The shift of `target` for `procs`; 0 where the start-up is taken as measured.
+    fn shift(procs: &[ProcInfo], target: &Target) -> f64 {
+        Startup::of(procs).map_or(0.0, |s| s.shift(target))
+    }
 
     /// Four processes on `host`, each with `cpu_ms` of start-up CPU and the CPUs `cpus`.
     fn procs(cpu_ms: u64, cpus: &str) -> Vec<ProcInfo> {

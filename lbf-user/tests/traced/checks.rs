@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use lbf::engine::Engine;
+use lbf::engine::{Engine, Prediction};
 use lbf::event::{Event, EventKind};
 use lbf::target::{Network, Node, Target};
 use lbf::trace::TraceReader;
@@ -263,12 +263,12 @@ pub(crate) fn check_what_if(
     spin: f64,
     other: &Traced,
 ) -> Result<(), String> {
-    let whole = predict_on(traced, cores, spin);
-    let predicted = whole - predicted_first_start(traced, cores);
+    let prediction = predict_on(traced, cores, spin);
+    let predicted = prediction.predicted_seconds - predicted_first_start(traced, &prediction);
     let s = &other.summary;
     let measured = s.measured_seconds - s.teardown_seconds - first_start(other);
     let others = competing_share(traced).max(competing_share(other));
-    let whole = whole + traced.summary.teardown_seconds;
+    let whole = prediction.predicted_seconds + traced.summary.teardown_seconds;
     eprintln!(
         "measured {measured:.4} s on {cores} cores, predicted {predicted:.4} s from a run of \
          {:.4} s, from the first start to the last exit; whole runs: measured {:.4} s, \
@@ -291,13 +291,13 @@ pub(crate) fn check_what_if(
 /// cost microseconds).
 pub(crate) fn predict_as_run(t: &Traced, spin: f64) -> f64 {
     let cores = machine::cores() as u32;
-    predict_on(t, cores, spin)
+    predict_on(t, cores, spin).predicted_seconds
 }
 
-/// Every process of run `t` on one node of `cores` cores, waiting processes loading it by
-/// `spin`, messages free.
-fn one_node(t: &Traced, cores: u32, spin: f64) -> Target {
-    Target {
+/// The engine's prediction for run `t` on one node of `cores` cores, each process starting
+/// when it started moved by the start-up model, messages free.
+pub(crate) fn predict_on(t: &Traced, cores: u32, spin: f64) -> Prediction {
+    let target = Target {
         name: "as run".into(),
         nodes: vec![Node {
             procs: (0..t.summary.procs.len() as u32).collect(),
@@ -309,27 +309,20 @@ fn one_node(t: &Traced, cores: u32, spin: f64) -> Target {
         scheduler: None,
         bind_to_cores: false,
         procedures: Vec::new(),
-    }
-}
-
-/// The engine's prediction for run `t` on one node of `cores` cores, each process starting
-/// when it started moved by the start-up model, messages free.
-pub(crate) fn predict_on(t: &Traced, cores: u32, spin: f64) -> f64 {
-    let target = one_node(t, cores, spin);
+    };
     let mut engine = Engine::for_procs(&t.summary.procs, vec![target]).expect("a valid target");
     for (i, e) in t.log.events.iter().enumerate() {
         engine
             .push(*e, i as u64 + 1)
             .expect("the engine takes the events");
     }
-    engine.finish().expect("the prediction")[0].predicted_seconds
+    engine.finish().expect("the prediction").remove(0)
 }
 
-/// When the first process of run `t` starts in [`predict_on`]'s prediction for `cores`
-/// cores: its measured start moved by the start-up model.
-pub(crate) fn predicted_first_start(t: &Traced, cores: u32) -> f64 {
-    let shift = lbf::startup::shift(&t.summary.procs, &one_node(t, cores, 0.0));
-    (first_start(t) + shift).max(0.0)
+/// When the first process of run `t` starts in `prediction` (of `t`'s trace): its measured
+/// start moved by the prediction's start-up shift.
+pub(crate) fn predicted_first_start(t: &Traced, prediction: &Prediction) -> f64 {
+    (first_start(t) + prediction.startup_shift_seconds).max(0.0)
 }
 
 /// `lbf-gag predict`'s options for the SPA's four procedure what-ifs: each of `servBusy1`

@@ -347,9 +347,10 @@ impl Engine {
         procedures: &[String],
         targets: Vec<Target>,
     ) -> Result<Self, EngineError> {
+        let startup = crate::startup::Startup::of(procs);
         let shifts: Vec<f64> = targets
             .iter()
-            .map(|t| crate::startup::shift(procs, t))
+            .map(|t| startup.as_ref().map_or(0.0, |s| s.shift(t)))
             .collect();
         let mut engine = Engine::with_procedures(procs.len(), procedures, targets)?;
         engine.startup_shifts.clone_from(&shifts);
@@ -360,6 +361,12 @@ impl Engine {
             }
         }
         Ok(engine)
+    }
+
+    /// Each target's start-up shift, in the order given (see
+    /// [`Prediction::startup_shift_seconds`]).
+    pub fn startup_shifts(&self) -> &[f64] {
+        &self.startup_shifts
     }
 
     /// The simulation of target number `target`.

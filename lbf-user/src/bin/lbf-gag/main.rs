@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use clap::{error::ErrorKind, CommandFactory, Parser, Subcommand};
 use lbf::capture::select::Source;
 use lbf::config::{ProcedureArgs, TargetArgs};
-use lbf::engine::{Engine, EngineError, Prediction};
+use lbf::engine::{Engine, EngineError, Prediction, Progress};
 use lbf::net::builder::serve;
 use lbf::net::serve_config::ServeConfig;
 use lbf::net::tls::self_signed;
@@ -375,8 +375,12 @@ fn predict(args: &Predict) -> Result<Complete> {
     let cut_short = reader.summary().is_none();
     // A trace cut short (no summary) predicts what it has: where each target's simulation of
     // the captured part got to, a lower bound, when its processes did not all exit.
-    let reached = if cut_short {
-        engine.progress()
+    let reached: Vec<(Progress, f64)> = if cut_short {
+        engine
+            .progress()
+            .into_iter()
+            .zip(engine.startup_shifts().iter().copied())
+            .collect()
     } else {
         Vec::new()
     };
@@ -389,11 +393,10 @@ fn predict(args: &Predict) -> Result<Complete> {
             );
             Ok(reached
                 .into_iter()
-                .zip(&targets_kept)
-                .map(|(r, t)| Prediction {
+                .map(|(r, shift)| Prediction {
                     target: r.target,
                     predicted_seconds: r.simulated_seconds,
-                    startup_shift_seconds: lbf::startup::shift(&header.procs, t),
+                    startup_shift_seconds: shift,
                 })
                 .collect())
         }

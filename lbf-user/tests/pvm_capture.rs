@@ -44,8 +44,7 @@ fn pvm_command(name: &str, args: &str) -> String {
          (echo conf; echo quit) | pvm hostfile > /dev/null; \
          {bin} {args}; status=$?; \
          for p in $(pgrep -x 'pvmd|pvmd3|pvmgs'); do \
-         read -r _ _ _ _ _ _ _ _ _ _ _ _ _ ut st _ < /proc/$p/stat \
-         && echo \"LBF-DAEMON-CPU ticks=$((ut + st))\"; done; \
+         read -r ns _ < /proc/$p/schedstat && echo \"LBF-DAEMON-CPU ns=$ns\"; done; \
          echo halt | pvm > /dev/null 2>&1; \
          rm -f /tmp/pvmd.0 /tmp/pvml.0; exit $status",
         dir = dir.display(),
@@ -103,7 +102,9 @@ fn workers() -> usize {
 #[test]
 fn master_worker_through_pvmd() {
     if can_run_pvm() {
-        let args = format!("{} 4 5", workers());
+        // 10 ms tasks: pvmd's CPU (routing every message, ~40 ms in all), which no event
+        // holds, is then a small share of the run (docs/capture-sockets-pvm.md).
+        let args = format!("{} 4 10", workers());
         timed(|| {
             check(
                 &trace_pvm("pvm-default", "master_worker", &args),

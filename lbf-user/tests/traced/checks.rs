@@ -209,23 +209,25 @@ fn programs_cpu_seconds(t: &Traced) -> f64 {
 /// the machine as the run had it: with other work competing for the cores (a busy shared
 /// machine), the run is slower than any placement predicts.
 pub(crate) fn competing_share(t: &Traced) -> f64 {
-    // The command's processes are in `own` when waited for by it, in `ours` when not (PVM
-    // tasks are pvmd's children): the larger counts, once. Daemons the job relies on (pvmd,
-    // PVM's group server) are the job's too: the command prints their CPU.
-    // SAFETY: sysconf has no preconditions.
-    let tick = 1.0 / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    let daemons: f64 = t
+    // The command's processes are in `own` when waited for by it, in `ours` when not: the
+    // larger counts, once. Daemons the job relies on (pvmd, PVM's group server) are the job's
+    // too: the command prints their CPU (`LBF-DAEMON-CPU ns=`, nanoseconds on a CPU from
+    // `/proc/PID/schedstat`: `/proc/PID/stat`'s clock ticks lose up to 10 ms per field, 5 %
+    // of a 0.2 s run on two cores). The programs are then the daemons' children, none of them
+    // in `own`, which holds this test process, the shell and the daemons' console.
+    let daemons: Vec<f64> = t
         .output
         .lines()
-        .filter_map(|l| l.strip_prefix("LBF-DAEMON-CPU ticks="))
+        .filter_map(|l| l.strip_prefix("LBF-DAEMON-CPU ns="))
         .filter_map(|v| v.trim().parse::<f64>().ok())
-        .map(|ticks| ticks * tick)
-        .sum();
-    machine::others_share(
-        t.machine_cpu_seconds,
-        t.own_cpu_seconds.max(programs_cpu_seconds(t)) + daemons,
-        t.summary.measured_seconds,
-    )
+        .map(|ns| ns * 1e-9)
+        .collect();
+    let ours = if daemons.is_empty() {
+        t.own_cpu_seconds.max(programs_cpu_seconds(t))
+    } else {
+        t.own_cpu_seconds + programs_cpu_seconds(t) + daemons.iter().sum::<f64>()
+    };
+    machine::others_share(t.machine_cpu_seconds, ours, t.summary.measured_seconds)
 }
 
 /// When the first process of run `t` started, in seconds after the capture's start.

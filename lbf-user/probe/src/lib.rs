@@ -35,6 +35,7 @@ pub mod procfs;
 pub mod pvm;
 mod reader;
 mod ring;
+mod ring_slots;
 mod symbols;
 mod syscalls;
 mod thread_states;

@@ -9,7 +9,7 @@ use std::{
 
 use anyhow::{bail, ensure, Context, Result};
 use aya::{
-    maps::{Array, ArrayOfMaps, HashMap, Map, MapData, PerCpuArray},
+    maps::{Array, HashMap, Map, MapData, PerCpuArray},
     programs::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
         BtfTracePoint, UProbe,
@@ -25,7 +25,7 @@ use lbf_common::{
 
 use super::{
     btf::LIFECYCLE_TRACEPOINTS, kernel_facts, notices::InitWatch, procfs, reader::RecordReader,
-    ring::RecordRing, symbols, thread_states::ThreadStates, warm,
+    ring::RecordRing, ring_slots::create_rings, symbols, thread_states::ThreadStates, warm,
 };
 
 /// The `Attach` record of thread `tid` of `pid`, seeded at `ts_ns` with CPU clock `cpu_ns`.
@@ -376,8 +376,8 @@ impl Tracer {
         let returns = Returns::choose(mode, options.all_returns)?;
         // The MPI probes' programs are the largest to verify: they load on a thread of their
         // own while this one loads the lifecycle hooks (the kernel verifies privileged programs
-        // in parallel), and a third makes the record rings (each put in place waits for an RCU
-        // grace period). The lifecycle hooks are attached once the rings are in place.
+        // in parallel), and a third makes the record rings (putting them in place waits for
+        // an RCU grace period: see `ring_slots`). The lifecycle hooks are attached once the rings are in place.
         // A fourth meanwhile has the empty probe program pay the kernel's wait before a first
         // uprobe registration (see `warm`).
         let uprobes = uprobe_programs(mode, returns);
@@ -871,29 +871,6 @@ fn ring_count() -> Result<u32> {
         .map_err(|(path, e)| anyhow::anyhow!("reading {path}: {e}"))?
         .get();
     Ok(cpus.next_power_of_two().min(maps::MAX_RINGS))
-}
-
-/// Creates `count` ring buffers of `bytes` each and puts them in the object's `RINGS` array
-/// (`slots`), in slots 0 to `count - 1`.
-fn create_rings(slots: &mut Map, count: u32, bytes: u32) -> Result<Vec<MapData>> {
-    let mut slots: ArrayOfMaps<&mut MapData> = ArrayOfMaps::try_from(slots)?;
-    (0..count)
-        .map(|i| {
-            let def = aya_obj::Map::new_from_params(
-                aya_obj::generated::bpf_map_type::BPF_MAP_TYPE_RINGBUF as u32,
-                0,
-                0,
-                bytes,
-                0,
-            );
-            let ring = MapData::create(def, &format!("lbf_ring_{i}"), None)
-                .with_context(|| format!("creating record ring buffer {i} of {bytes} bytes"))?;
-            slots
-                .set(i, &ring, 0)
-                .with_context(|| format!("putting record ring buffer {i} in place"))?;
-            Ok(ring)
-        })
-        .collect()
 }
 
 /// A ring buffer size the kernel accepts: a power of two, at least one page.

@@ -385,6 +385,59 @@ fn check_cores_what_if(mpi: Mpi) {
     });
 }
 
+/// A job in a cgroup whose CPU quota allows it half a CPU (a container's CPU limit), on both
+/// CPUs: each rank's header names the quota and its cgroup, and the trace predicts the job
+/// run without the limit, start-up included. The start-up model takes the traced run's CPU
+/// from the quota, not from the ranks' affinity (both CPUs), which made the limited run's
+/// start-up look like that of a run on two full cores.
+fn check_quota_what_if(mpi: Mpi) {
+    if !can_trace() {
+        return;
+    }
+    timed(|| {
+        let group = traced::cgroup::Cgroup::new(&format!("quota-{}", mpi.name()), 50_000);
+        let setup = Setup {
+            cgroup: Some(group.path()),
+            ..Setup::default()
+        };
+        let limited = run_with(mpi, "rendezvous", 2, "10 40", setup);
+        check_accounts(&limited, 2, |c| c.num("rank") as usize);
+        let name = group.path().file_name().expect("a name").to_string_lossy();
+        for p in &limited.log.procs {
+            assert_eq!(
+                (p.cpu_quota_milli, p.quota_cgroup.rsplit('/').next()),
+                (500, Some(&*name)),
+                "{p:?}"
+            );
+        }
+        // Their start-up CPU took four times as long under the quota as on two cores.
+        let cpu: f64 = limited
+            .log
+            .procs
+            .iter()
+            .map(|p| p.startup_cpu_ns as f64 * 1e-9)
+            .sum();
+        let shift = predict_on(&limited, 2, mpi.spin(2)).startup_shift_seconds;
+        eprintln!("start-up CPU {cpu:.3} s; start-up moved by {shift:+.3} s");
+        assert!(
+            (shift - (cpu / 2.0 - cpu / 0.5)).abs() < 1e-6,
+            "{shift} for {cpu}"
+        );
+        let free = run_with(mpi, "rendezvous", 2, "10 40", Setup::default());
+        check_what_if(&limited, 2, mpi.spin(2), &free)
+    });
+}
+
+#[test]
+fn a_trace_under_a_cgroup_quota_predicts_the_run_without_it_mpich() {
+    check_quota_what_if(Mpi::Mpich);
+}
+
+#[test]
+fn a_trace_under_a_cgroup_quota_predicts_the_run_without_it_openmpi() {
+    check_quota_what_if(Mpi::OpenMpi);
+}
+
 #[test]
 fn one_and_two_core_traces_agree_and_predict_each_other_mpich() {
     check_cores_what_if(Mpi::Mpich);

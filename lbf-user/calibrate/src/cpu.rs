@@ -108,7 +108,7 @@ pub fn measure(duration: Duration, reference: &[f64; 4], progress: &mut Progress
     let reference_seconds: f64 = work.iter().zip(reference).map(|(w, r)| w / r).sum();
     let speed = reference_seconds / wall.iter().sum::<f64>();
     let cpus = affinity_cpus();
-    let quota = cgroup_quota();
+    let quota = lbf_host::cpu_quota(None).map(|q| q.cpus);
     let cores = match quota {
         Some(q) => (q.ceil() as u32).clamp(1, cpus),
         None => cpus,
@@ -176,98 +176,9 @@ fn affinity_cpus() -> u32 {
     std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
 }
 
-/// The tightest CPU quota of this process's cgroup and its parents, in CPUs: `cpu.max` under
-/// cgroup v2, `cpu.cfs_quota_us` over `cpu.cfs_period_us` under v1's `cpu` controller.
-fn cgroup_quota() -> Option<f64> {
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let mut tightest: Option<f64> = None;
-    for (mount, v2) in cgroup_mounts(&mounts) {
-        let path = own.lines().find_map(|l| {
-            let mut f = l.splitn(3, ':');
-            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
-            let ours = if v2 {
-                controllers.is_empty()
-            } else {
-                controllers.split(',').any(|c| c == "cpu")
-            };
-            ours.then_some(path)
-        });
-        let Some(path) = path else { continue };
-        let root = std::path::PathBuf::from(mount);
-        let mut dir = root.join(path.trim_start_matches('/'));
-        loop {
-            let quota = if v2 {
-                std::fs::read_to_string(dir.join("cpu.max"))
-                    .ok()
-                    .and_then(|t| parse_cpu_max(&t))
-            } else {
-                let read = |f: &str| std::fs::read_to_string(dir.join(f)).ok();
-                read("cpu.cfs_quota_us")
-                    .zip(read("cpu.cfs_period_us"))
-                    .and_then(|(q, p)| parse_cpu_max(&format!("{} {}", q.trim(), p.trim())))
-            };
-            if let Some(q) = quota {
-                tightest = Some(tightest.map_or(q, |t: f64| t.min(q)));
-            }
-            if dir == root || !dir.pop() {
-                break;
-            }
-        }
-    }
-    tightest
-}
-
-/// The cgroup file systems of `/proc/self/mountinfo` that can limit the CPU: each mount
-/// point, and whether it is cgroup v2 (else v1 with the `cpu` controller).
-fn cgroup_mounts(mountinfo: &str) -> Vec<(&str, bool)> {
-    mountinfo
-        .lines()
-        .filter_map(|l| {
-            let (before, after) = l.split_once(" - ")?;
-            let mount = before.split(' ').nth(4)?;
-            let mut f = after.split(' ');
-            match (f.next()?, f.nth(1)) {
-                ("cgroup2", _) => Some((mount, true)),
-                ("cgroup", Some(options)) if options.split(',').any(|o| o == "cpu") => {
-                    Some((mount, false))
-                }
-                _ => None,
-            }
-        })
-        .collect()
-}
-
-/// `cpu.max`'s "QUOTA PERIOD" in CPUs; `None` for "max" (or v1's quota -1).
-fn parse_cpu_max(text: &str) -> Option<f64> {
-    let mut words = text.split_whitespace();
-    let quota: f64 = words.next()?.parse().ok()?;
-    let period: f64 = words.next()?.parse().ok()?;
-    (period > 0.0 && quota > 0.0).then_some(quota / period)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_max_reads_as_cpus() {
-        assert_eq!(parse_cpu_max("50000 100000\n"), Some(0.5));
-        assert_eq!(parse_cpu_max("max 100000\n"), None);
-        assert_eq!(parse_cpu_max(""), None);
-        assert_eq!(parse_cpu_max("-1 100000"), None);
-        let mounts = "31 23 0:28 / /sys/fs/cgroup rw - tmpfs tmpfs rw\n\
-                      32 31 0:29 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n\
-                      33 31 0:30 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n\
-                      40 31 0:31 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n";
-        assert_eq!(
-            cgroup_mounts(mounts),
-            vec![
-                ("/sys/fs/cgroup/cpu", false),
-                ("/sys/fs/cgroup/unified", true)
-            ]
-        );
-    }
 
     #[test]
     fn a_short_measurement_rates_every_benchmark() {

@@ -47,6 +47,16 @@ pub struct ProcInfo {
     /// of all their lists.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub cpus: String,
+    /// The CPU its cgroups allowed it in the measured run where that was a limit (a
+    /// container's CPU limit: `cpu.max`'s quota over its period), in thousandths of a CPU
+    /// (250: a quarter of a CPU); 0 if none limited it, or unknown. The processes of one
+    /// [`ProcInfo::quota_cgroup`] shared it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cpu_quota_milli: u64,
+    /// The cgroup that set [`ProcInfo::cpu_quota_milli`] (its path in its hierarchy); empty
+    /// if none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub quota_cgroup: String,
 }
 
 /// For serde: a zero start is not written.

@@ -12,8 +12,10 @@
 //! the processes' start-up CPU, which the cores of each node share. On a host of the measured
 //! run that had `k` CPUs (the union of its processes' affinities, [`ProcInfo::cpus`]) for `m`
 //! processes whose start-up used `C` CPU-seconds together, the CPU part took `C / min(k, m)`;
-//! the slowest host's sets when the job got past its start-up (an MPI start-up ends together
-//! for all ranks). On a target node of `cores` and `speed` the same processes take
+//! the processes of a cgroup whose CPU quota allowed them `q` CPUs
+//! ([`ProcInfo::cpu_quota_milli`]: a container's CPU limit) took `C / min(k, m, q)` of their
+//! own at least. The slowest host's or cgroup's sets when the job got past its start-up (an
+//! MPI start-up ends together for all ranks). On a target node of `cores` and `speed` the same processes take
 //! `C / (min(cores, m) * speed)`. The shift is the slowest target node's CPU part minus the
 //! slowest measured host's: every process starts that much later (or sooner), never before
 //! the run's start.
@@ -41,13 +43,14 @@ impl Startup {
     /// The start-up of `procs` (a trace header's list, ids `0..procs.len()`); `None` unless
     /// every process has its start-up CPU and a readable CPU list, in which case every
     /// target keeps the measured start-up.
-    pub fn of(procs: &[ProcInfo]) -> Option<Self> {
+    pub fn of<'a>(procs: &'a [ProcInfo]) -> Option<Self> {
         if procs.is_empty() {
             return None;
         }
         let mut cpu = Vec::with_capacity(procs.len());
-        // Per host: its processes' start-up CPU, their number, and the CPUs they had.
-        let mut hosts: Vec<(&str, f64, usize, Vec<u32>)> = Vec::new();
+        // Per host, and per cgroup that set a quota: the processes' start-up CPU, their
+        // number, the CPUs they had, and the quota (in CPUs; infinite for a host).
+        let mut groups: Vec<Group<'_>> = Vec::new();
         for p in procs {
             if p.startup_cpu_ns == 0 {
                 return None;
@@ -55,21 +58,39 @@ impl Startup {
             let seconds = p.startup_cpu_ns as f64 * 1e-9;
             let cpus = cpu_list(&p.cpus)?;
             cpu.push(seconds);
-            match hosts.iter_mut().find(|h| h.0 == p.host) {
-                Some(h) => {
-                    h.1 += seconds;
-                    h.2 += 1;
-                    h.3.extend(cpus);
-                }
-                None => hosts.push((&p.host, seconds, 1, cpus)),
+            let mut add = |key: (&'a str, &'a str), quota: f64| {
+                let g = match groups.iter().position(|g| g.key == key) {
+                    Some(i) => &mut groups[i],
+                    None => {
+                        groups.push(Group {
+                            key,
+                            cpu: 0.0,
+                            procs: 0,
+                            cpus: Vec::new(),
+                            quota,
+                        });
+                        groups.last_mut().expect("just pushed")
+                    }
+                };
+                g.cpu += seconds;
+                g.procs += 1;
+                g.cpus.extend(&cpus);
+            };
+            add((&p.host, ""), f64::INFINITY);
+            if p.cpu_quota_milli > 0 {
+                add(
+                    (&p.host, &p.quota_cgroup),
+                    p.cpu_quota_milli as f64 / 1000.0,
+                );
             }
         }
-        let measured = hosts
+        let measured = groups
             .into_iter()
-            .map(|(_, c, m, mut cpus)| {
-                cpus.sort_unstable();
-                cpus.dedup();
-                c / cpus.len().min(m).max(1) as f64
+            .map(|mut g| {
+                g.cpus.sort_unstable();
+                g.cpus.dedup();
+                let room = (g.cpus.len().min(g.procs).max(1) as f64).min(g.quota);
+                g.cpu / room
             })
             .fold(0.0, f64::max);
         Some(Startup { cpu, measured })
@@ -94,6 +115,20 @@ impl Startup {
             .fold(0.0, f64::max);
         predicted - self.measured
     }
+}
+
+/// Processes of the measured run that shared CPUs: a host's, or a cgroup's with a CPU quota.
+struct Group<'a> {
+    /// The host, and the cgroup (empty for the whole host).
+    key: (&'a str, &'a str),
+    /// Their start-up CPU, in seconds.
+    cpu: f64,
+    /// How many.
+    procs: usize,
+    /// The CPUs they could run on (with repeats until counted).
+    cpus: Vec<u32>,
+    /// The CPUs the cgroup's quota allowed them; infinite for a host.
+    quota: f64,
 }
 
 /// The CPUs of a list in the kernel's format (`0-3,8,10-11`: `Cpus_allowed_list`), or `None`
@@ -210,6 +245,33 @@ mod tests {
         let mut p = procs(30, "0-1");
         p[1].cpus = String::new();
         assert_eq!(shift(&p, &target(&[(&[0, 1, 2, 3], 1, 1.0)])), 0.0);
+    }
+
+    #[test]
+    fn a_cgroups_quota_is_the_cpu_its_processes_had() {
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-12;
+        // Ranks 0-1 in a cgroup allowed a quarter of a CPU, ranks 2-3 in one allowed a whole
+        // CPU, all with CPUs 0-1: 60 ms of start-up CPU took 240 ms in the first and 60 in
+        // the second; their own configuration (calibrated as a node of one core of speed
+        // 0.25 and one of speed 1) is not moved.
+        let mut p = procs(30, "0-1");
+        for (i, q) in p.iter_mut().enumerate() {
+            let (cgroup, milli) = if i < 2 { ("/a", 250) } else { ("/b", 1000) };
+            q.quota_cgroup = cgroup.into();
+            q.cpu_quota_milli = milli;
+        }
+        let own = target(&[(&[0, 1], 1, 0.25), (&[2, 3], 1, 1.0)]);
+        assert!(close(shift(&p, &own), 0.0), "{}", shift(&p, &own));
+        // The four on one unlimited node of 2 cores: 120 ms of CPU in 60 ms.
+        assert!(close(
+            shift(&p, &target(&[(&[0, 1, 2, 3], 2, 1.0)])),
+            0.060 - 0.240
+        ));
+        // A quota above the CPUs the processes had limits nothing.
+        for q in &mut p {
+            q.cpu_quota_milli = 8000;
+        }
+        assert_eq!(shift(&p, &target(&[(&[0, 1, 2, 3], 2, 1.0)])), 0.0);
     }
 
     #[test]

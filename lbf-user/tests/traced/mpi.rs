@@ -24,14 +24,24 @@ impl Mpi {
 
     /// The shell command that runs `np` ranks of `program args` as `setup` says.
     pub(crate) fn launch(self, np: u32, program: &str, args: &str, setup: Setup) -> String {
-        let Setup { env, options, cpus } = setup;
+        let Setup {
+            env,
+            options,
+            cpus,
+            cgroup,
+        } = setup;
         let taskset = cpus.map_or(String::new(), |c| format!("taskset -c {c} "));
+        // `echo 0` moves the shell that writes it (the command's own subshell), which then
+        // starts the launcher there.
+        let join = cgroup.map_or(String::new(), |c| {
+            format!("echo 0 > {}/cgroup.procs && ", c.display())
+        });
         match self {
             Mpi::OpenMpi => format!(
-                "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 {env} {taskset}\
+                "{join}OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 {env} {taskset}\
                  mpirun.openmpi --oversubscribe --bind-to none {options} -np {np} {program} {args}"
             ),
-            Mpi::Mpich => format!("{env} {taskset}mpirun.mpich -n {np} {program} {args}"),
+            Mpi::Mpich => format!("{join}{env} {taskset}mpirun.mpich -n {np} {program} {args}"),
         }
     }
 
@@ -77,6 +87,8 @@ pub(crate) struct Setup<'a> {
     pub options: &'a str,
     /// The CPUs (a `taskset -c` list) the job runs on; all if `None`.
     pub cpus: Option<&'a str>,
+    /// The cgroup (its directory) the job runs in; the command's own if `None`.
+    pub cgroup: Option<&'a std::path::Path>,
 }
 
 /// Probes every installed MPI library: how the MPI tests prepare a tracer.

@@ -61,10 +61,9 @@ pub trait ProcessInspector {
         let _ = tgid;
         EagerLimits::default_of(library)
     }
-    /// The CPUs process `tgid` may run on (its affinity), in the kernel's list format
-    /// (`0-3,8`), if known: the node it was traced on has that many cores for it (the
-    /// start-up model, `lbf::startup`). The default knows nothing.
-    fn cpus(&mut self, tgid: u32) -> Option<String> {
+    /// What process `tgid` may use of its host's CPUs, if known: the node it was traced on
+    /// had that much for it (the start-up model, `lbf::startup`). The default knows nothing.
+    fn cpus(&mut self, tgid: u32) -> Option<CpuAllowance> {
         let _ = tgid;
         None
     }
@@ -72,6 +71,15 @@ pub trait ProcessInspector {
     fn forget(&mut self, tgid: u32) {
         let _ = tgid;
     }
+}
+
+/// What a process may use of its host's CPUs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CpuAllowance {
+    /// The CPUs it may run on (its affinity), in the kernel's list format (`0-3,8`).
+    pub list: String,
+    /// The tightest CPU quota of its cgroups, where one limits it (a container's CPU limit).
+    pub quota: Option<lbf_host::CpuQuota>,
 }
 
 /// The soname prefix of UCX's protocol library, which MPICH's `ch4:ucx` device maps.
@@ -144,7 +152,7 @@ struct Answers {
     launch_rank: Option<LaunchRank>,
     /// `None` when `abi` is an error.
     eager_limits: Option<EagerLimits>,
-    cpus: Option<String>,
+    cpus: Option<CpuAllowance>,
 }
 
 /// Answers found ahead of the capture's questions, by process id; shared between the
@@ -294,7 +302,7 @@ impl ProcessInspector for ProcFs {
         }
     }
 
-    fn cpus(&mut self, tgid: u32) -> Option<String> {
+    fn cpus(&mut self, tgid: u32) -> Option<CpuAllowance> {
         match self.prefetched(tgid) {
             Some(Answers { cpus: Some(c), .. }) => Some(c),
             _ => live_cpus(tgid),
@@ -306,14 +314,19 @@ impl ProcessInspector for ProcFs {
     }
 }
 
-/// The `Cpus_allowed_list` of `/proc/TGID/status` (the process's affinity), if it is there.
-fn live_cpus(tgid: u32) -> Option<String> {
+/// What process `tgid` may use of the CPUs: the `Cpus_allowed_list` of `/proc/TGID/status`
+/// (its affinity), if it is there, and its cgroups' CPU quota.
+fn live_cpus(tgid: u32) -> Option<CpuAllowance> {
     let status = std::fs::read_to_string(format!("/proc/{tgid}/status")).ok()?;
-    status
+    let list = status
         .lines()
         .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
         .map(|list| list.trim().to_string())
-        .filter(|list| !list.is_empty())
+        .filter(|list| !list.is_empty())?;
+    Some(CpuAllowance {
+        list,
+        quota: lbf_host::cpu_quota(Some(tgid)),
+    })
 }
 
 /// `prefetched`, locked; a prefetcher that panicked holding it left nothing half-written (one

@@ -94,7 +94,7 @@ use self::alignment::AttachedCollectives;
 use self::call::{CollBytes, Completion, Entry, Peer, RecvArgs, SendArgs, Status};
 use self::comms::Comms;
 use self::eager::{Route, SendMode};
-use self::inspect::ProcessInspector;
+use self::inspect::{CpuAllowance, ProcessInspector};
 use self::library::Abi;
 use self::matching::{Envelope, Matcher, Pattern, RecvId};
 use self::process::{LocalComm, OpenCall, Process, Request};
@@ -134,8 +134,8 @@ pub struct Capture {
     /// The CPU clock of each process's thread when its `MPI_Init` returned: its start-up's
     /// CPU (`ProcInfo::startup_cpu_ns`).
     startup_cpu: FxHashMap<u32, u64>,
-    /// Each process's CPUs (its affinity) when inspected, as the kernel lists them.
-    cpus: FxHashMap<u32, String>,
+    /// What each process could use of its host's CPUs when inspected.
+    cpus: FxHashMap<u32, CpuAllowance>,
     /// The latest `MPI_Finalize` entry: where the model of the job ends.
     last_finalize: Option<u64>,
     /// The `Attach` records of each process not inspected yet: (thread, time, CPU clock).
@@ -328,6 +328,8 @@ impl Capture {
     /// not account for (waiting for the launcher, for the other ranks); they are part of the
     /// measured time, so the prediction takes them as measured and models what follows.
     fn proc_info(&self, rank: u32, tgid: u32) -> ProcInfo {
+        let cpus = self.cpus.get(&tgid).cloned().unwrap_or_default();
+        let quota = cpus.quota.as_ref();
         let start_ns = match self.past_init.get(&tgid) {
             Some(&at) => self.clock.since_first(at),
             None => self.clock.start_of(tgid),
@@ -338,7 +340,9 @@ impl Capture {
             host: self.host.clone(),
             start_ns,
             startup_cpu_ns: self.startup_cpu.get(&tgid).copied().unwrap_or(0),
-            cpus: self.cpus.get(&tgid).cloned().unwrap_or_default(),
+            cpus: cpus.list,
+            cpu_quota_milli: quota.map_or(0, |q| (q.cpus * 1000.0).round() as u64),
+            quota_cgroup: quota.map(|q| q.cgroup.clone()).unwrap_or_default(),
         }
     }
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use lbf_common::{mpi, Record, RecordKind, ARG_WORDS, MEM_BYTES};
 
-use super::inspect::{InspectError, LaunchRank, ProcessInspector};
+use super::inspect::{CpuAllowance, InspectError, LaunchRank, ProcessInspector};
 use super::library::Abi;
 use super::matching::Envelope;
 use super::mpich::{self, Mpich};
@@ -32,9 +32,15 @@ impl ProcessInspector for FakeInspector {
             size: Some(size),
         })
     }
-    /// Every process it knows may run on CPUs 0 and 1.
-    fn cpus(&mut self, tgid: u32) -> Option<String> {
-        self.0.contains_key(&tgid).then(|| "0-1".into())
+    /// Every process it knows may run on CPUs 0 and 1, in a cgroup allowed 1.5 CPUs.
+    fn cpus(&mut self, tgid: u32) -> Option<CpuAllowance> {
+        self.0.contains_key(&tgid).then(|| CpuAllowance {
+            list: "0-1".into(),
+            quota: Some(lbf_host::CpuQuota {
+                cpus: 1.5,
+                cgroup: "/job".into(),
+            }),
+        })
     }
 }
 
@@ -203,8 +209,8 @@ fn assert_matched(log: &EventLog) {
     assert_eq!(sends, recvs);
 }
 
-/// Each rank's header says the CPU its thread had used when `MPI_Init` returned and the CPUs
-/// it could run on: what the start-up model needs (`lbf::startup`).
+/// Each rank's header says the CPU its thread had used when `MPI_Init` returned, the CPUs
+/// it could run on and its cgroup's quota: what the start-up model needs (`lbf::startup`).
 #[test]
 fn ranks_carry_their_start_up_cpu_and_cpus() {
     let mut run = Run::mpich(2);
@@ -213,12 +219,18 @@ fn ranks_carry_their_start_up_cpu_and_cpus() {
         run.finalize(rank, cpu + 100);
     }
     let (log, _) = run.finish();
-    let figures: Vec<(u64, &str)> = log
+    let figures: Vec<(u64, &str, u64, &str)> = log
         .procs
         .iter()
-        .map(|p| (p.startup_cpu_ns, p.cpus.as_str()))
+        .map(|p| {
+            let quota = (p.cpu_quota_milli, p.quota_cgroup.as_str());
+            (p.startup_cpu_ns, p.cpus.as_str(), quota.0, quota.1)
+        })
         .collect();
-    assert_eq!(figures, [(50, "0-1"), (60, "0-1")]);
+    assert_eq!(
+        figures,
+        [(50, "0-1", 1500, "/job"), (60, "0-1", 1500, "/job")]
+    );
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! that every message crosses hosts over TCP) is launched by `mpirun` on host n1, which starts its daemon on host n2 through a
 //! remote shell (`tests/workloads/cluster/rsh.c`, standing in for ssh). Each node sees one end
 //! of every message; the builder must match them all, complete, lose nothing, and predict
-//! what `lbf-gag predict` does from the merged trace.
+//! what `lbf-gag predict` does from the merged trace, start-up model included.
 
 mod cluster_support;
 
@@ -118,6 +118,12 @@ fn run_across_two_hosts() -> (f64, f64, Shares) {
     assert_eq!(report["complete"], true, "{report}");
     assert_eq!(report["lost_events"], 0, "{report}");
     let predicted = report_predictions(&report);
+    // Each node told the builder its ranks' start-up figures, so the builder's start-up
+    // model (and `lbf-gag predict`'s from the merged trace) moves their starts on a target.
+    let merged = lbf::trace::TraceReader::open(&s.merged()).expect("the merged trace");
+    for p in &merged.header().procs {
+        assert!(p.startup_cpu_ns > 0 && !p.cpus.is_empty(), "{p:?}");
+    }
     assert_eq!(predict(&s.merged(), &root, &["as-run"]), predicted);
     assert_every_message_merged(&out, &s.merged(), "");
     (

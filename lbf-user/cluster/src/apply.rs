@@ -101,6 +101,8 @@ impl Applier {
         let mut clocks = RunClocks::default();
         let mut origin = 0u64;
         let mut gates: BTreeMap<String, (Vec<u32>, Arc<Gate>)> = BTreeMap::new();
+        // Whether the start-up model placed every process's start (see below).
+        let mut modelled_starts = false;
         let mut streams = StreamMatcher::new();
         let mut addressed = BTreeSet::new();
         let mut ready = Ready::default();
@@ -114,14 +116,31 @@ impl Applier {
                 if hello.run_start_unix_ns > 0 && clocks.origin.is_none() {
                     clocks.origin = self.live_origin();
                 }
-                let shift = clocks.shift(&hello);
-                let host = hello.host.unwrap_or_default().hostname;
-                for p in &hello.procs {
-                    let info = &mut header.procs[p.id as usize];
-                    info.host.clone_from(&host);
-                    info.start_ns = p.start_ns + shift;
-                    if info.start_ns > 0 {
-                        e.set_start(p.id, info.start_ns as f64 * 1e-9);
+                // At the first node, with every node's hello at hand (a live job waits for
+                // them), every process starts where the start-up model puts it on each
+                // target, as `lbf-gag predict` does from the merged trace; else each node's
+                // processes start as measured when its first batch comes.
+                if gates.is_empty() {
+                    let hellos: Vec<Hello> = self
+                        .nodes
+                        .iter()
+                        .filter_map(|n| self.status.hello(n))
+                        .collect();
+                    if hellos.len() == self.nodes.len() {
+                        for h in &hellos {
+                            describe(&mut header, h, clocks.shift(h));
+                        }
+                        e.set_starts(&header.procs);
+                        modelled_starts = true;
+                    }
+                }
+                describe(&mut header, &hello, clocks.shift(&hello));
+                if !modelled_starts {
+                    for p in &hello.procs {
+                        let start_ns = header.procs[p.id as usize].start_ns;
+                        if start_ns > 0 {
+                            e.set_start(p.id, start_ns as f64 * 1e-9);
+                        }
                     }
                 }
                 let ids = hello.procs.iter().map(|p| p.id).collect();
@@ -305,6 +324,20 @@ impl Applier {
     }
 }
 
+/// Puts what node `hello` says of its processes into `header`: their host, their start on
+/// the job's time line (the node's start moved by `shift`), their start-up's figures.
+fn describe(header: &mut Header, hello: &Hello, shift: u64) {
+    let host = hello.host.clone().unwrap_or_default().hostname;
+    for p in &hello.procs {
+        let Some(info) = header.procs.get_mut(p.id as usize) else {
+            continue;
+        };
+        info.host.clone_from(&host);
+        info.start_ns = p.start_ns + shift;
+        super::source::startup_figures_into(p, info);
+    }
+}
+
 /// The job's time line across nodes. Live nodes say when their runs started and ended on the
 /// wall clock; the job runs from the earliest start to the latest end, and its teardown is
 /// from the last `MPI_Finalize` entry on any node to that end. Replayed nodes (no wall-clock
@@ -410,7 +443,7 @@ mod tests {
             procs: vec![Proc {
                 id,
                 name: format!("rank {id}"),
-                start_ns: 0,
+                ..Proc::default()
             }],
             run_start_unix_ns: 1_000_000_000,
             ..Hello::default()
@@ -506,5 +539,79 @@ mod tests {
         assert!((predicted - 0.041).abs() < 1e-9, "{predicted}");
         drop(work);
         engine.join().unwrap().unwrap();
+    }
+
+    /// Two live hosts, one rank each with 60 ms of start-up CPU on its one CPU, predicted on
+    /// one node of one core: the start-up model, from both hellos' figures, starts both ranks
+    /// 60 ms later there (120 ms of start-up CPU on one core), as `lbf-gag predict` does from
+    /// the merged trace's header.
+    #[test]
+    fn the_start_up_model_moves_the_starts_by_every_hosts_figures() {
+        let dir = std::env::temp_dir().join(format!("lbf-apply-startup-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let merged = dir.join("merged.jsonl");
+        let status = Arc::new(Status::new(2, &["one core".to_string()]));
+        for (node, id) in [("a", 0), ("b", 1)] {
+            let mut h = hello(node, id);
+            h.host = Some(lbf_proto::HostFacts {
+                hostname: node.into(),
+                ..Default::default()
+            });
+            h.procs[0] = Proc {
+                start_ns: 100_000_000,
+                startup_cpu_ns: 60_000_000,
+                cpus: "0".into(),
+                ..h.procs[0].clone()
+            };
+            status.add_node(&h, 0, false);
+        }
+        let target = Target {
+            name: "one core".into(),
+            nodes: vec![Node {
+                procs: vec![0, 1],
+                cores: 1,
+                speed: 1.0,
+            }],
+            network: Network::default(),
+            spin: 0.0,
+            scheduler: None,
+            bind_to_cores: false,
+            procedures: Vec::new(),
+        };
+        let applier = Applier {
+            header: Header {
+                procs: (0..2)
+                    .map(|id| ProcInfo {
+                        id,
+                        ..ProcInfo::default()
+                    })
+                    .collect(),
+                source: None,
+                procedures: Vec::new(),
+            },
+            targets: vec![target.clone()],
+            merged_trace: Some(merged.clone()),
+            report: None,
+            status,
+            nodes: vec!["a".into(), "b".into()],
+        };
+        let (work, rx) = mpsc::channel(4);
+        let (done, outcome) = watch::channel(None);
+        let engine = std::thread::spawn(move || applier.run(rx, done));
+        work.blocking_send(batch("a", 0, EventKind::Exit, true))
+            .unwrap();
+        work.blocking_send(batch("b", 1, EventKind::Exit, true))
+            .unwrap();
+        drop(work);
+        engine.join().unwrap().unwrap();
+        let result = outcome.borrow().clone().expect("the job completed");
+        let p = &result.predictions[0];
+        assert!((p.startup_shift_seconds - 0.060).abs() < 1e-9, "{p:?}");
+        // Both start at 160 ms and share the core for their 1 ms each.
+        assert!((p.predicted_seconds - 0.162).abs() < 1e-9, "{p:?}");
+        let reader = lbf_model::trace::TraceReader::open(&merged).unwrap();
+        let again = Engine::for_procs(&reader.header().procs, vec![target]).unwrap();
+        assert_eq!(again.startup_shifts(), [p.startup_shift_seconds]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

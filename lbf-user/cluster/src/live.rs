@@ -314,7 +314,7 @@ impl EventSink for Filter {
 
     fn process(&mut self, info: &ProcInfo) {
         match (self.global(info.id), self.out.as_mut()) {
-            (Some(id), Some(out)) => out.started(id, info.start_ns),
+            (Some(id), Some(out)) => out.started(id, info),
             (Some(_), None) => {}
             (None, _) => eprintln!(
                 "lbf-node: warning: rank {} runs here but is not in --procs; its events are \

@@ -35,14 +35,10 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 pub enum Chunk {
     /// Events, packed (`seq`, `lost_events`, `end` unset); boxed, as the largest chunk.
     Events(Box<Batch>),
-    /// Process `proc` started `start_ns` after the run's start (a live capture learns it
-    /// when the rank starts; it goes into the hello, which waits for every process's).
-    Started {
-        /// The process's global id.
-        proc: u32,
-        /// Its start, nanoseconds after the run's start.
-        start_ns: u64,
-    },
+    /// A process started (a live capture learns it when the rank starts; it goes into the
+    /// hello, which waits for every process's): its global id, its start in nanoseconds
+    /// after the run's start, and its start-up's figures (see `lbf_proto::Proc`).
+    Started(Proc),
     /// When the run started (a live capture's first record), on the wall clock: what the
     /// builder aligns the hosts' processes by. Before any [`Chunk::Started`].
     Origin {
@@ -113,7 +109,7 @@ struct Shared {
     acked: u64,
     warned: Option<Instant>,
     /// Processes whose start the source has told, by global id.
-    starts: std::collections::BTreeMap<u32, u64>,
+    starts: std::collections::BTreeMap<u32, Proc>,
     /// When the source's run started on the wall clock, if it said ([`Chunk::Origin`]).
     run_start_unix_ns: u64,
 }
@@ -206,8 +202,8 @@ async fn spool_batches(node: Arc<Node>, mut rx: mpsc::Receiver<Chunk>) -> Result
     while let Some(chunk) = rx.recv().await {
         let (mut batch, is_end) = match chunk {
             Chunk::Events(batch) => (*batch, false),
-            Chunk::Started { proc, start_ns } => {
-                node.lock().starts.insert(proc, start_ns);
+            Chunk::Started(proc) => {
+                node.lock().starts.insert(proc.id, proc);
                 continue;
             }
             Chunk::Origin { run_start_unix_ns } => {
@@ -418,8 +414,11 @@ async fn session(
     let mut hello = node.hello.clone();
     hello.run_start_unix_ns = node.lock().run_start_unix_ns;
     for p in &mut hello.procs {
-        if let Some(&start) = node.lock().starts.get(&p.id) {
-            p.start_ns = start;
+        if let Some(started) = node.lock().starts.get(&p.id) {
+            *p = Proc {
+                name: std::mem::take(&mut p.name),
+                ..started.clone()
+            };
         }
     }
     let last_seq = match greet(builder, &mut rd, &mut wr, hello).await {

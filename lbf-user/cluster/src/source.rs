@@ -9,6 +9,7 @@ use lbf_model::event::{Event, ProcId, ProcInfo, ProcedureCpu};
 #[cfg(feature = "live")]
 use lbf_model::stream::{EndClosed, StreamOp};
 use lbf_model::trace::{synthetic, TraceReader};
+use lbf_proto::Proc;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -103,11 +104,12 @@ impl Batcher {
         }
     }
 
-    /// Tells the node when process `proc` started.
+    /// Tells the node that process `proc` started, as `info` (its header entry) says: when,
+    /// and its start-up's figures.
     #[cfg(feature = "live")]
-    pub(crate) fn started(&mut self, proc: ProcId, start_ns: u64) {
+    pub(crate) fn started(&mut self, proc: ProcId, info: &ProcInfo) {
         if !self.closed {
-            let chunk = Chunk::Started { proc, start_ns };
+            let chunk = Chunk::Started(proc_of(proc, info));
             self.closed = self.tx.blocking_send(chunk).is_err();
         }
     }
@@ -121,6 +123,31 @@ impl Batcher {
             lost_events,
         });
     }
+}
+
+/// The hello's entry ([`Proc`]) of process `id` as a trace header describes it (`info`): its
+/// name, its start, and its start-up's figures, which the builder's start-up model uses
+/// (`lbf_model::startup`).
+pub fn proc_of(id: ProcId, info: &ProcInfo) -> Proc {
+    Proc {
+        id,
+        name: info.name.clone(),
+        start_ns: info.start_ns,
+        startup_cpu_ns: info.startup_cpu_ns,
+        cpus: info.cpus.clone(),
+        cpu_quota_milli: info.cpu_quota_milli,
+        quota_cgroup: info.quota_cgroup.clone(),
+    }
+}
+
+/// What a hello says of process `p` into its trace header entry `info` (whose name and host
+/// the builder sets): its start-up's figures. The start itself is on the builder's time line
+/// (see `apply`).
+pub fn startup_figures_into(p: &Proc, info: &mut ProcInfo) {
+    info.startup_cpu_ns = p.startup_cpu_ns;
+    info.cpus.clone_from(&p.cpus);
+    info.cpu_quota_milli = p.cpu_quota_milli;
+    info.quota_cgroup.clone_from(&p.quota_cgroup);
 }
 
 /// The processes `ids` of the trace at `path`, as the trace's header names them, and the

@@ -368,11 +368,7 @@ fn run(cli: Cli) -> Result<u64> {
     let (names, procedures, live) = match (&cli.replay, &cli.synthetic) {
         (Some(trace), _) => {
             let (infos, procedures) = source::replay_procs(trace, &cli.procs)?;
-            let procs = infos.into_iter().map(|p| Proc {
-                id: p.id,
-                name: p.name,
-                start_ns: p.start_ns,
-            });
+            let procs = infos.iter().map(|p| source::proc_of(p.id, p));
             (procs.collect(), procedures, None)
         }
         (None, Some(config)) => {
@@ -462,7 +458,7 @@ fn procs_named(ids: &BTreeSet<ProcId>, prefix: &str) -> Vec<Proc> {
         .map(|&id| Proc {
             id,
             name: format!("{prefix}{id}"),
-            start_ns: 0,
+            ..Proc::default()
         })
         .collect()
 }

@@ -253,6 +253,8 @@ pub struct Engine {
     touched: Vec<usize>,
     /// Each target's start-up shift, in the order given ([`Prediction::startup_shift_seconds`]).
     startup_shifts: Vec<f64>,
+    /// The targets as given, for the start-up model ([`Engine::set_starts`]).
+    targets: Vec<Target>,
     /// The first error: the engine refuses further input after it.
     failed: Option<EngineError>,
 }
@@ -300,6 +302,7 @@ impl Engine {
         let mut sims = Vec::new();
         let mut shaped = Vec::new();
         let num_targets = targets.len();
+        let given = targets.clone();
         let mut order = Vec::with_capacity(num_targets);
         for target in targets {
             if target.procedures.is_empty() {
@@ -329,6 +332,7 @@ impl Engine {
             order,
             touched: Vec::new(),
             startup_shifts: vec![0.0; num_targets],
+            targets: given,
             failed: None,
         })
     }
@@ -347,20 +351,30 @@ impl Engine {
         procedures: &[String],
         targets: Vec<Target>,
     ) -> Result<Self, EngineError> {
+        let mut engine = Engine::with_procedures(procs.len(), procedures, targets)?;
+        engine.set_starts(procs);
+        Ok(engine)
+    }
+
+    /// Starts each process of `procs` (the trace header's list) at its `start_ns`, moved in
+    /// each target by the start-up model ([`crate::startup`]), which reads every process's
+    /// figures at once: for an engine made before the header was complete (cluster mode's
+    /// builder learns the processes from the nodes' hellos). Processes with no start (0)
+    /// start at once. Must precede the processes' first events.
+    pub fn set_starts(&mut self, procs: &[ProcInfo]) {
         let startup = crate::startup::Startup::of(procs);
-        let shifts: Vec<f64> = targets
+        let shifts: Vec<f64> = self
+            .targets
             .iter()
             .map(|t| startup.as_ref().map_or(0.0, |s| s.shift(t)))
             .collect();
-        let mut engine = Engine::with_procedures(procs.len(), procedures, targets)?;
-        engine.startup_shifts.clone_from(&shifts);
-        for (target, shift) in shifts.into_iter().enumerate() {
+        for (target, &shift) in shifts.iter().enumerate() {
             for p in procs.iter().filter(|p| p.start_ns > 0) {
                 let seconds = (p.start_ns as f64 * 1e-9 + shift).max(0.0);
-                engine.sim_mut(target).set_start(p.id as usize, seconds);
+                self.sim_mut(target).set_start(p.id as usize, seconds);
             }
         }
-        Ok(engine)
+        self.startup_shifts = shifts;
     }
 
     /// Each target's start-up shift, in the order given (see

@@ -25,6 +25,8 @@
 //! A trace without the figures (an older one, a process attached while running, a source
 //! that does not record them) keeps the measured start-up: the shift is 0.
 
+use std::collections::BTreeSet;
+
 use crate::event::ProcInfo;
 use crate::target::Target;
 
@@ -66,7 +68,7 @@ impl Startup {
                             key,
                             cpu: 0.0,
                             procs: 0,
-                            cpus: Vec::new(),
+                            cpus: BTreeSet::new(),
                             quota,
                         });
                         groups.last_mut().expect("just pushed")
@@ -86,9 +88,7 @@ impl Startup {
         }
         let measured = groups
             .into_iter()
-            .map(|mut g| {
-                g.cpus.sort_unstable();
-                g.cpus.dedup();
+            .map(|g| {
                 let room = (g.cpus.len().min(g.procs).max(1) as f64).min(g.quota);
                 g.cpu / room
             })
@@ -125,8 +125,8 @@ struct Group<'a> {
     cpu: f64,
     /// How many.
     procs: usize,
-    /// The CPUs they could run on (with repeats until counted).
-    cpus: Vec<u32>,
+    /// The CPUs they could run on.
+    cpus: BTreeSet<u32>,
     /// The CPUs the cgroup's quota allowed them; infinite for a host.
     quota: f64,
 }
@@ -143,7 +143,9 @@ pub fn cpu_list(list: &str) -> Option<Vec<u32>> {
                 (cpu, cpu)
             }
         };
-        if last < first || last - first > 1 << 16 {
+        // At most 65 536 CPUs in all: a hostile list (a trace, a node's hello) cannot make
+        // it allocate more.
+        if last < first || (last - first) as usize + cpus.len() >= 1 << 16 {
             return None;
         }
         cpus.extend(first..=last);
@@ -199,7 +201,8 @@ mod tests {
     fn lists_read_as_the_kernel_writes_them() {
         assert_eq!(cpu_list("0-3,8,10-11"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
         assert_eq!(cpu_list("5"), Some(vec![5]));
-        for bad in ["", "a", "3-1", "1,,2", "0-999999"] {
+        let hostile = ["0-60000"; 3].join(",");
+        for bad in ["", "a", "3-1", "1,,2", "0-999999", &hostile] {
             assert_eq!(cpu_list(bad), None, "{bad:?}");
         }
     }

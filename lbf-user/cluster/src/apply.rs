@@ -450,6 +450,45 @@ mod tests {
         }
     }
 
+    /// A target putting processes 0 and 1 on one node of `cores` cores.
+    fn one_node(name: &str, cores: u32) -> Target {
+        Target {
+            name: name.into(),
+            nodes: vec![Node {
+                procs: vec![0, 1],
+                cores,
+                speed: 1.0,
+            }],
+            network: Network::default(),
+            spin: 0.0,
+            scheduler: None,
+            bind_to_cores: false,
+            procedures: Vec::new(),
+        }
+    }
+
+    /// The engine thread of a job of processes 0 and 1 on nodes `a` and `b`, predicting
+    /// `target`, writing the merged trace to `merged_trace` if given.
+    fn applier(status: Arc<Status>, target: Target, merged_trace: Option<PathBuf>) -> Applier {
+        Applier {
+            header: Header {
+                procs: (0..2)
+                    .map(|id| ProcInfo {
+                        id,
+                        ..ProcInfo::default()
+                    })
+                    .collect(),
+                source: None,
+                procedures: Vec::new(),
+            },
+            targets: vec![target],
+            merged_trace,
+            report: None,
+            status,
+            nodes: vec!["a".into(), "b".into()],
+        }
+    }
+
     /// A batch of `node` with one event of `kind` for `proc`, the node's last if `end`.
     fn batch(node: &str, proc: u32, kind: EventKind, end: bool) -> Work {
         Work {
@@ -473,35 +512,7 @@ mod tests {
     fn batches_sent_before_a_node_says_hello_do_not_block_the_sender() {
         let status = Arc::new(Status::new(2, &["one".to_string()]));
         status.add_node(&hello("a", 0), 0, false);
-        let applier = Applier {
-            header: Header {
-                procs: (0..2)
-                    .map(|id| ProcInfo {
-                        id,
-                        ..ProcInfo::default()
-                    })
-                    .collect(),
-                source: None,
-                procedures: Vec::new(),
-            },
-            targets: vec![Target {
-                name: "one".into(),
-                nodes: vec![Node {
-                    procs: vec![0, 1],
-                    cores: 2,
-                    speed: 1.0,
-                }],
-                network: Network::default(),
-                spin: 0.0,
-                scheduler: None,
-                bind_to_cores: false,
-                procedures: Vec::new(),
-            }],
-            merged_trace: None,
-            report: None,
-            status: status.clone(),
-            nodes: vec!["a".into(), "b".into()],
-        };
+        let applier = applier(status.clone(), one_node("one", 2), None);
         let (work, rx) = mpsc::channel(4);
         let (done, mut outcome) = watch::channel(None);
         let engine = std::thread::spawn(move || applier.run(rx, done));
@@ -565,36 +576,8 @@ mod tests {
             };
             status.add_node(&h, 0, false);
         }
-        let target = Target {
-            name: "one core".into(),
-            nodes: vec![Node {
-                procs: vec![0, 1],
-                cores: 1,
-                speed: 1.0,
-            }],
-            network: Network::default(),
-            spin: 0.0,
-            scheduler: None,
-            bind_to_cores: false,
-            procedures: Vec::new(),
-        };
-        let applier = Applier {
-            header: Header {
-                procs: (0..2)
-                    .map(|id| ProcInfo {
-                        id,
-                        ..ProcInfo::default()
-                    })
-                    .collect(),
-                source: None,
-                procedures: Vec::new(),
-            },
-            targets: vec![target.clone()],
-            merged_trace: Some(merged.clone()),
-            report: None,
-            status,
-            nodes: vec!["a".into(), "b".into()],
-        };
+        let target = one_node("one core", 1);
+        let applier = applier(status, target.clone(), Some(merged.clone()));
         let (work, rx) = mpsc::channel(4);
         let (done, outcome) = watch::channel(None);
         let engine = std::thread::spawn(move || applier.run(rx, done));

@@ -40,8 +40,8 @@
 //! the exit record the return would have written, reading the out-parameters (the request
 //! handle, the rank or size) then ([`finish_unreturned`]). A thread that ends first writes
 //! only the call's entry record: at its exit hook its memory is gone (see
-//! `sched::sched_process_exit`). A thread's records
-//! keep their order; only the exit's stamps are later, and the capture makes no event of them.
+//! `sched::sched_process_exit`). A thread's records keep their order; only the exit's stamps
+//! are later, and the capture makes no event of them.
 //!
 //! The entry of `MPI_Init` or `MPI_Init_thread` also writes the process id to a small ring
 //! buffer of its own, waking its reader at once (`lbf_common::maps::INIT_NOTICES`): user space
@@ -439,8 +439,9 @@ pub extern "C" fn lbf_leave(state: *mut ThreadState, raw: u64, ret: u64, ip: u64
 /// Writes the exit record of the thread's call that returned unseen, if it has one (see
 /// `lbf_common::maps::ThreadState::unreturned`): as its return probe would have, reading its
 /// out-parameters now and stamped now. Called first at every probe hit of the thread (MPI
-/// entries and returns, followed procedures), so that its records keep their order. The return value was not seen: the record says `MPI_SUCCESS` (0), which the capture
-/// does not read. Such calls read no memory from a global (`func_ip` 0).
+/// entries and returns, followed procedures), so that its records keep their order. The
+/// return value was not seen: the record says `MPI_SUCCESS` (0), which the capture does not
+/// read. Such calls read no memory from a global (`func_ip` 0).
 #[inline(always)]
 pub fn finish_unreturned(state: &mut ThreadState) {
     let raw = state.unreturned;

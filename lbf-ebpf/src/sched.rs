@@ -154,12 +154,11 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> u32 {
 /// `exit` inside a probed call, or after a call whose return it skipped); its state goes with
 /// its task. The exit record of a call that returned unseen is not written: `do_exit` has
 /// released the thread's memory before this tracepoint (`exit_mm`), so the out-parameters it
-/// would carry cannot be read, and without them it tells user space nothing. (Writing it
-/// made the verifier check `lbf_leave` in this program too: 10 244 instructions processed
-/// instead of some 2 000, 8 ms more of lbf-trace's start-up here.) If it was the last thread of
-/// its group (its group's count of live threads, which `do_exit` decremented before the
-/// tracepoint, is 0; without the offsets, the thread whose tid is the tgid), emit `Exit` and
-/// stop tracing the group. The tracepoint's first argument is the exiting task.
+/// would carry cannot be read, and without them it tells user space nothing (nor does this
+/// program then make the verifier check `lbf_leave` a second time, see
+/// docs/probe-overhead.md). If it was the last thread of its group (its group's count of live
+/// threads, which `do_exit` decremented before the tracepoint, is 0; without the offsets, the
+/// thread whose tid is the tgid), emit `Exit` and stop tracing the group. The tracepoint's first argument is the exiting task.
 #[btf_tracepoint(function = "sched_process_exit")]
 pub fn sched_process_exit(ctx: BtfTracePointContext) -> u32 {
     let (tgid, tid) = current_ids();

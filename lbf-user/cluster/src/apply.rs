@@ -117,9 +117,10 @@ impl Applier {
                     clocks.origin = self.live_origin();
                 }
                 // At the first node, with every node's hello at hand (a live job waits for
-                // them), every process starts where the start-up model puts it on each
-                // target, as `lbf-gag predict` does from the merged trace; else each node's
-                // processes start as measured when its first batch comes.
+                // them), every node's processes are described and start where the start-up
+                // model puts them on each target, as `lbf-gag predict` does from the merged
+                // trace; else each node's processes start as measured when its first batch
+                // comes.
                 if gates.is_empty() {
                     let hellos: Vec<Hello> = self
                         .nodes
@@ -134,8 +135,8 @@ impl Applier {
                         modelled_starts = true;
                     }
                 }
-                describe(&mut header, &hello, clocks.shift(&hello));
                 if !modelled_starts {
+                    describe(&mut header, &hello, clocks.shift(&hello));
                     for p in &hello.procs {
                         let start_ns = header.procs[p.id as usize].start_ns;
                         if start_ns > 0 {

@@ -15,10 +15,10 @@
 //! the processes of a cgroup whose CPU quota allowed them `q` CPUs
 //! ([`ProcInfo::cpu_quota_milli`]: a container's CPU limit) took `C / min(k, m, q)` of their
 //! own at least. The slowest host's or cgroup's sets when the job got past its start-up (an
-//! MPI start-up ends together for all ranks). On a target node of `cores` and `speed` the same processes take
-//! `C / (min(cores, m) * speed)`. The shift is the slowest target node's CPU part minus the
-//! slowest measured host's: every process starts that much later (or sooner), never before
-//! the run's start.
+//! MPI start-up ends together for all ranks). On a target node of `cores` and `speed` the
+//! same processes take `C / (min(cores, m) * speed)`. The shift is the slowest target node's
+//! CPU part minus the slowest measured host's or cgroup's: every process starts that much
+//! later (or sooner), never before the run's start.
 //!
 //! docs/engine.md ("Start-up") has what it was measured against, and how far off it is.
 //!
@@ -28,7 +28,7 @@
 use std::collections::BTreeSet;
 
 use crate::event::ProcInfo;
-use crate::target::Target;
+use crate::target::Node;
 
 /// What the measured run says about its processes' start-up: read once from a trace's
 /// processes, then asked for each target ([`Startup::shift`]).
@@ -36,8 +36,8 @@ use crate::target::Target;
 pub struct Startup {
     /// Each process's start-up CPU, in seconds, by process id.
     cpu: Vec<f64>,
-    /// The CPU part of the measured start-up: the slowest host's start-up CPU over the CPUs
-    /// its processes had.
+    /// The CPU part of the measured start-up: the slowest host's or quota cgroup's start-up
+    /// CPU over the CPUs its processes had.
     measured: f64,
 }
 
@@ -96,11 +96,10 @@ impl Startup {
         Some(Startup { cpu, measured })
     }
 
-    /// How many seconds later than measured the processes' modelled work starts on `target`
-    /// (negative: sooner).
-    pub fn shift(&self, target: &Target) -> f64 {
-        let predicted = target
-            .nodes
+    /// How many seconds later than measured the processes' modelled work starts on a target
+    /// of `nodes` (a [`crate::target::Target`]'s; negative: sooner).
+    pub fn shift(&self, nodes: &[Node]) -> f64 {
+        let predicted = nodes
             .iter()
             .filter(|n| !n.procs.is_empty())
             .map(|n| {
@@ -156,11 +155,11 @@ pub fn cpu_list(list: &str) -> Option<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::target::Node;
+    use crate::target::Target;
 
     /// The shift of `target` for `procs`; 0 where the start-up is taken as measured.
     fn shift(procs: &[ProcInfo], target: &Target) -> f64 {
-        Startup::of(procs).map_or(0.0, |s| s.shift(target))
+        Startup::of(procs).map_or(0.0, |s| s.shift(&target.nodes))
     }
 
     /// Four processes on `host`, each with `cpu_ms` of start-up CPU and the CPUs `cpus`.

@@ -21,7 +21,7 @@ mod time;
 
 use crate::event::{Event, EventKind, ProcId, ProcInfo, ProcedureCpu};
 use crate::procedure::ProcedureError;
-use crate::target::Target;
+use crate::target::{Node, Target};
 
 /// Receives the predicted schedule of one target as it is computed, for timelines.
 ///
@@ -253,8 +253,9 @@ pub struct Engine {
     touched: Vec<usize>,
     /// Each target's start-up shift, in the order given ([`Prediction::startup_shift_seconds`]).
     startup_shifts: Vec<f64>,
-    /// The targets as given, for the start-up model ([`Engine::set_starts`]).
-    targets: Vec<Target>,
+    /// Each target's nodes, in the order given, for the start-up model
+    /// ([`Engine::set_starts`]).
+    target_nodes: Vec<Vec<Node>>,
     /// The first error: the engine refuses further input after it.
     failed: Option<EngineError>,
 }
@@ -302,7 +303,7 @@ impl Engine {
         let mut sims = Vec::new();
         let mut shaped = Vec::new();
         let num_targets = targets.len();
-        let given = targets.clone();
+        let target_nodes = targets.iter().map(|t| t.nodes.clone()).collect();
         let mut order = Vec::with_capacity(num_targets);
         for target in targets {
             if target.procedures.is_empty() {
@@ -332,7 +333,7 @@ impl Engine {
             order,
             touched: Vec::new(),
             startup_shifts: vec![0.0; num_targets],
-            targets: given,
+            target_nodes,
             failed: None,
         })
     }
@@ -364,9 +365,9 @@ impl Engine {
     pub fn set_starts(&mut self, procs: &[ProcInfo]) {
         let startup = crate::startup::Startup::of(procs);
         let shifts: Vec<f64> = self
-            .targets
+            .target_nodes
             .iter()
-            .map(|t| startup.as_ref().map_or(0.0, |s| s.shift(t)))
+            .map(|nodes| startup.as_ref().map_or(0.0, |s| s.shift(nodes)))
             .collect();
         for (target, &shift) in shifts.iter().enumerate() {
             for p in procs.iter().filter(|p| p.start_ns > 0) {
